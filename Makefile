@@ -1,0 +1,50 @@
+# The one entry point: `make setup` then `make test` on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PACKAGES := protocol bookie client metadata pipeline bench aiobk
+PYTEST_ARGS ?=
+
+.PHONY: setup system-packages test lint unit-protocol run bench clean
+
+setup: system-packages $(VENV)/.installed
+
+system-packages:
+	@need=""; \
+	command -v etcd >/dev/null 2>&1 || need="$$need etcd-server"; \
+	command -v java >/dev/null 2>&1 || need="$$need openjdk-17-jre-headless"; \
+	if [ -n "$$need" ]; then \
+		echo "installing system packages:$$need"; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
+	fi; \
+	command -v etcd >/dev/null 2>&1 || { echo "etcd still not on PATH after install" >&2; exit 1; }
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check $(PACKAGES) tests
+	$(VENV)/bin/ruff format --check $(PACKAGES) tests
+	$(VENV)/bin/mypy $(PACKAGES)
+
+# The pure codec must be fully covered by its own tests.
+unit-protocol: setup
+	$(PY) -m pytest -q tests/protocol --cov=protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
+
+test: lint unit-protocol
+	$(PY) -m pytest -q tests --ignore=tests/protocol $(PYTEST_ARGS)
+
+run: setup
+	$(VENV)/bin/aiobk standalone
+
+bench: setup
+	$(PY) -m bench.journal
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

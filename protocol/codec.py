@@ -1,0 +1,102 @@
+"""Encoding messages to frames and decoding frames to validated messages.
+
+Decoding never trusts its input: any frame that is not exactly one msgpack array of the right
+shape and types raises ``MalformedMessageError`` carrying the ``txn_id`` when one could be read,
+so that a server can answer EBADREQ to that request and keep the connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, LENGTH
+from protocol.messages import (
+    INT64_MAX,
+    INT64_MIN,
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    MalformedMessageError,
+    Message,
+    Request,
+    Response,
+)
+
+_MAX_ARRAY = 32
+_MAX_MAP = 256
+
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def encode(message: Message) -> bytes:
+    """One message as a complete frame (length prefix included)."""
+    payload = _packer.pack(message.to_wire())
+    return LENGTH.pack(len(payload)) + payload
+
+
+def _unpack(data: bytes, max_size: int) -> Any:
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            max_bin_len=max_size,
+            max_str_len=max_size,
+            max_array_len=_MAX_ARRAY,
+            max_map_len=_MAX_MAP,
+            max_ext_len=0,
+        )
+    except Exception as exc:  # msgpack raises many types on garbage; all mean the same here
+        raise MalformedMessageError(f"not a msgpack value: {exc}") from None
+
+
+def _build(types: dict[int, Any], value: Any) -> Any:
+    if type(value) is not list or len(value) < 2:
+        raise MalformedMessageError("a message is an array [tag, txn_id, ...]")
+    tag, txn_id = value[0], value[1]
+    if type(txn_id) is not int or not INT64_MIN <= txn_id <= INT64_MAX:
+        raise MalformedMessageError("txn_id must be a 64-bit integer")
+    if type(tag) is not int:
+        raise MalformedMessageError("tag must be an integer", txn_id)
+    cls = types.get(tag)
+    if cls is None:
+        raise MalformedMessageError(f"unknown message tag {tag}", txn_id, tag)
+    wire = cls._wire
+    if len(value) != len(wire) + 2:
+        raise MalformedMessageError(
+            f"{cls.__name__} takes {len(wire)} fields, got {len(value) - 2}", txn_id, tag
+        )
+    for index, (item, allowed) in enumerate(zip(value[2:], wire, strict=True)):
+        kind = type(item)
+        if kind not in allowed:
+            name = cls._names[index + 1]
+            raise MalformedMessageError(
+                f"{cls.__name__}.{name}: {kind.__name__} not allowed", txn_id, tag
+            )
+        if kind is int and not INT64_MIN <= item <= INT64_MAX:
+            name = cls._names[index + 1]
+            raise MalformedMessageError(f"{cls.__name__}.{name} out of range", txn_id, tag)
+        if kind is dict and not all(
+            type(k) is str and type(v) is int and INT64_MIN <= v <= INT64_MAX
+            for k, v in item.items()
+        ):
+            name = cls._names[index + 1]
+            raise MalformedMessageError(f"{cls.__name__}.{name}: want str -> int", txn_id, tag)
+    try:
+        return cls.from_values(value[1:])
+    except MalformedMessageError as exc:
+        exc.op = tag
+        raise
+
+
+def decode_request(data: bytes, max_size: int = DEFAULT_MAX_FRAME_SIZE) -> Request:
+    """Decode one frame's payload (no length prefix) into a request."""
+    message: Request = _build(REQUEST_TYPES, _unpack(data, max_size))
+    return message
+
+
+def decode_response(data: bytes, max_size: int = DEFAULT_MAX_FRAME_SIZE) -> Response:
+    """Decode one frame's payload (no length prefix) into a response."""
+    message: Response = _build(RESPONSE_TYPES, _unpack(data, max_size))
+    return message

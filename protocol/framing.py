@@ -1,0 +1,72 @@
+"""Length-prefixed frames: a 4-byte big-endian length, then that many bytes of msgpack.
+
+``FrameDecoder`` is fed whatever the socket produced and hands back whole frames. A length over
+the configured maximum is a ``FrameTooLargeError`` raised before any allocation for it: the
+stream cannot be resynchronised after that, so the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+LENGTH = struct.Struct(">I")
+DEFAULT_MAX_FRAME_SIZE = 5 * 1024 * 1024  # BookKeeper's nettyMaxFrameSizeBytes default
+
+
+class FrameError(ValueError):
+    """The byte stream is broken; the connection cannot continue."""
+
+
+class FrameTooLargeError(FrameError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` with its length."""
+    return LENGTH.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental frame splitter. Not thread-safe; one per connection."""
+
+    __slots__ = ("_buf", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        if max_frame_size < 1:
+            raise ValueError("max_frame_size must be positive")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        """Add bytes; return every frame now complete, in order."""
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        pos = self._pos
+        end = len(buf)
+        limit = self.max_frame_size
+        while end - pos >= 4:
+            (size,) = LENGTH.unpack_from(buf, pos)
+            if size > limit:
+                raise FrameTooLargeError(size, limit)
+            if end - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos == end:
+            buf.clear()
+            pos = 0
+        elif pos > 65536 and pos * 2 > end:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held that do not yet make a whole frame."""
+        return len(self._buf) - self._pos

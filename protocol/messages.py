@@ -1,0 +1,315 @@
+"""Request and response messages.
+
+Every message is a frozen value. On the wire it is one msgpack array:
+``[tag, txn_id, field, ...]`` where the tag of a request is its ``OpCode`` and the tag of a
+response is ``OpCode | RESPONSE_BIT``. A response answers the request with the same ``txn_id``
+on the same connection; responses may come back in any order. ``ErrorResponse`` answers any
+request the bookie could not parse far enough to answer in kind.
+
+Field order in each class is the wire order; the ``_wire`` tuple names the exact Python types a
+decoder accepts for each field after ``txn_id`` (msgpack gives int, bytes, str, float, None,
+list and dict; anything else is malformed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from enum import IntEnum, IntFlag
+from typing import Any, ClassVar, Self
+
+from protocol.status import StatusCode
+
+PROTOCOL_VERSION = 1
+RESPONSE_BIT = 0x80
+ERROR_TAG = 0xFF
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+# Entry id used for "the LAC, not an entry" reads (BookKeeper's LAST_ADD_CONFIRMED = -1).
+LAC_ENTRY_ID = -1
+
+
+class OpCode(IntEnum):
+    HANDSHAKE = 1
+    ADD = 2
+    READ = 3
+    READ_LAC = 4
+    WRITE_LAC = 5
+    FORCE = 6
+    GET_BOOKIE_INFO = 7
+
+
+class AddFlag(IntFlag):
+    NONE = 0
+    RECOVERY_ADD = 1  # written back by recovery: accepted even when the ledger is fenced
+
+
+class ReadFlag(IntFlag):
+    NONE = 0
+    FENCE = 1  # fence the ledger (durably) before answering; carries the master key
+    LONG_POLL = 2  # wait until the bookie's LAC passes previous_lac or timeout_ms ends
+
+
+class Durability(IntEnum):
+    PERSISTENT = 0  # acknowledged after fdatasync
+    VOLATILE = 1  # BP-14: acknowledged once written
+
+
+class MalformedMessageError(ValueError):
+    """A frame that is not a valid message. ``txn_id`` is set when it could be read."""
+
+    def __init__(self, reason: str, txn_id: int | None = None, op: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.txn_id = txn_id
+        self.op = op
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    tag: ClassVar[int]
+    _wire: ClassVar[tuple[tuple[type, ...], ...]]
+    _names: ClassVar[tuple[str, ...]] = ()
+    txn_id: int
+
+    def to_wire(self) -> list[Any]:
+        """The msgpack array for this message (IntEnum values pack as plain ints)."""
+        return [self.tag, *[getattr(self, name) for name in self._names]]
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        """Build from already type-checked wire values (txn_id first)."""
+        return cls(*values)
+
+
+_INT = (int,)
+_BYTES = (bytes,)
+_OPT_BYTES = (bytes, type(None))
+_STR = (str,)
+_DICT = (dict,)
+
+
+# ---------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class Request(Message):
+    op: ClassVar[OpCode]
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeRequest(Request):
+    op = OpCode.HANDSHAKE
+    tag = OpCode.HANDSHAKE
+    _wire = (_INT, _STR)
+    protocol_version: int = PROTOCOL_VERSION
+    client_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest(Request):
+    op = OpCode.ADD
+    tag = OpCode.ADD
+    _wire = (_INT, _INT, _INT, _INT, _BYTES, _BYTES)
+    ledger_id: int
+    entry_id: int
+    flags: AddFlag = AddFlag.NONE
+    durability: Durability = Durability.PERSISTENT
+    master_key: bytes = b""
+    body: bytes = b""  # an encoded entry (protocol.entry), opaque to the bookie but its header
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        txn_id, ledger_id, entry_id, flags, durability, key, body = values
+        try:
+            level = Durability(durability)
+        except ValueError:
+            raise MalformedMessageError(f"unknown durability {durability}", txn_id) from None
+        return cls(txn_id, ledger_id, entry_id, AddFlag(flags), level, key, body)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest(Request):
+    op = OpCode.READ
+    tag = OpCode.READ
+    _wire = (_INT, _INT, _INT, _BYTES, _INT, _INT)
+    ledger_id: int
+    entry_id: int  # LAC_ENTRY_ID reads only the LAC (the fencing read of recovery)
+    flags: ReadFlag = ReadFlag.NONE
+    master_key: bytes = b""  # required with FENCE
+    previous_lac: int = -1  # LONG_POLL: answer once the bookie's LAC is above this
+    timeout_ms: int = 0  # LONG_POLL: answer with the current LAC after this long
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        txn_id, ledger_id, entry_id, flags, *rest = values
+        return cls(txn_id, ledger_id, entry_id, ReadFlag(flags), *rest)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacRequest(Request):
+    op = OpCode.READ_LAC
+    tag = OpCode.READ_LAC
+    _wire = (_INT,)
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLacRequest(Request):
+    op = OpCode.WRITE_LAC
+    tag = OpCode.WRITE_LAC
+    _wire = (_INT, _BYTES, _INT)
+    ledger_id: int
+    master_key: bytes
+    lac: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForceRequest(Request):
+    op = OpCode.FORCE
+    tag = OpCode.FORCE
+    _wire = (_INT, _BYTES)
+    ledger_id: int
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class GetBookieInfoRequest(Request):
+    op = OpCode.GET_BOOKIE_INFO
+    tag = OpCode.GET_BOOKIE_INFO
+    _wire = ()
+
+
+# ---------------------------------------------------------------------- responses
+
+
+@dataclass(frozen=True, slots=True)
+class Response(Message):
+    op: ClassVar[OpCode]
+    status: StatusCode
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        txn_id, status, *rest = values
+        try:
+            code = StatusCode(status)
+        except ValueError:
+            raise MalformedMessageError(f"unknown status {status}", txn_id) from None
+        return cls(txn_id, code, *rest)
+
+
+@dataclass(frozen=True, slots=True)
+class HandshakeResponse(Response):
+    op = OpCode.HANDSHAKE
+    tag = OpCode.HANDSHAKE | RESPONSE_BIT
+    _wire = (_INT, _INT, _STR)
+    protocol_version: int = PROTOCOL_VERSION
+    bookie_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AddResponse(Response):
+    op = OpCode.ADD
+    tag = OpCode.ADD | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _INT)
+    ledger_id: int
+    entry_id: int
+    last_add_synced: int = -1  # BP-14 sync cursor of a volatile ledger (else the entry's id)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse(Response):
+    op = OpCode.READ
+    tag = OpCode.READ | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _INT, _INT, _OPT_BYTES)
+    ledger_id: int
+    entry_id: int
+    lac: int = -1  # the bookie's LAC for the ledger when it answered
+    last_entry_id: int = -1  # highest entry id the bookie holds (LAC reads during recovery)
+    body: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse(Response):
+    op = OpCode.READ_LAC
+    tag = OpCode.READ_LAC | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _INT)
+    ledger_id: int
+    lac: int = -1
+    last_entry_id: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLacResponse(Response):
+    op = OpCode.WRITE_LAC
+    tag = OpCode.WRITE_LAC | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT)
+    ledger_id: int
+    lac: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ForceResponse(Response):
+    op = OpCode.FORCE
+    tag = OpCode.FORCE | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT)
+    ledger_id: int
+    last_add_synced: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class GetBookieInfoResponse(Response):
+    op = OpCode.GET_BOOKIE_INFO
+    tag = OpCode.GET_BOOKIE_INFO | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _DICT)
+    free_bytes: int = 0
+    total_bytes: int = 0
+    stats: dict[str, int] = field(default_factory=dict)  # counters for operators and bench
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse(Response):
+    """Answer to a request the bookie could not decode (always EBADREQ) or an unknown op."""
+
+    tag = ERROR_TAG
+    _wire = (_INT, _INT)
+    request_op: int = 0
+
+
+REQUEST_TYPES: dict[int, type[Request]] = {
+    cls.tag: cls
+    for cls in (
+        HandshakeRequest,
+        AddRequest,
+        ReadRequest,
+        ReadLacRequest,
+        WriteLacRequest,
+        ForceRequest,
+        GetBookieInfoRequest,
+    )
+}
+RESPONSE_TYPES: dict[int, type[Response]] = {
+    cls.tag: cls
+    for cls in (
+        HandshakeResponse,
+        AddResponse,
+        ReadResponse,
+        ReadLacResponse,
+        WriteLacResponse,
+        ForceResponse,
+        GetBookieInfoResponse,
+        ErrorResponse,
+    )
+}
+
+
+def _init_names() -> None:
+    for cls in (*REQUEST_TYPES.values(), *RESPONSE_TYPES.values()):
+        cls._names = tuple(f.name for f in fields(cls))
+        if len(cls._names) != len(cls._wire) + 1:  # pragma: no cover - a definition bug
+            raise AssertionError(f"{cls.__name__}: _wire does not match its fields")
+
+
+_init_names()

@@ -1,0 +1,225 @@
+"""Round trips and hostile input for the pure codec (tier one: no sockets, no disks)."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import pathlib
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import protocol
+from protocol import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    Durability,
+    ErrorResponse,
+    ForceRequest,
+    ForceResponse,
+    FrameDecoder,
+    FrameTooLargeError,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    HandshakeRequest,
+    HandshakeResponse,
+    MalformedMessageError,
+    Message,
+    ReadFlag,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    StatusCode,
+    WriteLacRequest,
+    WriteLacResponse,
+    decode_request,
+    decode_response,
+    encode,
+)
+from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+
+i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+small = st.binary(max_size=64)
+status = st.sampled_from(list(StatusCode))
+
+requests = st.one_of(
+    st.builds(HandshakeRequest, i64, i64, st.text(max_size=20)),
+    st.builds(
+        AddRequest,
+        i64,
+        i64,
+        i64,
+        st.sampled_from(list(AddFlag)),
+        st.sampled_from(list(Durability)),
+        small,
+        small,
+    ),
+    st.builds(ReadRequest, i64, i64, i64, st.sampled_from(list(ReadFlag)), small, i64, i64),
+    st.builds(ReadLacRequest, i64, i64),
+    st.builds(WriteLacRequest, i64, i64, small, i64),
+    st.builds(ForceRequest, i64, i64, small),
+    st.builds(GetBookieInfoRequest, i64),
+)
+responses = st.one_of(
+    st.builds(HandshakeResponse, i64, status, i64, st.text(max_size=20)),
+    st.builds(AddResponse, i64, status, i64, i64, i64),
+    st.builds(ReadResponse, i64, status, i64, i64, i64, i64, st.none() | small),
+    st.builds(ReadLacResponse, i64, status, i64, i64, i64),
+    st.builds(WriteLacResponse, i64, status, i64, i64),
+    st.builds(ForceResponse, i64, status, i64, i64),
+    st.builds(
+        GetBookieInfoResponse,
+        i64,
+        status,
+        i64,
+        i64,
+        st.dictionaries(st.text(max_size=8), i64, max_size=4),
+    ),
+    st.builds(ErrorResponse, i64, status, st.integers(0, 255)),
+)
+
+
+def _payload(message: Message) -> bytes:
+    data = encode(message)
+    assert int.from_bytes(data[:4], "big") == len(data) - 4
+    return data[4:]
+
+
+@given(requests)
+def test_request_round_trip(message: Any) -> None:
+    decoded = decode_request(_payload(message))
+    assert decoded == message
+    assert type(decoded) is type(message)
+
+
+@given(responses)
+def test_response_round_trip(message: Any) -> None:
+    decoded = decode_response(_payload(message))
+    assert decoded == message
+    assert type(decoded) is type(message)
+
+
+@given(st.lists(st.one_of(requests), max_size=8), st.integers(1, 17))
+def test_decoder_reassembles_any_split(messages: list[Any], chunk: int) -> None:
+    stream = b"".join(encode(m) for m in messages)
+    decoder = FrameDecoder()
+    frames: list[bytes] = []
+    for start in range(0, len(stream), chunk):
+        frames.extend(decoder.feed(stream[start : start + chunk]))
+    assert [decode_request(f) for f in frames] == messages
+    assert decoder.buffered == 0
+
+
+@given(st.binary(max_size=200))
+def test_garbage_never_escapes_as_anything_but_malformed(data: bytes) -> None:
+    for decode in (decode_request, decode_response):
+        with contextlib.suppress(MalformedMessageError):
+            decode(data)
+
+
+@given(st.lists(st.one_of(st.integers(), st.binary(max_size=8), st.none(), st.text(max_size=4))))
+def test_random_arrays_are_rejected_or_valid(items: list[Any]) -> None:
+    data = msgpack.packb(items, use_bin_type=True)
+    for decode in (decode_request, decode_response):
+        try:
+            decoded = decode(data)
+        except MalformedMessageError:
+            continue
+        assert decoded.to_wire() == items
+
+
+def test_oversized_frame_is_refused_before_allocation() -> None:
+    decoder = FrameDecoder(max_frame_size=1024)
+    with pytest.raises(FrameTooLargeError) as info:
+        decoder.feed((10**9).to_bytes(4, "big") + b"x")
+    assert info.value.size == 10**9
+    assert "exceeds" in str(info.value)
+
+
+def test_decoder_rejects_nonpositive_limit() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        FrameDecoder(max_frame_size=0)
+
+
+def test_decoder_compacts_large_consumed_prefix() -> None:
+    decoder = FrameDecoder()
+    big = encode(AddRequest(1, 1, 0, body=b"x" * 70000))
+    half = encode(AddRequest(2, 1, 1, body=b"y" * 10))
+    out = decoder.feed(big + half[:5])
+    assert len(out) == 1
+    assert decoder.buffered == 5
+    out = decoder.feed(half[5:])
+    assert decode_request(out[0]) == AddRequest(2, 1, 1, body=b"y" * 10)
+
+
+def test_frame_helper() -> None:
+    assert protocol.frame(b"abc") == b"\x00\x00\x00\x03abc"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "txn"),
+    [
+        ({"a": 1}, "array", None),
+        ([1], "array", None),
+        ([1, "x"], "txn_id", None),
+        ([1, 2**64 - 1], "txn_id", None),
+        (["x", 5], "tag", 5),
+        ([99, 5], "unknown message tag", 5),
+        ([2, 5, 1], "takes 6 fields", 5),
+        ([2, 5, 1, 0, 0, 0, "key", b""], "master_key", 5),
+        ([2, 5, 1, 0, 0, 9, b"", b""], "durability", 5),
+        ([2, 5, 2**64 - 1, 0, 0, 0, b"", b""], "out of range", 5),
+        ([4, 5, True], "bool not allowed", 5),
+    ],
+)
+def test_malformed_requests(value: Any, reason: str, txn: int | None) -> None:
+    with pytest.raises(MalformedMessageError, match=reason) as info:
+        decode_request(msgpack.packb(value, use_bin_type=True))
+    assert info.value.txn_id == txn
+
+
+def test_malformed_responses() -> None:
+    with pytest.raises(MalformedMessageError, match="unknown status") as info:
+        decode_response(msgpack.packb([0x82, 7, 55, 1, 2, 3]))
+    assert info.value.txn_id == 7
+    assert info.value.op == 0x82
+    with pytest.raises(MalformedMessageError, match="str -> int"):
+        decode_response(msgpack.packb([0x87, 7, 0, 1, 2, {"a": "b"}]))
+    with pytest.raises(MalformedMessageError, match="msgpack"):
+        decode_response(b"\xc1")
+    with pytest.raises(MalformedMessageError, match="msgpack"):
+        decode_response(msgpack.packb([0x87, 7]) + b"extra")
+
+
+def test_every_tag_is_registered_once() -> None:
+    assert set(REQUEST_TYPES).isdisjoint(RESPONSE_TYPES)
+    for cls in REQUEST_TYPES.values():
+        assert cls.tag == cls.op
+    for tag, cls in RESPONSE_TYPES.items():
+        assert cls.tag == tag
+
+
+def test_explicit_negatives() -> None:
+    negatives = {code for code in StatusCode if code.is_explicit_negative}
+    assert negatives == {StatusCode.ENOLEDGER, StatusCode.ENOENTRY}
+
+
+def test_protocol_package_imports_no_io() -> None:
+    """STYLE 1: the codec knows no sockets (no asyncio, socket, threading or file I/O)."""
+    forbidden = {"asyncio", "socket", "threading", "selectors", "os", "io", "uvloop"}
+    root = pathlib.Path(protocol.__file__).parent
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
