@@ -1,0 +1,250 @@
+"""Entry logs: append-only files holding the entries of every ledger, interleaved.
+
+Record layout::
+
+    u32 length of what follows the crc | u32 crc32c | i64 ledger id | i64 entry id | body
+
+A location is ``log_id << 40 | offset`` (one int64 per entry in the index). New records go to an
+in-memory buffer that is written out when it passes ``write_buffer_size`` and on every
+checkpoint; reads are served from the buffer while the bytes are not in the file yet. Only a
+checkpoint fsyncs: until then the journal holds what the buffer would lose in a crash (or, for
+journal-less bookies, BP-46's boot-time fencing and limbo cover it).
+
+Every read checks the record's CRC and ids; a mismatch raises ``CorruptEntryError`` so that the
+bookie answers EIO instead of serving bad bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass
+
+import crc32c
+
+from bookie.disk import AppendFile, Disk, ReadFile
+from bookie.stats import BookieStats
+
+RECORD_HEAD = struct.Struct(">IIqq")
+IDS = struct.Struct(">qq")
+FILE_MAGIC = b"AIOBKLOG\x00\x00\x00\x01"  # 12 bytes: magic and format version
+SUFFIX = ".log"
+OFFSET_BITS = 40
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
+class CorruptEntryError(Exception):
+    """A stored entry failed its checksum or does not belong where the index says."""
+
+
+def pack_location(log_id: int, offset: int) -> int:
+    return (log_id << OFFSET_BITS) | offset
+
+
+def unpack_location(location: int) -> tuple[int, int]:
+    return location >> OFFSET_BITS, location & OFFSET_MASK
+
+
+def log_name(log_id: int) -> str:
+    return f"{log_id:08x}{SUFFIX}"
+
+
+@dataclass(slots=True)
+class _Chunk:
+    log_id: int
+    start: int  # file offset of data[0]
+    data: bytearray
+
+    def slice(self, offset: int) -> memoryview | None:
+        if self.start <= offset < self.start + len(self.data):
+            return memoryview(self.data)[offset - self.start :]
+        return None
+
+
+class EntryLogger:
+    def __init__(
+        self,
+        disk: Disk,
+        directory: str,
+        *,
+        max_log_size: int,
+        write_buffer_size: int,
+        stats: BookieStats | None = None,
+    ) -> None:
+        self._disk = disk
+        self._dir = directory
+        self._max_log_size = max_log_size
+        self._write_buffer_size = write_buffer_size
+        self.stats = stats or BookieStats()
+        self._chunks: deque[_Chunk] = deque()  # not yet written; the last one takes appends
+        self._writing: _Chunk | None = None
+        self._writers: dict[int, AppendFile] = {}
+        self._readers: dict[int, ReadFile] = {}
+        self._unsynced: set[int] = set()
+        self._flush_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._active: _Chunk | None = None
+
+    @property
+    def current_log_id(self) -> int:
+        assert self._active is not None
+        return self._active.log_id
+
+    async def open(self) -> None:
+        """Start a new entry log after every existing one (a restart never appends to old logs)."""
+        await self._disk.makedirs(self._dir)
+        ids = [int(n[:-4], 16) for n in await self._disk.listdir(self._dir) if _is_log(n)]
+        await self._start_log(max(ids, default=-1) + 1)
+
+    async def _start_log(self, log_id: int) -> None:
+        self._active = _Chunk(log_id, 0, bytearray(FILE_MAGIC))
+        self._chunks.append(self._active)
+
+    def append(self, ledger_id: int, entry_id: int, body: bytes) -> int:
+        """Buffer one entry; return its location."""
+        active = self._active
+        assert active is not None
+        size = RECORD_HEAD.size + len(body)
+        offset = active.start + len(active.data)
+        if offset + size > self._max_log_size and offset > len(FILE_MAGIC):
+            active = _Chunk(active.log_id + 1, 0, bytearray(FILE_MAGIC))
+            self._chunks.append(active)
+            self._active = active
+            offset = len(FILE_MAGIC)
+        ids = IDS.pack(ledger_id, entry_id)
+        crc = crc32c.crc32c(body, crc32c.crc32c(ids))
+        data = active.data
+        data += RECORD_HEAD.pack(size - 8, crc, ledger_id, entry_id)
+        data += body
+        if len(data) >= self._write_buffer_size and self._flush_task is None:
+            self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
+        return pack_location(active.log_id, offset)
+
+    async def _background_flush(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            self._flush_task = None
+
+    async def flush(self) -> None:
+        """Write every buffered byte to its file (no fsync)."""
+        async with self._flush_lock:
+            active = self._active
+            assert active is not None
+            if active.data:
+                # Seal the active chunk; appends continue in a fresh one after it.
+                fresh = _Chunk(active.log_id, active.start + len(active.data), bytearray())
+                self._chunks.append(fresh)
+                self._active = fresh
+            while self._chunks and self._chunks[0] is not self._active:
+                chunk = self._chunks[0]
+                self._writing = chunk
+                self._chunks.popleft()
+                try:
+                    writer = await self._writer(chunk.log_id)
+                    await writer.write(bytes(chunk.data))
+                except BaseException:
+                    self._chunks.appendleft(chunk)
+                    raise
+                finally:
+                    self._writing = None
+                self._unsynced.add(chunk.log_id)
+                self.stats.entry_log_flushes += 1
+                await self._retire_writers(chunk.log_id)
+
+    async def _writer(self, log_id: int) -> AppendFile:
+        writer = self._writers.get(log_id)
+        if writer is None:
+            path = os.path.join(self._dir, log_name(log_id))
+            writer = await self._disk.open_append(path, "storage")
+            self._writers[log_id] = writer
+        return writer
+
+    async def _retire_writers(self, log_id: int) -> None:
+        """Close writers of logs older than ``log_id`` once they are synced."""
+        for old in [i for i in self._writers if i < log_id and i not in self._unsynced]:
+            await self._writers.pop(old).close()
+
+    async def sync(self) -> None:
+        """Flush, then fsync every log written since the last sync (a checkpoint's first step)."""
+        await self.flush()
+        async with self._flush_lock:
+            for log_id in sorted(self._unsynced):
+                await self._writers[log_id].sync()
+            self._unsynced.clear()
+            active = self._active
+            assert active is not None
+            for old in [i for i in self._writers if i < active.log_id]:
+                await self._writers.pop(old).close()
+
+    def _buffered(self, log_id: int, offset: int) -> memoryview | None:
+        for chunk in (self._writing, *self._chunks):
+            if chunk is not None and chunk.log_id == log_id:
+                view = chunk.slice(offset)
+                if view is not None:
+                    return view
+        return None
+
+    async def read(self, location: int, ledger_id: int, entry_id: int) -> bytes:
+        """The body stored at ``location``, checked against its CRC and expected ids."""
+        log_id, offset = unpack_location(location)
+        view = self._buffered(log_id, offset)
+        if view is not None:
+            head = bytes(view[: RECORD_HEAD.size])
+            length = RECORD_HEAD.unpack_from(head)[0]
+            record = bytes(view[: 8 + length])
+        else:
+            reader = await self._reader(log_id)
+            head = await reader.pread(offset, RECORD_HEAD.size)
+            if len(head) < RECORD_HEAD.size:
+                raise CorruptEntryError(f"entry log {log_id:x} is truncated at {offset}")
+            length = RECORD_HEAD.unpack_from(head)[0]
+            record = head + await reader.pread(offset + RECORD_HEAD.size, length - IDS.size)
+        return _check(record, log_id, offset, ledger_id, entry_id, self.stats)
+
+    async def _reader(self, log_id: int) -> ReadFile:
+        reader = self._readers.get(log_id)
+        if reader is None:
+            path = os.path.join(self._dir, log_name(log_id))
+            try:
+                reader = await self._disk.open_read(path)
+            except FileNotFoundError:
+                raise CorruptEntryError(f"entry log {log_id:x} is missing") from None
+            self._readers[log_id] = reader
+        return reader
+
+    async def close(self) -> None:
+        for writer in self._writers.values():
+            await writer.close()
+        for reader in self._readers.values():
+            await reader.close()
+        self._writers.clear()
+        self._readers.clear()
+
+
+def _check(
+    record: bytes, log_id: int, offset: int, ledger_id: int, entry_id: int, stats: BookieStats
+) -> bytes:
+    if len(record) < RECORD_HEAD.size:
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(f"entry log {log_id:x}: short record at {offset}")
+    length, crc, stored_ledger, stored_entry = RECORD_HEAD.unpack_from(record)
+    body = record[RECORD_HEAD.size :]
+    if len(body) != length - IDS.size or crc32c.crc32c(body, crc32c.crc32c(record[8:24])) != crc:
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(f"entry log {log_id:x}: checksum mismatch at {offset}")
+    if (stored_ledger, stored_entry) != (ledger_id, entry_id):
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(
+            f"entry log {log_id:x} at {offset} holds {stored_ledger}/{stored_entry}, "
+            f"not {ledger_id}/{entry_id}"
+        )
+    return body
+
+
+def _is_log(name: str) -> bool:
+    return (
+        name.endswith(SUFFIX) and len(name) == 12 and all(c in "0123456789abcdef" for c in name[:8])
+    )

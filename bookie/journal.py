@@ -1,0 +1,352 @@
+"""The journal: a group-committed write-ahead log of adds and ledger state changes.
+
+Every record gets the next LSN when it is appended. Appending only queues the encoded record;
+one writer task takes the whole queue, writes it with one write and one fdatasync on the
+journal's own I/O lane, then runs every record's callback. Nothing is acknowledged before the
+fdatasync that covers it (BookKeeper "Writing to ledgers": a bookie acknowledges a write once it
+has been durably persisted). ``journal_policy`` decides when a batch starts.
+
+Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
+Replay reads every record after the checkpoint's LSN and refuses (``JournalCorruptError``) if
+one is missing or damaged in a way that is not a torn tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+
+from bookie.disk import AppendFile, Disk
+from bookie.journal_format import (
+    FILE_HEADER,
+    JournalCorruptError,
+    Record,
+    RecordType,
+    Stop,
+    decode_file_header,
+    encode_file_header,
+    encode_record,
+    scan,
+    valid_record_after,
+)
+from bookie.journal_policy import GroupCommitPolicy
+from bookie.stats import BookieStats
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[BaseException | None], None]
+SUFFIX = ".txn"
+READ_CHUNK = 4 * 1024 * 1024
+
+
+def file_name(first_lsn: int) -> str:
+    return f"{first_lsn:016x}{SUFFIX}"
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class JournalFailedError(OSError):
+    """The journal could not write or sync; nothing more is acknowledged."""
+
+
+class Journal:
+    def __init__(
+        self,
+        disk: Disk,
+        directory: str,
+        policy: GroupCommitPolicy,
+        *,
+        max_file_size: int,
+        sync_data: bool = True,
+        stats: BookieStats | None = None,
+    ) -> None:
+        self._disk = disk
+        self._dir = directory
+        self._policy = policy
+        self._max_file_size = max_file_size
+        self._sync_data = sync_data
+        self.stats = stats or BookieStats()
+        self._queue: list[bytes] = []
+        self._callbacks: list[Callback] = []
+        self._queued_bytes = 0
+        self._oldest = 0.0
+        self._first_queued_lsn: int | None = None
+        self._next_lsn = 0
+        self._files: list[tuple[int, str]] = []  # (first LSN, path), oldest first
+        self._file: AppendFile | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._failed: BaseException | None = None
+        self._stopping = False
+
+    @property
+    def next_lsn(self) -> int:
+        return self._next_lsn
+
+    @property
+    def last_lsn(self) -> int:
+        """LSN of the last record appended (queued or written)."""
+        return self._next_lsn - 1
+
+    @property
+    def files(self) -> list[str]:
+        return [path for _first, path in self._files]
+
+    # ------------------------------------------------------------------ replay
+
+    async def _list_files(self) -> list[tuple[int, str]]:
+        await self._disk.makedirs(self._dir)
+        found = []
+        for name in await self._disk.listdir(self._dir):
+            stem, suffix = os.path.splitext(name)
+            if suffix != SUFFIX or len(stem) != 16:
+                continue
+            try:
+                found.append((int(stem, 16), os.path.join(self._dir, name)))
+            except ValueError:
+                continue
+        return sorted(found)
+
+    async def replay(self, after_lsn: int, apply: Callable[[Record], None]) -> int:
+        """Apply every record with an LSN above ``after_lsn``, in order; return how many.
+
+        Afterwards ``next_lsn`` is one past the highest LSN known (replayed or checkpointed).
+        """
+        files = await self._list_files()
+        expected = after_lsn + 1
+        applied = 0
+        kept: list[tuple[int, str]] = []
+        for index, (first, path) in enumerate(files):
+            is_last = index == len(files) - 1
+            next_first = None if is_last else files[index + 1][0]
+            if next_first is not None and next_first <= after_lsn + 1:
+                kept.append((first, path))  # wholly covered by the checkpoint
+                continue
+            if first > expected:
+                raise JournalCorruptError(
+                    f"journal records {expected}..{first - 1} are missing before {path}"
+                )
+            records = await self._read_file(path, first, is_last)
+            if records is None:  # an empty last file whose header never made it to disk
+                await self._disk.remove(path)
+                continue
+            kept.append((first, path))
+            for record in records:
+                if record.lsn <= after_lsn:
+                    continue
+                if record.lsn != expected:
+                    raise JournalCorruptError(
+                        f"journal record {record.lsn} in {path} where {expected} was due"
+                    )
+                apply(record)
+                applied += 1
+                expected += 1
+        self._files = kept
+        self._next_lsn = expected
+        return applied
+
+    async def _read_file(self, path: str, first: int, is_last: bool) -> list[Record] | None:
+        handle = await self._disk.open_read(path)
+        try:
+            size = await handle.size()
+            header = await handle.pread(0, FILE_HEADER.size)
+            try:
+                header_lsn = decode_file_header(header)
+            except JournalCorruptError:
+                if is_last and size <= FILE_HEADER.size:
+                    return None
+                raise
+            if header_lsn != first:
+                raise JournalCorruptError(f"{path} says it starts at LSN {header_lsn}")
+            out: list[Record] = []
+            pending = b""
+            base = position = FILE_HEADER.size
+            while True:
+                chunk = await handle.pread(position, READ_CHUNK)
+                position += len(chunk)
+                at_end = position >= size or not chunk
+                data = pending + chunk
+                records, stop, why = scan(data)
+                out.extend(records)
+                if why is Stop.END and not at_end:
+                    pending, base = b"", base + stop
+                    continue
+                if why is Stop.INCOMPLETE and not at_end:
+                    pending, base = data[stop:], base + stop
+                    continue
+                if why is not Stop.END:
+                    rest = data[stop:] + await handle.pread(position, max(0, size - position))
+                    later = valid_record_after(rest, 0) if why is Stop.INVALID else None
+                    if later is not None:
+                        raise JournalCorruptError(
+                            f"{path}: damaged record at offset {base + stop} is followed by "
+                            f"a valid one at {base + stop + later}"
+                        )
+                    log.warning(
+                        "journal %s: dropping a torn tail of %d bytes at offset %d",
+                        path,
+                        size - (base + stop),
+                        base + stop,
+                    )
+                    await self._disk.truncate(path, base + stop)
+                return out
+        finally:
+            await handle.close()
+
+    # ------------------------------------------------------------------ writing
+
+    async def start(self, next_lsn: int | None = None) -> None:
+        """Open a fresh journal file and start the writer (after ``replay``)."""
+        if next_lsn is not None:
+            self._next_lsn = max(self._next_lsn, next_lsn)
+        await self._disk.makedirs(self._dir)
+        await self._open_file(self._next_lsn)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
+
+    async def _open_file(self, first_lsn: int) -> None:
+        path = os.path.join(self._dir, file_name(first_lsn))
+        if self._files and self._files[-1][0] == first_lsn:
+            # A previous boot created this file and crashed before any record reached it.
+            self._files.pop()
+            await self._disk.remove(path)
+        elif await self._disk.exists(path):
+            await self._disk.remove(path)
+        handle = await self._disk.open_append(path, "journal")
+        await handle.write_and_sync(encode_file_header(first_lsn))
+        self._file = handle
+        self._files.append((first_lsn, path))
+
+    def append(self, kind: RecordType, payload: bytes, callback: Callback) -> int:
+        """Queue a record; ``callback(None)`` runs after the fdatasync that covers it."""
+        lsn = self._next_lsn
+        self._next_lsn = lsn + 1
+        if self._failed is not None:
+            asyncio.get_running_loop().call_soon(callback, self._failed)
+            return lsn
+        record = encode_record(kind, lsn, payload)
+        if not self._callbacks:
+            self._oldest = asyncio.get_running_loop().time()
+        if self._first_queued_lsn is None:
+            self._first_queued_lsn = lsn
+        self._queue.append(record)
+        self._callbacks.append(callback)
+        self._queued_bytes += len(record)
+        self.stats.journal_records += 1
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+        return lsn
+
+    def barrier(self, callback: Callback) -> None:
+        """Run ``callback`` once everything appended so far is synced."""
+        if self._failed is not None:
+            asyncio.get_running_loop().call_soon(callback, self._failed)
+            return
+        if not self._callbacks:
+            self._oldest = asyncio.get_running_loop().time()
+        self._callbacks.append(callback)
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def _wait(self, delay: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._wakeup = waiter = loop.create_future()
+        handle = None
+        if delay is not None:
+            handle = loop.call_later(delay, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            self._wakeup = None
+            if handle is not None:
+                handle.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        policy = self._policy
+        while True:
+            if not self._callbacks:
+                if self._stopping:
+                    return
+                await self._wait(None)
+                continue
+            delay = policy.flush_delay(max(self._queued_bytes, 1), self._oldest, loop.time())
+            if delay and not self._stopping:
+                await self._wait(delay)
+                continue
+            data = b"".join(self._queue)
+            callbacks = self._callbacks
+            first_lsn = self._first_queued_lsn
+            self._queue, self._callbacks = [], []
+            self._queued_bytes = 0
+            self._first_queued_lsn = None
+            error: BaseException | None = None
+            if data:
+                try:
+                    await self._write(data, first_lsn)
+                except OSError as exc:
+                    log.exception("journal write failed; no further adds will be acknowledged")
+                    error = self._failed = JournalFailedError(f"journal write failed: {exc}")
+            for callback in callbacks:
+                callback(error)
+
+    async def _write(self, data: bytes, first_lsn: int | None) -> None:
+        handle = self._file
+        assert handle is not None
+        if (
+            first_lsn is not None
+            and handle.size > FILE_HEADER.size
+            and handle.size + len(data) > self._max_file_size
+        ):
+            await handle.close()
+            await self._open_file(first_lsn)
+            handle = self._file
+            assert handle is not None
+        if self._sync_data:
+            await handle.write_and_sync(data)
+            self.stats.journal_syncs += 1
+        else:
+            await handle.write(data)
+        self.stats.journal_batches += 1
+        self.stats.journal_bytes += len(data)
+
+    async def release(self, upto_lsn: int) -> int:
+        """Delete journal files whose every record is at or below ``upto_lsn``; return count."""
+        removed = 0
+        while len(self._files) > 1 and self._files[1][0] <= upto_lsn + 1:
+            _first, path = self._files.pop(0)
+            await self._disk.remove(path)
+            removed += 1
+        return removed
+
+    async def stop(self) -> None:
+        """Write and sync everything queued, then stop the writer and close the file."""
+        self._stopping = True
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._file is not None:
+            await self._file.close()
+            self._file = None
+
+    async def crash(self) -> None:
+        """Stop at once: queued records are neither written nor acknowledged."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self._queue, self._callbacks = [], []
+        if self._file is not None:
+            await self._file.close()
+            self._file = None

@@ -1,0 +1,30 @@
+"""Request handlers, one module per operation, and the table the connection dispatches on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bookie.ops.add import handle_add
+from bookie.ops.admin import handle_bookie_info, handle_force, handle_handshake
+from bookie.ops.lac import handle_read_lac, handle_write_lac
+from bookie.ops.read import handle_read
+from protocol import OpCode
+
+if TYPE_CHECKING:
+    from bookie.connection import ServerConnection
+    from bookie.server import Bookie
+
+Handler = Callable[["Bookie", Any, "ServerConnection"], None]
+
+HANDLERS: dict[OpCode, Handler] = {
+    OpCode.HANDSHAKE: handle_handshake,
+    OpCode.ADD: handle_add,
+    OpCode.READ: handle_read,
+    OpCode.READ_LAC: handle_read_lac,
+    OpCode.WRITE_LAC: handle_write_lac,
+    OpCode.FORCE: handle_force,
+    OpCode.GET_BOOKIE_INFO: handle_bookie_info,
+}
+
+__all__ = ["HANDLERS", "Handler"]

@@ -1,0 +1,88 @@
+"""ADD: store an entry and acknowledge it once durable (BookKeeper's WriteEntryProcessor).
+
+Checks, in order: ids sane and matching the body header; master key (a new ledger takes the
+key of its first add, journaled before the add; a mismatch is EUA); fence (a fenced ledger
+refuses normal adds with EFENCED but takes RECOVERY_ADD, fencing.md). The entry goes to ledger
+storage at once, so reads see it, and to the journal; the reply waits for the journal's
+fdatasync (protocol.md: "Bookie acknowledges a write once it has been durably persisted").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bookie.journal_format import LEDGER_PREFIX, RecordType, add_payload
+from protocol import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    MalformedEntryError,
+    StatusCode,
+    peek_header,
+)
+
+if TYPE_CHECKING:
+    from bookie.connection import ServerConnection
+    from bookie.ledger import LedgerState
+    from bookie.server import Bookie
+
+
+def _ignore(error: BaseException | None) -> None:
+    """Callback for records acknowledged through a later record of the same batch."""
+
+
+def ensure_ledger(
+    bookie: Bookie, ledger_id: int, master_key: bytes
+) -> tuple[LedgerState | None, StatusCode]:
+    """The ledger's state, created (key journaled) if new; EUA on a key mismatch."""
+    state = bookie.storage.ledgers.get(ledger_id)
+    if state is None:
+        if not master_key:
+            return None, StatusCode.EBADREQ
+        state = bookie.storage.create(ledger_id, master_key)
+        bookie.journal.append(
+            RecordType.MASTER_KEY, LEDGER_PREFIX.pack(ledger_id) + master_key, _ignore
+        )
+        return state, StatusCode.EOK
+    if state.master_key != master_key:
+        bookie.stats.auth_failures += 1
+        return None, StatusCode.EUA
+    return state, StatusCode.EOK
+
+
+def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> None:
+    txn_id, ledger_id, entry_id = request.txn_id, request.ledger_id, request.entry_id
+    stats = bookie.stats
+    stats.adds += 1
+
+    def fail(status: StatusCode) -> None:
+        conn.reply(AddResponse(txn_id, status, ledger_id, entry_id))
+
+    if ledger_id < 0 or entry_id < 0:
+        fail(StatusCode.EBADREQ)
+        return
+    body = request.body
+    try:
+        body_ledger, body_entry, piggybacked_lac = peek_header(body)
+    except MalformedEntryError:
+        fail(StatusCode.EBADREQ)
+        return
+    if body_ledger != ledger_id or body_entry != entry_id:
+        fail(StatusCode.EBADREQ)
+        return
+    state, status = ensure_ledger(bookie, ledger_id, request.master_key)
+    if state is None:
+        fail(status)
+        return
+    if state.fenced and not request.flags & AddFlag.RECOVERY_ADD:
+        fail(StatusCode.EFENCED)
+        return
+    bookie.storage.add_entry(state, entry_id, body)
+    stats.add_bytes += len(body)
+    state.advance_lac(piggybacked_lac)
+
+    def done(error: BaseException | None) -> None:
+        status = StatusCode.EIO if error is not None else StatusCode.EOK
+        conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, state.last_add_synced))
+
+    bookie.journal.append(RecordType.ADD, add_payload(ledger_id, entry_id, body), done)

@@ -1,0 +1,60 @@
+"""HANDSHAKE, FORCE and GET_BOOKIE_INFO."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from protocol import (
+    PROTOCOL_VERSION,
+    ForceRequest,
+    ForceResponse,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    HandshakeRequest,
+    HandshakeResponse,
+    StatusCode,
+)
+
+if TYPE_CHECKING:
+    from bookie.connection import ServerConnection
+    from bookie.server import Bookie
+
+
+def handle_handshake(bookie: Bookie, request: HandshakeRequest, conn: ServerConnection) -> None:
+    status = StatusCode.EOK
+    if request.protocol_version != PROTOCOL_VERSION:
+        status = StatusCode.EBADVERSION
+    conn.reply(HandshakeResponse(request.txn_id, status, PROTOCOL_VERSION, bookie.bookie_id))
+
+
+def handle_force(bookie: Bookie, request: ForceRequest, conn: ServerConnection) -> None:
+    """BP-14 sync: answer once everything this bookie holds for the ledger is durable."""
+    txn_id, ledger_id = request.txn_id, request.ledger_id
+    state = bookie.storage.ledgers.get(ledger_id)
+    if state is None:
+        conn.reply(ForceResponse(txn_id, StatusCode.ENOLEDGER, ledger_id))
+        return
+    if request.master_key and request.master_key != state.master_key:
+        bookie.stats.auth_failures += 1
+        conn.reply(ForceResponse(txn_id, StatusCode.EUA, ledger_id))
+        return
+
+    def done(error: BaseException | None) -> None:
+        status = StatusCode.EIO if error is not None else StatusCode.EOK
+        conn.reply(ForceResponse(txn_id, status, ledger_id, state.last_add_synced))
+
+    bookie.journal.barrier(done)
+
+
+def handle_bookie_info(
+    bookie: Bookie, request: GetBookieInfoRequest, conn: ServerConnection
+) -> None:
+    async def answer() -> None:
+        free, total = await bookie.disk_usage()
+        conn.reply(
+            GetBookieInfoResponse(
+                request.txn_id, StatusCode.EOK, free, total, bookie.stats.as_dict()
+            )
+        )
+
+    conn.spawn(answer())

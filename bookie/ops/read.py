@@ -1,0 +1,140 @@
+"""READ: an entry, the LAC (entry id -1), with fencing and long polling.
+
+- FENCE (recovery's reads, fencing.md "Fencing internals"): the ledger is marked fenced at once
+  and the answer waits until the fence is durable in the journal, so an acknowledged fence
+  survives any crash. A fence for a ledger this bookie never saw creates it, fenced. Every
+  recovery read carries the flag (RELIABILITY trap 1), so each bookie that answers recovery
+  has promised to refuse the old writer.
+- LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
+  (capped), whichever is first; the waiter is removed either way.
+- A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives); a stored entry
+  that fails its checksum is EIO, never served.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from bookie.entrylog import CorruptEntryError
+from bookie.journal_format import LEDGER_PREFIX, RecordType
+from bookie.ops.add import ensure_ledger
+from protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
+
+if TYPE_CHECKING:
+    from bookie.connection import ServerConnection
+    from bookie.ledger import LedgerState
+    from bookie.server import Bookie
+
+
+async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:
+    """Fence durably; concurrent fences of one ledger share one journal record."""
+    if not state.fenced:
+        state.fenced = True
+        state.meta_dirty = True
+        bookie.stats.fences += 1
+        pending: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        state.fence_pending = pending
+
+        def done(error: BaseException | None) -> None:
+            if state.fence_pending is pending:
+                state.fence_pending = None
+            pending.set_result(error)
+
+        bookie.journal.append(RecordType.FENCE, LEDGER_PREFIX.pack(state.ledger_id), done)
+    pending_fence = state.fence_pending
+    if pending_fence is None:
+        return None
+    return await asyncio.shield(pending_fence)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _long_poll(bookie: Bookie, state: LedgerState, previous_lac: int, timeout: float) -> None:
+    if state.lac > previous_lac or timeout <= 0:
+        return
+    bookie.stats.long_polls += 1
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    state.waiters.append(waiter)
+    handle = loop.call_later(timeout, _wake, waiter)
+    try:
+        await waiter
+    finally:
+        handle.cancel()
+        if waiter in state.waiters:
+            state.waiters.remove(waiter)
+
+
+def handle_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
+    bookie.stats.reads += 1
+    if request.flags & (ReadFlag.FENCE | ReadFlag.LONG_POLL):
+        conn.spawn(_read(bookie, request, conn))
+        return
+    state = bookie.storage.ledgers.get(request.ledger_id)
+    if state is None or request.entry_id == LAC_ENTRY_ID:
+        conn.spawn(_read(bookie, request, conn))
+        return
+    location = state.location(request.entry_id)
+    if location < 0:
+        bookie.stats.read_misses += 1
+        conn.reply(_answer(request, state, StatusCode.ENOENTRY))
+        return
+    conn.spawn(_read(bookie, request, conn))
+
+
+def _answer(
+    request: ReadRequest, state: LedgerState | None, status: StatusCode, body: bytes | None = None
+) -> ReadResponse:
+    lac = state.lac if state is not None else -1
+    last = state.max_entry if state is not None else -1
+    return ReadResponse(
+        request.txn_id, status, request.ledger_id, request.entry_id, lac, last, body
+    )
+
+
+async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
+    ledger_id, entry_id = request.ledger_id, request.entry_id
+    if entry_id < LAC_ENTRY_ID or ledger_id < 0:
+        conn.reply(_answer(request, None, StatusCode.EBADREQ))
+        return
+    state: LedgerState | None
+    if request.flags & ReadFlag.FENCE:
+        state, status = ensure_ledger(bookie, ledger_id, request.master_key)
+        if state is None:
+            conn.reply(_answer(request, None, status))
+            return
+        if await fence(bookie, state) is not None:
+            conn.reply(_answer(request, state, StatusCode.EIO))
+            return
+    else:
+        state = bookie.storage.ledgers.get(ledger_id)
+        if state is None:
+            conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
+            return
+    if request.flags & ReadFlag.LONG_POLL:
+        cap = bookie.config.max_long_poll_timeout
+        await _long_poll(bookie, state, request.previous_lac, min(request.timeout_ms / 1000, cap))
+        if entry_id == LAC_ENTRY_ID or entry_id > state.lac:
+            conn.reply(_answer(request, state, StatusCode.EOK))
+            return
+    if entry_id == LAC_ENTRY_ID:
+        conn.reply(_answer(request, state, StatusCode.EOK))
+        return
+    try:
+        body = await bookie.storage.read_entry(state, entry_id)
+    except CorruptEntryError as exc:
+        bookie.log_corruption(exc)
+        conn.reply(_answer(request, state, StatusCode.EIO))
+        return
+    if body is None:
+        bookie.stats.read_misses += 1
+        if request.flags & ReadFlag.LONG_POLL:
+            conn.reply(_answer(request, state, StatusCode.EOK))
+        else:
+            conn.reply(_answer(request, state, StatusCode.ENOENTRY))
+        return
+    conn.reply(_answer(request, state, StatusCode.EOK, body))

@@ -1,0 +1,223 @@
+"""The bookie: boot (load index, replay journal), serve, checkpoint, stop or crash.
+
+Boot order matters: nothing is served until the journal after the last checkpoint has been
+replayed into ledger storage, so a fence or an add acknowledged before a crash is in force
+before the first request of the new life is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import NamedTuple
+
+from bookie.config import BookieConfig
+from bookie.connection import ServerConnection
+from bookie.disk import Disk, OsDisk
+from bookie.journal import Journal
+from bookie.journal_format import (
+    ADD_PREFIX,
+    LEDGER_PREFIX,
+    LEDGER_VALUE,
+    JournalCorruptError,
+    Record,
+    RecordType,
+)
+from bookie.journal_policy import GroupCommitPolicy
+from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
+from bookie.ops import HANDLERS, Handler
+from bookie.stats import BookieStats
+from bookie.storage import LedgerStorage
+from protocol import OpCode, peek_header
+
+log = logging.getLogger(__name__)
+
+
+class BookieAddress(NamedTuple):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class BookieStateError(RuntimeError):
+    """start/stop called in the wrong state."""
+
+
+class Bookie:
+    def __init__(
+        self,
+        config: BookieConfig,
+        *,
+        disk: Disk | None = None,
+        network: ServerNetwork | None = None,
+    ) -> None:
+        self.config = config
+        self.stats = BookieStats()
+        self.handlers: dict[OpCode, Handler] = HANDLERS
+        self.connections: set[ServerConnection] = set()
+        self._disk: Disk = disk or OsDisk()
+        self._owns_disk = disk is None
+        self._network: ServerNetwork = network or AsyncioNetwork()
+        self._server: ServerHandle | None = None
+        self._checkpoint_task: asyncio.Task[None] | None = None
+        self._checkpoint_lock = asyncio.Lock()
+        self._port = config.port
+        self._running = False
+        self.storage = LedgerStorage(self._disk, config, self.stats)
+        self.journal = Journal(
+            self._disk,
+            config.journal_path,
+            GroupCommitPolicy(
+                config.journal_max_group_wait,
+                config.journal_buffered_writes_threshold,
+                config.journal_flush_when_queue_empty,
+            ),
+            max_file_size=config.journal_max_file_size,
+            sync_data=config.journal_sync_data,
+            stats=self.stats,
+        )
+        self.replayed = 0
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def address(self) -> BookieAddress:
+        return BookieAddress(self.config.host, self._port)
+
+    @property
+    def bookie_id(self) -> str:
+        return self.config.bookie_id or str(self.address)
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._running:
+            raise BookieStateError("bookie is already running")
+        for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
+            await self._disk.makedirs(path)
+        mark = await self.storage.open()
+        self.replayed = await self.journal.replay(mark, self._apply)
+        await self.journal.start(mark + 1)
+        if self.replayed:
+            log.info("replayed %d journal records after LSN %d", self.replayed, mark)
+            await self.checkpoint()
+        self._server = await self._network.start_server(
+            lambda: ServerConnection(self), self.config.host, self.config.port
+        )
+        self._port = self._server.port
+        self._running = True
+        self._checkpoint_task = asyncio.get_running_loop().create_task(
+            self._checkpoint_loop(), name="bookie-checkpoint"
+        )
+        log.info("bookie %s serving on %s", self.bookie_id, self.address)
+
+    async def stop(self) -> None:
+        """Clean stop: no new requests, journal drained, a final checkpoint."""
+        if not self._running:
+            return
+        self._running = False
+        await self._close_server(abort=False)
+        await self._cancel_checkpoints()
+        await self.journal.stop()
+        await self.checkpoint(release=False)
+        await self.storage.close()
+        if self._owns_disk:
+            await self._disk.close()
+        log.info("bookie %s stopped", self.bookie_id)
+
+    async def crash(self) -> None:
+        """Test hook: stop as a killed process would, without flushing or checkpointing."""
+        if not self._running:
+            return
+        self._running = False
+        await self._close_server(abort=True)
+        await self._cancel_checkpoints()
+        await self.journal.crash()
+        await self.storage.close()
+        if self._owns_disk:
+            await self._disk.close()
+
+    async def _close_server(self, abort: bool) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.abort() if abort else conn.close()
+            for task in list(conn.tasks):
+                task.cancel()
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+            self._server = None
+
+    async def _cancel_checkpoints(self) -> None:
+        task, self._checkpoint_task = self._checkpoint_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------------ checkpoints
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_interval)
+            try:
+                await self.checkpoint()
+            except OSError:
+                log.exception("checkpoint failed; the journal is kept until one succeeds")
+
+    async def checkpoint(self, release: bool = True) -> None:
+        """Make everything journaled so far durable in ledger storage; trim the journal."""
+        async with self._checkpoint_lock:
+            mark = self.journal.last_lsn
+            await self.storage.checkpoint(mark)
+            if release:
+                await self.journal.release(mark)
+
+    # ------------------------------------------------------------------ replay
+
+    def _apply(self, record: Record) -> None:
+        """Re-apply one journal record to ledger storage during boot."""
+        payload = record.payload
+        ledgers = self.storage.ledgers
+        if record.kind is RecordType.MASTER_KEY:
+            (ledger_id,) = LEDGER_PREFIX.unpack_from(payload)
+            key = payload[LEDGER_PREFIX.size :]
+            state = ledgers.get(ledger_id)
+            if state is None:
+                self.storage.create(ledger_id, key)
+            return
+        ledger_id = LEDGER_PREFIX.unpack_from(payload)[0]
+        state = ledgers.get(ledger_id)
+        if state is None:
+            raise JournalCorruptError(
+                f"journal record {record.lsn} names ledger {ledger_id} before its master key"
+            )
+        if record.kind is RecordType.ADD:
+            _ledger, entry_id = ADD_PREFIX.unpack_from(payload)
+            body = payload[ADD_PREFIX.size :]
+            self.storage.add_entry(state, entry_id, body)
+            state.advance_lac(peek_header(body)[2])
+        elif record.kind is RecordType.FENCE:
+            state.fenced = True
+            state.meta_dirty = True
+        elif record.kind is RecordType.EXPLICIT_LAC:
+            state.advance_lac(LEDGER_VALUE.unpack_from(payload)[1])
+        elif record.kind is RecordType.LIMBO:
+            state.limbo = bool(LEDGER_VALUE.unpack_from(payload)[1])
+            state.meta_dirty = True
+
+    # ------------------------------------------------------------------ helpers
+
+    async def disk_usage(self) -> tuple[int, int]:
+        return await self._disk.usage(self.config.data_dir)
+
+    def log_corruption(self, exc: Exception) -> None:
+        log.error("bookie %s: refusing to serve a damaged entry: %s", self.bookie_id, exc)

@@ -1,0 +1,28 @@
+"""Counters a bookie keeps for operators and benchmarks (plain ints: no cost on the hot path)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class BookieStats:
+    adds: int = 0
+    add_bytes: int = 0
+    reads: int = 0
+    read_misses: int = 0
+    long_polls: int = 0
+    fences: int = 0
+    bad_requests: int = 0
+    auth_failures: int = 0
+    connections: int = 0
+    journal_records: int = 0
+    journal_batches: int = 0
+    journal_syncs: int = 0
+    journal_bytes: int = 0
+    checkpoints: int = 0
+    entry_log_flushes: int = 0
+    corrupt_reads: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,70 @@
+"""Ledger storage: entry logs for the bytes, the index for where they are and ledger state.
+
+A checkpoint (BookKeeper's SyncThread) makes everything the journal has handed over durable
+here, so the journal before it can go:
+
+1. capture the index segment now, synchronously, with the journal LSN applied so far;
+2. write and fsync every entry log byte appended so far (covers every captured location);
+3. write the segment atomically.
+
+The caller then releases journal files at or below that LSN.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bookie.config import BookieConfig
+from bookie.disk import Disk
+from bookie.entrylog import EntryLogger
+from bookie.index import IndexStore
+from bookie.ledger import LedgerState
+from bookie.stats import BookieStats
+
+
+class LedgerStorage:
+    def __init__(self, disk: Disk, config: BookieConfig, stats: BookieStats) -> None:
+        base = config.ledgers_path
+        self.entry_logger = EntryLogger(
+            disk,
+            os.path.join(base, "entries"),
+            max_log_size=config.entry_log_max_size,
+            write_buffer_size=config.entry_log_write_buffer,
+            stats=stats,
+        )
+        self.index = IndexStore(disk, os.path.join(base, "index"), config.index_full_snapshot_every)
+        self.ledgers: dict[int, LedgerState] = {}
+        self.stats = stats
+
+    async def open(self) -> int:
+        """Load the checkpointed index; return the journal LSN it covers."""
+        mark, self.ledgers = await self.index.load()
+        await self.entry_logger.open()
+        return mark
+
+    def create(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        state = self.ledgers[ledger_id] = LedgerState(ledger_id, master_key)
+        return state
+
+    def add_entry(self, state: LedgerState, entry_id: int, body: bytes) -> None:
+        state.set_location(entry_id, self.entry_logger.append(state.ledger_id, entry_id, body))
+
+    async def read_entry(self, state: LedgerState, entry_id: int) -> bytes | None:
+        """The stored body, None when absent; raises CorruptEntryError on a bad copy."""
+        location = state.location(entry_id)
+        if location < 0:
+            return None
+        return await self.entry_logger.read(location, state.ledger_id, entry_id)
+
+    async def checkpoint(self, mark_lsn: int) -> None:
+        snapshot = self.index.capture(mark_lsn, self.ledgers.values())
+        try:
+            await self.entry_logger.sync()
+            await self.index.write(snapshot)
+        except BaseException:
+            self.index.abandon()
+            raise
+        self.stats.checkpoints += 1
+
+    async def close(self) -> None:
+        await self.entry_logger.close()

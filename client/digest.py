@@ -1,0 +1,54 @@
+"""Entry digests, computed by the writer and checked by every reader (DESIGN: "Entries").
+
+CRC32C (hardware) by default; MAC is HMAC-SHA256 keyed by the ledger password, which also
+proves the writer knew it; DUMMY skips the digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import crc32c
+
+from protocol import DigestType, EntryBody, pack_entry, pack_header
+from protocol.errors import DigestMismatchError
+
+
+class Digester:
+    __slots__ = ("_key", "kind")
+
+    def __init__(self, kind: DigestType, password: bytes = b"") -> None:
+        self.kind = kind
+        self._key = hashlib.sha256(b"aiobk-mac\x00" + password).digest()
+
+    def digest(self, header: bytes, payload: bytes) -> bytes:
+        kind = self.kind
+        if kind is DigestType.CRC32C:
+            return crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")
+        if kind is DigestType.MAC:
+            mac = hmac.new(self._key, header, hashlib.sha256)
+            mac.update(payload)
+            return mac.digest()
+        return b""
+
+    def encode(self, ledger_id: int, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
+        """The entry body to send in an add."""
+        header = pack_header(ledger_id, entry_id, lac, length, self.kind)
+        return pack_entry(header, self.digest(header, payload), payload)
+
+    def verify(self, entry: EntryBody, ledger_id: int, entry_id: int) -> bytes:
+        """The payload of a parsed entry, or DigestMismatchError if anything is off."""
+        if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
+            raise DigestMismatchError(
+                f"bookie returned {entry.ledger_id}/{entry.entry_id} for {ledger_id}/{entry_id}"
+            )
+        if entry.digest_type is not self.kind:
+            raise DigestMismatchError(
+                f"entry {ledger_id}/{entry_id} has digest {entry.digest_type.name}, "
+                f"ledger uses {self.kind.name}"
+            )
+        expected = self.digest(entry.signed_part, entry.payload)
+        if not hmac.compare_digest(expected, entry.digest):
+            raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
+        return entry.payload

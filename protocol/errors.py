@@ -1,0 +1,147 @@
+"""The error registry: one exception class per status or client-side failure (STYLE 4).
+
+Every class has a ``code`` (the bookie ``StatusCode`` it stands for, or a negative client code
+after BookKeeper's BKException codes) and a ``retriable`` flag. ``error_for_status`` maps a
+status from the wire to its class. Codes are unique: a duplicate fails at import. Lives in the
+pure ``protocol`` package so that ``metadata`` and ``client`` raise the same classes;
+``client.errors`` is the public name.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import ClassVar
+
+from protocol.status import StatusCode
+
+_REGISTRY: dict[int, type[BKError]] = {}
+
+
+class BKError(Exception):
+    code: ClassVar[int] = -1
+    retriable: ClassVar[bool] = False
+    default_message: ClassVar[str] = "bookkeeper error"
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.default_message)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__name__ in vars(builtins):
+            raise TypeError(f"{cls.__name__} shadows a built-in name")
+        if "code" in vars(cls):
+            if cls.code in _REGISTRY:
+                raise TypeError(f"error code {cls.code} is taken by {_REGISTRY[cls.code].__name__}")
+            _REGISTRY[cls.code] = cls
+
+
+# --- bookie statuses ---------------------------------------------------------------
+
+
+class NoSuchLedgerError(BKError):
+    code = StatusCode.ENOLEDGER
+    default_message = "no such ledger"
+
+
+class NoSuchEntryError(BKError):
+    code = StatusCode.ENOENTRY
+    default_message = "no such entry"
+
+
+class BadRequestError(BKError):
+    code = StatusCode.EBADREQ
+    default_message = "the bookie rejected a malformed request"
+
+
+class BookieIOError(BKError):
+    code = StatusCode.EIO
+    retriable = True
+    default_message = "I/O or checksum error on the bookie"
+
+
+class UnauthorizedError(BKError):
+    code = StatusCode.EUA
+    default_message = "wrong password for this ledger"
+
+
+class ProtocolVersionError(BKError):
+    code = StatusCode.EBADVERSION
+    default_message = "protocol version not supported by the bookie"
+
+
+class LedgerFencedError(BKError):
+    code = StatusCode.EFENCED
+    default_message = "ledger is fenced: another client is recovering or has closed it"
+
+
+class ReadOnlyBookieError(BKError):
+    code = StatusCode.EREADONLY
+    retriable = True
+    default_message = "bookie is read-only"
+
+
+class TooManyRequestsError(BKError):
+    code = StatusCode.ETOOMANYREQUESTS
+    retriable = True
+    default_message = "bookie is overloaded"
+
+
+class DataUnknownError(BKError):
+    code = StatusCode.EUNKNOWN
+    retriable = True
+    default_message = "bookie cannot tell whether it has the entry (ledger in limbo)"
+
+
+# --- client-side failures (codes after BookKeeper's BKException) ---------------------
+
+
+class DigestMismatchError(BKError):
+    code = -5
+    default_message = "entry digest does not match: the copy is damaged"
+
+
+class NotEnoughBookiesError(BKError):
+    code = -6
+    retriable = True
+    default_message = "not enough writable bookies"
+
+
+class BookieUnavailableError(BKError):
+    code = -8
+    retriable = True
+    default_message = "bookie unavailable"
+
+
+class MetadataStoreError(BKError):
+    code = -9
+    retriable = True
+    default_message = "metadata store unavailable"
+
+
+class LedgerClosedError(BKError):
+    code = -11
+    default_message = "ledger is closed"
+
+
+class MetadataVersionError(BKError):
+    code = -17
+    retriable = True
+    default_message = "metadata changed concurrently (compare-and-set lost)"
+
+
+class OperationTimeoutError(BKError, builtins.TimeoutError):
+    code = -23
+    retriable = True
+    default_message = "operation timed out"
+
+
+def error_for_status(status: int, message: str | None = None) -> BKError:
+    """The exception for a non-OK status from a bookie."""
+    cls = _REGISTRY.get(int(status))
+    if cls is None or status == StatusCode.EOK:
+        return BKError(message or f"unexpected status {status}")
+    return cls(message)
+
+
+def registered() -> dict[int, type[BKError]]:
+    return dict(_REGISTRY)

@@ -1,0 +1,68 @@
+"""Small request builders for bookie tests."""
+
+from __future__ import annotations
+
+from client import BookieConnection, Digester
+from protocol import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    DigestType,
+    ReadFlag,
+    ReadRequest,
+    ReadResponse,
+    master_key,
+)
+
+DIGEST = Digester(DigestType.CRC32C)
+KEY = master_key(b"secret")
+TIMEOUT = 10.0
+
+
+def body(ledger: int, entry: int, payload: bytes, lac: int = -1) -> bytes:
+    return DIGEST.encode(ledger, entry, lac, len(payload), payload)
+
+
+def add_request(
+    conn: BookieConnection,
+    ledger: int,
+    entry: int,
+    payload: bytes,
+    *,
+    lac: int = -1,
+    key: bytes = KEY,
+    recovery: bool = False,
+) -> AddRequest:
+    flags = AddFlag.RECOVERY_ADD if recovery else AddFlag.NONE
+    return AddRequest(
+        conn.next_txn_id(),
+        ledger,
+        entry,
+        flags,
+        master_key=key,
+        body=body(ledger, entry, payload, lac),
+    )
+
+
+async def add(
+    conn: BookieConnection, ledger: int, entry: int, payload: bytes, **kw: object
+) -> AddResponse:
+    response = await conn.send(add_request(conn, ledger, entry, payload, **kw), TIMEOUT)  # type: ignore[arg-type]
+    assert isinstance(response, AddResponse)
+    return response
+
+
+async def read(
+    conn: BookieConnection,
+    ledger: int,
+    entry: int,
+    *,
+    flags: ReadFlag = ReadFlag.NONE,
+    key: bytes = b"",
+    previous_lac: int = -1,
+    timeout_ms: int = 0,
+) -> ReadResponse:
+    request = ReadRequest(conn.next_txn_id(), ledger, entry, flags, key, previous_lac, timeout_ms)
+    response = await conn.send(request, TIMEOUT + timeout_ms / 1000)
+    assert isinstance(response, ReadResponse)
+    return response

@@ -1,0 +1,51 @@
+"""Shared fixtures: real bookies on free loopback ports with temporary directories."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bookie import Bookie, BookieConfig
+from client import BookieConnection
+
+BookieFactory = Callable[..., Awaitable[Bookie]]
+
+
+@pytest.fixture
+async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
+    """Start bookies (port 0, own data dir unless given); all are stopped at the end."""
+    started: list[Bookie] = []
+    counter = 0
+
+    async def start(data_dir: Path | None = None, **settings: Any) -> Bookie:
+        nonlocal counter
+        counter += 1
+        directory = data_dir or tmp_path / f"bookie{counter}"
+        config = BookieConfig(data_dir=str(directory), port=settings.pop("port", 0), **settings)
+        bookie = Bookie(config)
+        await bookie.start()
+        started.append(bookie)
+        return bookie
+
+    yield start
+    for bookie in started:
+        await bookie.stop()
+
+
+@pytest.fixture
+async def connect() -> AsyncIterator[Callable[[Bookie], Awaitable[BookieConnection]]]:
+    opened: list[BookieConnection] = []
+
+    async def open_to(bookie: Bookie) -> BookieConnection:
+        conn = await BookieConnection.open(bookie.address.host, bookie.address.port)
+        opened.append(conn)
+        return conn
+
+    yield open_to
+    for conn in opened:
+        conn.close()
+    await asyncio.sleep(0)
