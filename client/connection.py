@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from client.net import AsyncioConnector, Connector
 from protocol import (
@@ -169,8 +169,7 @@ class BookieConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def connection_lost(self, exc: Exception | None) -> None:
         error = BookieUnavailableError(f"connection to bookie {self.address} lost")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -26,5 +26,4 @@ class AsyncioConnector:
     ) -> tuple[asyncio.Transport, P]:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.create_connection(factory, host, port)
-        assert isinstance(transport, asyncio.Transport)
-        return transport, protocol
+        return cast(asyncio.Transport, transport), protocol

@@ -15,6 +15,13 @@ from client import BookieConnection
 BookieFactory = Callable[..., Awaitable[Bookie]]
 
 
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """Tests run on uvloop, the loop production uses."""
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop}
+
+
 @pytest.fixture
 async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
     """Start bookies (port 0, own data dir unless given); all are stopped at the end."""

@@ -1,0 +1,144 @@
+"""``aiobk bookie start|format`` (also ``python -m bookie``), and the runner every ``aiobk``
+command goes through: bad input exits non-zero with one line on stderr (``PROG: error: ...``),
+never click's multi-line usage dump."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import sys
+from typing import Any
+
+import click
+
+from bookie.config import BookieConfig, ConfigError
+from bookie.index import IndexCorruptError
+from bookie.journal_format import JournalCorruptError
+from bookie.server import Bookie
+
+log = logging.getLogger("aiobk.bookie")
+
+
+def install_event_loop_policy() -> None:
+    """uvloop when installed; the stock loop otherwise."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def run_until_signalled(bookie: Bookie) -> None:
+    """Start ``bookie``, print its address, serve until SIGTERM/SIGINT, then stop cleanly."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await bookie.start()
+        if bookie.config.metrics_port is not None:
+            from bookie.metrics import serve_metrics
+
+            serve_metrics(
+                bookie.stats, bookie.bookie_id, bookie.config.host, bookie.config.metrics_port
+            )
+        click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}", nl=True)
+        sys.stdout.flush()
+        await stop.wait()
+        click.echo("stopping", err=True)
+        await bookie.stop()
+
+    install_event_loop_policy()
+    asyncio.run(main())
+
+
+@click.group(name="bookie", help="Run and manage a bookie (storage server).")
+def bookie_group() -> None:
+    pass
+
+
+@bookie_group.command("start", help="Start a bookie and serve until SIGTERM or SIGINT.")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (default 3181).")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Ledger data.")
+@click.option("--journal-dir", type=click.Path(file_okay=False), default=None, help="Journal.")
+@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None)
+@click.option("--no-journal-write-data", is_flag=True, help="BP-46: adds skip the journal.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
+@click.option("--bookie-id", default=None, help="Identity in metadata (default host:port).")
+@click.option("--metadata", envvar="AIOBK_METADATA", default=None, help="Metadata service URI.")
+def start_command(
+    port: int | None,
+    data_dir: str | None,
+    journal_dir: str | None,
+    host: str | None,
+    config_file: str | None,
+    no_journal_write_data: bool,
+    metrics_port: int | None,
+    bookie_id: str | None,
+    metadata: str | None,
+) -> None:
+    overrides: dict[str, Any] = {
+        "port": port,
+        "data_dir": data_dir,
+        "journal_dir": journal_dir,
+        "host": host,
+        "metrics_port": metrics_port,
+        "bookie_id": bookie_id,
+        "metadata_uri": metadata,
+        "journal_write_data": False if no_journal_write_data else None,
+    }
+    try:
+        if config_file is not None:
+            config = BookieConfig.from_toml(config_file, **overrides)
+        else:
+            if data_dir is None:
+                raise click.UsageError("--data-dir is required (or data_dir in --config)")
+            config = BookieConfig.from_mapping({}, **overrides)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        run_until_signalled(Bookie(config))
+    except (JournalCorruptError, IndexCorruptError) as exc:
+        raise click.ClickException(f"refusing to start, data is damaged: {exc}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot start bookie: {exc}") from None
+
+
+@bookie_group.command("format", help="Prepare (or with --force wipe) a bookie's directories.")
+@click.option("--data-dir", type=click.Path(file_okay=False), required=True)
+@click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
+@click.option("--force", is_flag=True, help="Delete existing bookie data first.")
+def format_command(data_dir: str, journal_dir: str | None, force: bool) -> None:
+    config = BookieConfig(data_dir=data_dir, journal_dir=journal_dir)
+    paths = [config.ledgers_path, config.journal_path]
+    holding = [p for p in paths if os.path.isdir(p) and os.listdir(p)]
+    if holding and not force:
+        raise click.ClickException(
+            f"{holding[0]} already holds bookie data; pass --force to delete it"
+        )
+    for path in holding:
+        shutil.rmtree(path)
+    for path in paths:
+        os.makedirs(path, exist_ok=True)
+    click.echo(f"formatted {data_dir}" + (f" (journal {journal_dir})" if journal_dir else ""))
+
+
+def run_group(group: click.Group, prog_name: str, argv: list[str] | None = None) -> None:
+    try:
+        result = group.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo(f"{prog_name}: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        message = " ".join(exc.format_message().split())
+        click.echo(f"{prog_name}: error: {message}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,77 @@
+"""Bookies as real child processes, for kill -9 and restart tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from metadata import free_port
+
+
+class BookieProcess:
+    def __init__(self, data_dir: Path, port: int | None = None, *args: str) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.args = list(args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
+
+    async def start(self, timeout: float = 30.0) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "bookie",
+            "start",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            *self.args,
+        ]
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
+        )
+        log.close()
+        stdout = self.process.stdout
+        assert stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), timeout)
+        if b"serving on" not in line:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(
+                f"bookie did not start: {line!r}\n{self.log_path.read_text(errors='replace')}"
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-shutdown step runs."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self._close_pipe()
+
+    def terminate(self) -> int:
+        assert self.process is not None
+        self.process.terminate()
+        code = self.process.wait(30)
+        self._close_pipe()
+        return code
+
+    def _close_pipe(self) -> None:
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self._close_pipe()
