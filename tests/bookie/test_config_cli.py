@@ -1,0 +1,106 @@
+"""Settings from TOML and flags; the CLI's one-line errors; format."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bookie import BookieConfig, ConfigError
+
+
+def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_toml_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text('[bookie]\ndata_dir = "/d"\nport = 4000\njournal_max_group_wait = 1\n')
+    config = BookieConfig.from_toml(str(path), port=5000, host=None)
+    assert (config.data_dir, config.port, config.host) == ("/d", 5000, "127.0.0.1")
+    assert config.journal_max_group_wait == 1.0
+    assert config.journal_path == "/d/journal"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('data_dir = "/d"\nbogus = 1\n', "unknown setting 'bogus'"),
+        ('data_dir = "/d"\nport = "x"\n', "port must be an integer"),
+        ('data_dir = "/d"\njournal_write_data = 1\n', "true or false"),
+        ('data_dir = "/d"\nflush_interval = "soon"\n', "number of seconds"),
+        ("data_dir = 5\n", "must be a string"),
+        ('data_dir = "/d"\nflush_interval = 0\n', "must be positive"),
+        ("data_dir = [\n", "not valid TOML"),
+        ("bookie = 3\n", "must be a table"),
+    ],
+)
+def test_bad_toml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        BookieConfig.from_toml(str(path))
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ConfigError, match="data_dir is required"):
+        BookieConfig(data_dir="")
+    with pytest.raises(ConfigError, match="port 70000"):
+        BookieConfig(data_dir="/d", port=70000)
+    with pytest.raises(ConfigError, match="negative"):
+        BookieConfig(data_dir="/d", journal_max_group_wait=-1)
+    with pytest.raises(ConfigError, match="at least 1024"):
+        BookieConfig(data_dir="/d", max_frame_size=10)
+    with pytest.raises(ConfigError, match="cannot read"):
+        BookieConfig.from_toml("/nonexistent/bookie.toml")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bookie", "start", "--port", "99999", "--data-dir", "x"], "--port"),
+        (["bookie", "start"], "--data-dir is required"),
+        (["bookie", "start", "--config", "/nonexistent.toml"], "cannot read config file"),
+        (["bookie", "bogus"], "No such command"),
+        (["bookie", "format"], "Missing option '--data-dir'"),
+    ],
+)
+def test_cli_bad_input_is_one_line(args: list[str], message: str) -> None:
+    result = _aiobk(*args)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("aiobk: error:")
+    assert message in lines[0]
+
+
+def test_format_refuses_to_wipe_without_force(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert _aiobk("bookie", "format", "--data-dir", str(data)).returncode == 0
+    (data / "journal" / "0000000000000000.txn").write_bytes(b"x")
+    result = _aiobk("bookie", "format", "--data-dir", str(data))
+    assert result.returncode != 0
+    assert "--force" in result.stderr
+    assert (data / "journal" / "0000000000000000.txn").exists()
+    assert _aiobk("bookie", "format", "--data-dir", str(data), "--force").returncode == 0
+    assert list((data / "journal").iterdir()) == []
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _aiobk("bookie", "start", "--port", str(port), "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert "cannot start bookie" in result.stderr.strip().splitlines()[-1]

@@ -1,0 +1,97 @@
+"""Damaged files after a crash: detected by checksums and refused or repaired, never served."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
+from bookie.entrylog import RECORD_HEAD, unpack_location
+from protocol import HEADER_SIZE, StatusCode, parse_entry
+from tests.bookie.helpers import DIGEST, add, read
+
+
+async def _filled(tmp_path: Path, connect, entries: int = 6, clean: bool = True) -> BookieConfig:
+    config = BookieConfig(data_dir=str(tmp_path / "data"), port=0)
+    bookie = Bookie(config)
+    await bookie.start()
+    conn = await connect(bookie)
+    for entry in range(entries):
+        assert (await add(conn, 1, entry, b"entry-%d" % entry)).status is StatusCode.EOK
+    conn.close()
+    if clean:
+        await bookie.stop()
+    else:
+        await bookie.crash()
+    return config
+
+
+async def test_flipped_byte_in_entry_log_is_eio_not_data(tmp_path: Path, connect) -> None:
+    config = await _filled(tmp_path, connect)
+    bookie = Bookie(config)
+    await bookie.start()
+    log_id, offset = unpack_location(bookie.storage.ledgers[1].location(3))
+    await bookie.stop()
+    path = tmp_path / "data" / "ledgers" / "entries" / f"{log_id:08x}.log"
+    data = bytearray(path.read_bytes())
+    data[offset + RECORD_HEAD.size + HEADER_SIZE + 4 + 2] ^= 0x20  # a payload byte of entry 3
+    path.write_bytes(bytes(data))
+
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        conn = await connect(bookie)
+        assert (await read(conn, 1, 3)).status is StatusCode.EIO
+        good = await read(conn, 1, 2)
+        assert DIGEST.verify(parse_entry(good.body), 1, 2) == b"entry-2"
+        assert bookie.stats.corrupt_reads == 1
+    finally:
+        await bookie.stop()
+
+
+async def test_damaged_index_segment_refuses_to_boot(tmp_path: Path, connect) -> None:
+    config = await _filled(tmp_path, connect)
+    segment = max((tmp_path / "data" / "ledgers" / "index").glob("*.idx"))
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    with pytest.raises(IndexCorruptError, match="checksum"):
+        await Bookie(config).start()
+
+
+async def test_torn_journal_tail_after_crash_boots_with_every_ack(tmp_path: Path, connect) -> None:
+    config = await _filled(tmp_path, connect, clean=False)
+    (journal,) = (tmp_path / "data" / "journal").glob("*.txn")
+    with journal.open("ab") as handle:
+        handle.write(b"\xb0\x0c\x01\x00\x01\x00\x00" + b"\x07" * 30)
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        conn = await connect(bookie)
+        for entry in range(6):
+            response = await read(conn, 1, entry)
+            assert DIGEST.verify(parse_entry(response.body), 1, entry) == b"entry-%d" % entry
+    finally:
+        await bookie.stop()
+
+
+async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, connect) -> None:
+    config = await _filled(tmp_path, connect, entries=20, clean=False)
+    (journal,) = (tmp_path / "data" / "journal").glob("*.txn")
+    data = bytearray(journal.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    journal.write_bytes(bytes(data))
+    with pytest.raises(JournalCorruptError):
+        await Bookie(config).start()
+    result = subprocess.run(
+        [sys.executable, "-m", "bookie", "start", "--port", "0", "--data-dir", config.data_dir],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    last = result.stderr.decode().strip().splitlines()[-1]
+    assert last.startswith("python -m bookie: error: refusing to start, data is damaged")

@@ -1,0 +1,149 @@
+"""The journal on real files: group commit, rollover, release, replay, torn and bad records."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from bookie import JournalCorruptError, OsDisk
+from bookie.journal import Journal
+from bookie.journal_format import Record, RecordType
+from bookie.journal_policy import GroupCommitPolicy
+from bookie.stats import BookieStats
+
+
+def _journal(path: Path, disk: OsDisk, **kw: object) -> Journal:
+    policy = kw.pop("policy", GroupCommitPolicy())
+    return Journal(disk, str(path), policy, max_file_size=kw.pop("max_file_size", 1 << 20), **kw)  # type: ignore[arg-type]
+
+
+async def _append_all(journal: Journal, payloads: list[bytes]) -> list[BaseException | None]:
+    loop = asyncio.get_running_loop()
+    futures = []
+    for payload in payloads:
+        future: asyncio.Future[BaseException | None] = loop.create_future()
+        journal.append(RecordType.ADD, payload, future.set_result)
+        futures.append(future)
+    return await asyncio.gather(*futures)
+
+
+async def _replay(path: Path, after: int = -1) -> tuple[Journal, list[Record]]:
+    disk = OsDisk()
+    journal = _journal(path, disk)
+    seen: list[Record] = []
+    await journal.replay(after, seen.append)
+    await disk.close()
+    return journal, seen
+
+
+async def test_one_fdatasync_serves_many_records(tmp_path: Path) -> None:
+    disk = OsDisk()
+    stats = BookieStats()
+    journal = _journal(tmp_path, disk, stats=stats)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    results = await _append_all(journal, [b"%d" % i for i in range(300)])
+    assert results == [None] * 300
+    assert stats.journal_records == 300
+    assert stats.journal_syncs < 100
+    await journal.stop()
+    await disk.close()
+    _, seen = await _replay(tmp_path)
+    assert [r.payload for r in seen] == [b"%d" % i for i in range(300)]
+    assert [r.lsn for r in seen] == list(range(300))
+
+
+async def test_group_wait_delays_a_lone_record_when_asked(tmp_path: Path) -> None:
+    disk = OsDisk()
+    policy = GroupCommitPolicy(0.05, 1 << 20, flush_when_queue_empty=False)
+    journal = _journal(tmp_path, disk, policy=policy)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await _append_all(journal, [b"x"])
+    assert loop.time() - started >= 0.045
+    await journal.stop()
+    await disk.close()
+
+
+async def test_rollover_release_and_replay_from_a_mark(tmp_path: Path) -> None:
+    disk = OsDisk()
+    journal = _journal(tmp_path, disk, max_file_size=4096)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    for _start in range(0, 400, 40):
+        await _append_all(journal, [b"p" * 100] * 40)
+    assert len(journal.files) > 5
+    removed = await journal.release(199)
+    assert removed > 0
+    await journal.stop()
+    await disk.close()
+    reopened, seen = await _replay(tmp_path, after=199)
+    assert [r.lsn for r in seen] == list(range(200, 400))
+    assert reopened.next_lsn == 400
+
+
+async def test_barrier_waits_for_earlier_records(tmp_path: Path) -> None:
+    disk = OsDisk()
+    journal = _journal(tmp_path, disk)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    order: list[str] = []
+    done = asyncio.Event()
+    journal.append(RecordType.ADD, b"a", lambda e: order.append("add"))
+    journal.barrier(lambda e: (order.append("barrier"), done.set()))
+    await asyncio.wait_for(done.wait(), 5)
+    assert order == ["add", "barrier"]
+    await journal.stop()
+    await disk.close()
+
+
+async def _write_file(tmp_path: Path, count: int) -> Path:
+    disk = OsDisk()
+    journal = _journal(tmp_path, disk)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    await _append_all(journal, [b"record-%03d" % i for i in range(count)])
+    await journal.stop()
+    await disk.close()
+    (path,) = tmp_path.glob("*.txn")
+    return path
+
+
+async def test_torn_tail_is_dropped_and_truncated(tmp_path: Path) -> None:
+    path = await _write_file(tmp_path, 10)
+    size = path.stat().st_size
+    with path.open("ab") as handle:
+        handle.write(b"\xb0\x0c\x01\x00\x00\x00\x40" + b"\x00" * 9)  # a record cut short
+    journal, seen = await _replay(tmp_path)
+    assert len(seen) == 10
+    assert journal.next_lsn == 10
+    assert path.stat().st_size == size
+
+
+async def test_damaged_record_followed_by_good_ones_refuses(tmp_path: Path) -> None:
+    path = await _write_file(tmp_path, 10)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorruptError, match="followed by a valid one"):
+        await _replay(tmp_path)
+
+
+async def test_missing_records_refuse(tmp_path: Path) -> None:
+    await _write_file(tmp_path, 10)
+    with pytest.raises(JournalCorruptError, match="missing"):
+        await _replay(tmp_path, after=-5)  # pretends records -4..-1 existed somewhere
+
+
+async def test_stale_empty_file_is_replaced(tmp_path: Path) -> None:
+    await _write_file(tmp_path, 3)
+    (tmp_path / f"{3:016x}.txn").write_bytes(b"")  # a boot that died creating its file
+    journal, seen = await _replay(tmp_path)
+    assert len(seen) == 3
+    assert not os.path.exists(tmp_path / f"{3:016x}.txn")
+    assert journal.next_lsn == 3
