@@ -13,21 +13,19 @@ import sys
 from typing import Any
 
 import click
+import uvloop
 
 from bookie.config import BookieConfig, ConfigError
 from bookie.index import IndexCorruptError
 from bookie.journal_format import JournalCorruptError
+from bookie.metrics import serve_metrics
 from bookie.server import Bookie
 
 log = logging.getLogger("aiobk.bookie")
 
 
 def install_event_loop_policy() -> None:
-    """uvloop when installed; the stock loop otherwise."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a declared dependency
-        return
+    """uvloop (a declared dependency) for every command that runs a loop."""
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
@@ -41,8 +39,6 @@ def run_until_signalled(bookie: Bookie) -> None:
             loop.add_signal_handler(signum, stop.set)
         await bookie.start()
         if bookie.config.metrics_port is not None:
-            from bookie.metrics import serve_metrics
-
             serve_metrics(
                 bookie.stats, bookie.bookie_id, bookie.config.host, bookie.config.metrics_port
             )

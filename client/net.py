@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
+from typing import Protocol, TypeVar
 
 P = TypeVar("P", bound=asyncio.Protocol)
 
@@ -26,4 +26,4 @@ class AsyncioConnector:
     ) -> tuple[asyncio.Transport, P]:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.create_connection(factory, host, port)
-        return cast(asyncio.Transport, transport), protocol
+        return transport, protocol
