@@ -100,6 +100,8 @@ def start_command(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         run_until_signalled(Bookie(config))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     except (JournalCorruptError, IndexCorruptError) as exc:
         raise click.ClickException(f"refusing to start, data is damaged: {exc}") from None
     except OSError as exc:

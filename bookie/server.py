@@ -12,7 +12,7 @@ import contextlib
 import logging
 from typing import NamedTuple
 
-from bookie.config import BookieConfig
+from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.disk import Disk, OsDisk
 from bookie.journal import Journal
@@ -100,6 +100,11 @@ class Bookie:
     async def start(self) -> None:
         if self._running:
             raise BookieStateError("bookie is already running")
+        if not self.config.journal_write_data:
+            # Skipping the journal is only safe with BP-46's boot-time fencing and limbo.
+            raise ConfigError(
+                "journal_write_data = false needs BP-46 boot protections, not built yet"
+            )
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
         mark = await self.storage.open()

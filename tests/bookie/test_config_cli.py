@@ -104,3 +104,29 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         result = _aiobk("bookie", "start", "--port", str(port), "--data-dir", str(tmp_path))
     assert result.returncode != 0
     assert "cannot start bookie" in result.stderr.strip().splitlines()[-1]
+
+
+def test_journal_less_mode_is_refused_until_its_protections_exist(tmp_path: Path) -> None:
+    result = _aiobk(
+        "bookie", "start", "--port", "0", "--data-dir", str(tmp_path), "--no-journal-write-data"
+    )
+    assert result.returncode != 0
+    assert "BP-46" in result.stderr.strip().splitlines()[-1]
+
+
+async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
+    import asyncio
+    import urllib.request
+
+    from metadata import free_port
+    from tests.procs import BookieProcess
+
+    metrics = free_port()
+    proc = BookieProcess(tmp_path / "data", None, "--metrics-port", str(metrics))
+    await proc.start()
+    try:
+        url = f"http://127.0.0.1:{metrics}/metrics"
+        text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read())
+        assert b"aiobk_bookie_journal_syncs_total" in text
+    finally:
+        proc.stop()

@@ -1,0 +1,83 @@
+"""Physical floors measured in the same run as the thing they bound.
+
+- fdatasync: append 4 KiB to a file on the data disk and fdatasync it, sequentially.
+- loopback round trip: 64 bytes ping-pong between two processes with blocking sockets (the
+  least Python can spend on a round trip).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from hdrh.histogram import HdrHistogram
+
+ECHO_SERVER = r"""
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", 0)); srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+conn, _ = srv.accept(); conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    data = conn.recv(65536)
+    if not data:
+        break
+    conn.sendall(data)
+"""
+
+
+def new_histogram() -> HdrHistogram:
+    """Microseconds from 1 us to 60 s, 3 significant digits."""
+    return HdrHistogram(1, 60_000_000, 3)
+
+
+def fdatasync_floor(directory: str, count: int, max_seconds: float = 10.0) -> HdrHistogram:
+    histogram = new_histogram()
+    path = os.path.join(directory, "fdatasync-floor.tmp")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    block = os.urandom(4096)
+    deadline = time.monotonic() + max_seconds
+    try:
+        for _ in range(count):
+            started = time.perf_counter_ns()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+            if time.monotonic() > deadline:
+                break
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return histogram
+
+
+def loopback_rtt_floor(count: int, max_seconds: float = 10.0) -> HdrHistogram:
+    histogram = new_histogram()
+    server = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            message = b"x" * 64
+            deadline = time.monotonic() + max_seconds
+            for _ in range(count):
+                started = time.perf_counter_ns()
+                sock.sendall(message)
+                received = 0
+                while received < len(message):
+                    received += len(sock.recv(65536))
+                histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+                if time.monotonic() > deadline:
+                    break
+    finally:
+        server.kill()
+        server.wait(5)
+        if server.stdout is not None:
+            server.stdout.close()
+    return histogram

@@ -1,0 +1,280 @@
+"""Bookie add throughput and latency against the fdatasync and loopback floors (``make bench``).
+
+One run measures, in order: the fdatasync floor of the data disk, the loopback round-trip floor,
+then a bookie (its own process, data on the same disk) taking 1 KiB adds over loopback with 1,
+16 and 256 adds in flight for a fixed time each. It prints a table, checks the targets as ratios
+against the floors of the same run, and writes JSON. See bench/README.md for how to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
+from client import BookieConnection, Digester
+from metadata import free_port
+from protocol import (
+    AddRequest,
+    DigestType,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    Response,
+    StatusCode,
+    master_key,
+)
+
+
+@dataclass
+class LevelResult:
+    in_flight: int
+    adds: int
+    seconds: float
+    adds_per_s: float
+    p50_us: int
+    p99_us: int
+    p999_us: int
+    fdatasyncs: int
+    fdatasyncs_per_s: float
+    adds_per_fdatasync: float
+    errors: int
+
+
+async def _stats(conn: BookieConnection) -> dict[str, int]:
+    response = await conn.call(GetBookieInfoRequest(0), 10)
+    assert isinstance(response, GetBookieInfoResponse)
+    return response.stats
+
+
+async def run_level(
+    conn: BookieConnection, ledger_id: int, in_flight: int, seconds: float, entry_size: int
+) -> LevelResult:
+    """Keep ``in_flight`` adds outstanding for ``seconds`` (bounded by time and count)."""
+    loop = asyncio.get_running_loop()
+    digest = Digester(DigestType.CRC32C)
+    key = master_key(b"bench")
+    payload = os.urandom(entry_size)
+    histogram = new_histogram()
+    before = await _stats(conn)
+    done = loop.create_future()
+    state = {"next": 0, "completed": 0, "outstanding": 0, "errors": 0}
+    deadline = loop.time() + seconds
+    max_adds = 5_000_000
+
+    def send_one() -> None:
+        entry = state["next"]
+        state["next"] = entry + 1
+        state["outstanding"] += 1
+        body = digest.encode(ledger_id, entry, entry - 1, (entry + 1) * entry_size, payload)
+        request = AddRequest(conn.next_txn_id(), ledger_id, entry, master_key=key, body=body)
+        started = time.perf_counter_ns()
+        future = conn.send(request, 30)
+        future.add_done_callback(lambda f: on_done(f, started))
+
+    def on_done(future: asyncio.Future[Response], started: int) -> None:
+        state["outstanding"] -= 1
+        if future.exception() is not None or future.result().status is not StatusCode.EOK:
+            state["errors"] += 1
+        else:
+            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+            state["completed"] += 1
+        if loop.time() < deadline and state["next"] < max_adds and state["errors"] == 0:
+            send_one()
+        elif state["outstanding"] == 0 and not done.done():
+            done.set_result(None)
+
+    started_at = loop.time()
+    for _ in range(in_flight):
+        send_one()
+    await asyncio.wait_for(done, seconds + 60)
+    elapsed = loop.time() - started_at
+    after = await _stats(conn)
+    syncs = after["journal_syncs"] - before["journal_syncs"]
+    completed = state["completed"]
+    return LevelResult(
+        in_flight=in_flight,
+        adds=completed,
+        seconds=round(elapsed, 3),
+        adds_per_s=round(completed / elapsed, 1),
+        p50_us=histogram.get_value_at_percentile(50),
+        p99_us=histogram.get_value_at_percentile(99),
+        p999_us=histogram.get_value_at_percentile(99.9),
+        fdatasyncs=syncs,
+        fdatasyncs_per_s=round(syncs / elapsed, 1),
+        adds_per_fdatasync=round(completed / max(1, syncs), 2),
+        errors=state["errors"],
+    )
+
+
+def start_bookie_process(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bookie", "start", "--port", str(port), "--data-dir", data_dir],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if b"serving on" not in line:
+        process.kill()
+        raise RuntimeError(f"bookie did not start: {line!r}")
+    return process, port
+
+
+async def bench_bookie(
+    port: int, levels: list[int], seconds: float, size: int
+) -> list[LevelResult]:
+    conn = await BookieConnection.open("127.0.0.1", port)
+    try:
+        results = []
+        for index, level in enumerate(levels):
+            await run_level(conn, 1000 + index, level, min(1.0, seconds), size)  # warm-up
+            results.append(await run_level(conn, 2000 + index, level, seconds, size))
+        return results
+    finally:
+        conn.close()
+
+
+def check_targets(
+    levels: list[LevelResult], sync_p50: float, sync_mean: float, rtt_p50: float
+) -> list[dict[str, Any]]:
+    checks = []
+    by_level = {r.in_flight: r for r in levels}
+    if 1 in by_level:
+        bound = sync_p50 + 2 * rtt_p50 + 150
+        p50 = by_level[1].p50_us
+        checks.append(
+            {
+                "target": "1 in flight: p50 <= fdatasync p50 + 2 RTT + 150 us",
+                "measured_us": p50,
+                "bound_us": round(bound, 1),
+                "ratio": round(p50 / bound, 3),
+                "pass": p50 <= bound,
+            }
+        )
+    if 256 in by_level:
+        floor_rate = 1e6 / sync_mean
+        rate = by_level[256].adds_per_s
+        checks.append(
+            {
+                "target": "256 in flight: adds/s >= 4x one-fdatasync-per-add rate",
+                "measured": rate,
+                "floor_adds_per_s": round(floor_rate, 1),
+                "ratio": round(rate / floor_rate, 2),
+                "pass": rate >= 4 * floor_rate,
+            }
+        )
+        per_sync = by_level[256].adds_per_fdatasync
+        checks.append(
+            {
+                "target": "256 in flight: >= 10 adds per fdatasync",
+                "measured": per_sync,
+                "pass": per_sync >= 10,
+            }
+        )
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.journal", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per in-flight level")
+    parser.add_argument("--entry-size", type=int, default=1024)
+    parser.add_argument("--in-flight", default="1,16,256")
+    parser.add_argument("--data-dir", default=None, help="where the bookie and floor write")
+    parser.add_argument("--json", default=None, help="result file (default bench/results/)")
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.in_flight.split(",")]
+    console = Console()
+    base = args.data_dir or tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
+    os.makedirs(base, exist_ok=True)
+    try:
+        console.print(f"[bold]floors[/bold] (data disk under {base})")
+        sync = fdatasync_floor(base, 2000)
+        rtt = loopback_rtt_floor(5000)
+        sync_p50, sync_mean = sync.get_value_at_percentile(50), sync.get_mean_value()
+        rtt_p50 = rtt.get_value_at_percentile(50)
+        process, port = start_bookie_process(os.path.join(base, "bookie"))
+        try:
+            results = uvloop.run(bench_bookie(port, levels, args.seconds, args.entry_size))
+        finally:
+            process.terminate()
+            process.wait(30)
+            if process.stdout is not None:
+                process.stdout.close()
+    finally:
+        if args.data_dir is None:
+            shutil.rmtree(base, ignore_errors=True)
+
+    floor = Table(title="floors (same run)")
+    for column in ("floor", "p50 us", "p99 us", "mean us", "ops/s"):
+        floor.add_column(column, justify="right")
+    for name, hist in (("fdatasync 4 KiB", sync), ("loopback RTT 64 B", rtt)):
+        mean = hist.get_mean_value()
+        floor.add_row(
+            name,
+            str(hist.get_value_at_percentile(50)),
+            str(hist.get_value_at_percentile(99)),
+            f"{mean:.0f}",
+            f"{1e6 / mean:.0f}",
+        )
+    console.print(floor)
+    table = Table(title=f"bookie adds, {args.entry_size} B entries, {args.seconds:g} s per level")
+    columns = ("in flight", "adds/s", "p50 us", "p99 us", "p99.9 us", "fdatasync/s", "adds/sync")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for r in results:
+        table.add_row(
+            str(r.in_flight),
+            f"{r.adds_per_s:.0f}",
+            str(r.p50_us),
+            str(r.p99_us),
+            str(r.p999_us),
+            f"{r.fdatasyncs_per_s:.0f}",
+            f"{r.adds_per_fdatasync:.1f}",
+        )
+    console.print(table)
+    checks = check_targets(results, sync_p50, sync_mean, rtt_p50)
+    for check in checks:
+        mark = "[green]PASS[/green]" if check["pass"] else "[red]MISS[/red]"
+        detail = {k: v for k, v in check.items() if k not in ("target", "pass")}
+        console.print(f"{mark} {check['target']}: {detail}")
+    report = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "entry_size": args.entry_size,
+        "seconds_per_level": args.seconds,
+        "floors": {
+            "fdatasync_p50_us": sync_p50,
+            "fdatasync_p99_us": sync.get_value_at_percentile(99),
+            "fdatasync_mean_us": round(sync_mean, 1),
+            "loopback_rtt_p50_us": rtt_p50,
+            "loopback_rtt_p99_us": rtt.get_value_at_percentile(99),
+        },
+        "levels": [asdict(r) for r in results],
+        "checks": checks,
+    }
+    path = args.json or os.path.join(
+        "bench", "results", f"journal-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(report, handle, indent=2)
+    console.print(f"wrote {path}")
+    return 0 if all(c["pass"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
