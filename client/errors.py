@@ -6,16 +6,21 @@ The classes live in ``protocol.errors`` so the metadata layer raises the same on
 from protocol.errors import (
     BadRequestError,
     BKError,
+    BookieAlreadyRegisteredError,
     BookieIOError,
     BookieUnavailableError,
+    CookieError,
     DataUnknownError,
     DigestMismatchError,
     LedgerClosedError,
+    LedgerExistsError,
     LedgerFencedError,
+    LogExistsError,
     MetadataStoreError,
     MetadataVersionError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    NoSuchLogError,
     NotEnoughBookiesError,
     OperationTimeoutError,
     ProtocolVersionError,
@@ -26,6 +31,11 @@ from protocol.errors import (
 )
 
 __all__ = [
+    "NoSuchLogError",
+    "LogExistsError",
+    "LedgerExistsError",
+    "CookieError",
+    "BookieAlreadyRegisteredError",
     "BKError",
     "BadRequestError",
     "BookieIOError",

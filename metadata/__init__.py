@@ -1,5 +1,39 @@
-"""Ledger metadata and the stores that hold it (etcd, memory)."""
+"""Ledger metadata and the stores that hold it (etcd, memory). Neither the client nor the bookie
+touches etcd except through ``MetadataStore``."""
 
 from metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
+from metadata.keys import KeyLayout
+from metadata.kv import KV, KeyValue, Watch, WatchEvent
+from metadata.kv_memory import MemoryKV
+from metadata.model import Fragment, LedgerMetadata, LedgerState, MetadataFormatError
+from metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogRecord
+from metadata.registration import Registration
+from metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
+from metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store
 
-__all__ = ["EtcdNotFoundError", "EtcdProcess", "free_port"]
+__all__ = [
+    "DEFAULT_BOOKIE_TTL",
+    "DEFAULT_TIMEOUT",
+    "READ_ONLY",
+    "WRITABLE",
+    "BookieServiceInfo",
+    "Cookie",
+    "EtcdNotFoundError",
+    "EtcdProcess",
+    "Fragment",
+    "KV",
+    "KeyLayout",
+    "KeyValue",
+    "LedgerMetadata",
+    "LedgerState",
+    "LogRecord",
+    "MemoryKV",
+    "MetadataFormatError",
+    "MetadataStore",
+    "MetadataURIError",
+    "Registration",
+    "Watch",
+    "WatchEvent",
+    "free_port",
+    "open_store",
+]

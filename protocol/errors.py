@@ -123,6 +123,31 @@ class LedgerClosedError(BKError):
     default_message = "ledger is closed"
 
 
+class LedgerExistsError(BKError):
+    code = -20
+    default_message = "a ledger with this id already exists"
+
+
+class NoSuchLogError(BKError):
+    code = -40
+    default_message = "no such log"
+
+
+class LogExistsError(BKError):
+    code = -41
+    default_message = "a log with this name already exists"
+
+
+class BookieAlreadyRegisteredError(BKError):
+    code = -42
+    default_message = "a live bookie is already registered under this id"
+
+
+class CookieError(BKError):
+    code = -43
+    default_message = "bookie cookie missing or different"
+
+
 class MetadataVersionError(BKError):
     code = -17
     retriable = True

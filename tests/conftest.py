@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from bookie import Bookie, BookieConfig
 from client import BookieConnection
+from metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
 
@@ -56,3 +58,34 @@ async def connect() -> AsyncIterator[Callable[[Bookie], Awaitable[BookieConnecti
     for conn in opened:
         conn.close()
     await asyncio.sleep(0)
+
+
+@pytest.fixture(scope="session")
+def etcd_server() -> Iterator[EtcdProcess]:
+    """One real etcd for the whole session, on free loopback ports, in a temporary dir."""
+    server = EtcdProcess().start()
+    yield server
+    server.stop()
+
+
+_names = itertools.count()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}{next(_names)}"
+
+
+@pytest.fixture(params=["memory", "etcd"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[MetadataStore]:
+    """A fresh, empty store of each kind (the etcd one under its own prefix)."""
+    if request.param == "memory":
+        name = unique_name("contract")
+        opened = open_store(f"memory://{name}")
+        yield opened
+        await opened.close()
+        MemoryKV.forget(name)
+    else:
+        server: EtcdProcess = request.getfixturevalue("etcd_server")
+        opened = open_store(server.uri(unique_name("contract")))
+        yield opened
+        await opened.close()

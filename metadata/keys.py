@@ -1,0 +1,61 @@
+"""Where everything lives in the store, under the URI's prefix (``/aiobk`` by default)::
+
+    PREFIX/ledgers/0000000000000000042   ledger metadata (JSON); ids zero-padded so that
+                                         key order is id order for streaming lists
+    PREFIX/idgen                         written once per allocation: the write's store
+                                         revision is the new ledger id
+    PREFIX/bookies/HOST:PORT             a live bookie's BookieServiceInfo, under its lease
+    PREFIX/cookies/HOST:PORT             a bookie's cookie (BP-46)
+    PREFIX/logs/NAME                     a log's ordered ledger list
+
+Nothing else in aiobk builds keys.
+"""
+
+from __future__ import annotations
+
+import re
+
+_LOG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_ID_DIGITS = 19
+
+
+class KeyLayout:
+    def __init__(self, prefix: str) -> None:
+        cleaned = prefix.strip("/")
+        self.root = ("/" + cleaned if cleaned else "/aiobk").encode()
+        self.ledgers = self.root + b"/ledgers/"
+        self.idgen = self.root + b"/idgen"
+        self.bookies = self.root + b"/bookies/"
+        self.cookies = self.root + b"/cookies/"
+        self.logs = self.root + b"/logs/"
+
+    def ledger(self, ledger_id: int) -> bytes:
+        if ledger_id < 0:
+            raise ValueError(f"ledger ids are not negative, got {ledger_id}")
+        return self.ledgers + f"{ledger_id:0{_ID_DIGITS}d}".encode()
+
+    def ledger_id(self, key: bytes) -> int:
+        return int(key[len(self.ledgers) :])
+
+    def bookie(self, bookie_id: str) -> bytes:
+        return self.bookies + _component(bookie_id, "bookie id")
+
+    def cookie(self, bookie_id: str) -> bytes:
+        return self.cookies + _component(bookie_id, "bookie id")
+
+    def log(self, name: str) -> bytes:
+        if not _LOG_NAME.match(name):
+            raise ValueError(
+                f"log name {name!r}: use 1-200 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
+        return self.logs + name.encode()
+
+    def log_name(self, key: bytes) -> str:
+        return key[len(self.logs) :].decode()
+
+
+def _component(text: str, what: str) -> bytes:
+    if not text or "/" in text or len(text) > 255:
+        raise ValueError(f"{what} {text!r} must be 1-255 characters without '/'")
+    return text.encode()

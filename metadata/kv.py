@@ -1,0 +1,157 @@
+"""The small key-value interface the metadata store is written against.
+
+Two implementations: ``EtcdKV`` (a real etcd through aetcd) and ``MemoryKV`` (in process, for
+tests, notebooks and the simulator). Both give etcd's semantics: every write bumps one global
+revision; a key's version for compare-and-set is its ``mod_revision``; leases expire keys;
+watches deliver every change after a start revision, in order.
+
+Every call either completes, raises a typed error (``KeyExistsError``, ``KeyMissingError``,
+``RevisionMismatchError``) or raises ``MetadataStoreError`` within the configured timeout.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+
+class KeyExistsError(Exception):
+    """create() found the key already there."""
+
+
+class KeyMissingError(Exception):
+    """A compare-and-set or delete found no key."""
+
+
+class RevisionMismatchError(Exception):
+    """A compare-and-set or delete found the key at another revision."""
+
+    def __init__(self, key: bytes, expected: int, actual: int) -> None:
+        super().__init__(f"{key!r} is at revision {actual}, not {expected}")
+        self.actual = actual
+
+
+@dataclass(frozen=True, slots=True)
+class KeyValue:
+    key: bytes
+    value: bytes
+    mod_revision: int
+    lease: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    key: bytes
+    value: bytes | None  # None: deleted
+    revision: int
+
+
+class Watch(abc.ABC):
+    """An async iterator of events; ``close()`` stops it (also on ``async with`` exit)."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[WatchEvent | BaseException | None] = asyncio.Queue()
+        self._closed = False
+
+    def _push(self, item: WatchEvent | BaseException | None) -> None:
+        if not self._closed:
+            self._queue.put_nowait(item)
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def next(self, timeout: float) -> WatchEvent:
+        """The next event, or TimeoutError."""
+        item = await asyncio.wait_for(self._queue.get(), timeout)
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._queue.put_nowait(None)
+            self._closed = True
+            await self._stop()
+
+    @abc.abstractmethod
+    async def _stop(self) -> None: ...
+
+    async def __aenter__(self) -> Watch:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class KV(abc.ABC):
+    """etcd-shaped storage: revisions, compare-and-set, ranges, watches, leases."""
+
+    description: str = ""
+
+    @abc.abstractmethod
+    async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
+        """The key (or None) and the store revision the read saw."""
+
+    @abc.abstractmethod
+    async def create(self, key: bytes, value: bytes, lease: int = 0) -> int:
+        """Write a key that must not exist; return its revision."""
+
+    @abc.abstractmethod
+    async def compare_and_set(self, key: bytes, value: bytes, expected: int, lease: int = 0) -> int:
+        """Overwrite a key that must be at revision ``expected``; return the new revision."""
+
+    @abc.abstractmethod
+    async def delete(self, key: bytes, expected: int | None = None) -> None:
+        """Delete a key (at revision ``expected`` when given); KeyMissingError if absent."""
+
+    @abc.abstractmethod
+    async def bump(self, key: bytes) -> int:
+        """Write ``key`` unconditionally; return the new store revision (unique, increasing)."""
+
+    @abc.abstractmethod
+    async def range(
+        self, prefix: bytes, after: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[KeyValue], int]:
+        """Up to ``limit`` keys under ``prefix`` sorted, strictly after ``after``; + revision."""
+
+    @abc.abstractmethod
+    async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
+        """Events on ``key`` (or every key under it) from ``start_revision`` on."""
+
+    @abc.abstractmethod
+    async def grant_lease(self, ttl: float) -> tuple[int, float]:
+        """A new lease: (id, granted ttl in seconds)."""
+
+    @abc.abstractmethod
+    async def keep_alive(self, lease: int) -> float:
+        """Refresh a lease; return its remaining ttl (<= 0: the lease is gone)."""
+
+    @abc.abstractmethod
+    async def revoke_lease(self, lease: int) -> None:
+        """End a lease now; its keys disappear."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix`` (etcd's range_end)."""
+    data = bytearray(prefix)
+    for index in range(len(data) - 1, -1, -1):
+        if data[index] < 0xFF:
+            data[index] += 1
+            return bytes(data[: index + 1])
+    return b"\x00"

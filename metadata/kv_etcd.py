@@ -1,0 +1,255 @@
+"""``etcd://HOST:PORT[,HOST:PORT...]/PREFIX``: the KV on a real etcd v3, through aetcd.
+
+aetcd drops response headers and has no range limit, so requests that need the revision or
+pagination go through its generated ``rpc`` stubs directly. Every call runs under
+``asyncio.wait_for(timeout)``; gRPC reconnects by itself when etcd comes back. With several
+endpoints, a call that finds its endpoint unavailable (the request never reached etcd) moves to
+the next one; a timeout is reported as it is, since the request may have been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import aetcd
+from aetcd import exceptions as etcd_errors
+from aetcd import rpc
+
+from metadata.kv import (
+    KV,
+    KeyExistsError,
+    KeyMissingError,
+    KeyValue,
+    RevisionMismatchError,
+    Watch,
+    WatchEvent,
+    prefix_end,
+)
+from protocol.errors import MetadataStoreError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _put(key: bytes, value: bytes, lease: int = 0) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, lease=lease))
+
+
+def _compare_mod(key: bytes, revision: int) -> Any:
+    return rpc.Compare(
+        key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision
+    )
+
+
+def _compare_absent(key: bytes) -> Any:
+    return rpc.Compare(
+        key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0
+    )
+
+
+def _kv(item: Any) -> KeyValue:
+    return KeyValue(bytes(item.key), bytes(item.value), int(item.mod_revision), int(item.lease))
+
+
+class _EtcdWatch(Watch):
+    """Follows a key or prefix; re-establishes itself after etcd drops the stream."""
+
+    def __init__(self, owner: EtcdKV, key: bytes, prefix: bool, start_revision: int) -> None:
+        super().__init__()
+        self._owner = owner
+        self._key = key
+        self._range_end = prefix_end(key) if prefix else None
+        self._next = start_revision
+        self._current: Any = None
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="etcd-watch")
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self._closed:
+            try:
+                client = await self._owner._get_client()
+                self._current = await asyncio.wait_for(
+                    client.watch(self._key, range_end=self._range_end, start_revision=self._next),
+                    self._owner.timeout,
+                )
+                backoff = 0.05
+                async for event in self._current:
+                    revision = int(event.kv.mod_revision)
+                    value = None if event.kind == "DELETE" else bytes(event.kv.value)
+                    self._push(WatchEvent(bytes(event.kv.key), value, revision))
+                    self._next = revision + 1
+            except asyncio.CancelledError:
+                raise
+            except etcd_errors.RevisionCompactedError as exc:
+                self._push(MetadataStoreError(f"watch of {self._key!r} fell behind: {exc}"))
+                return
+            except Exception as exc:  # stream broken: etcd restarting or unreachable
+                log.debug("watch of %r interrupted (%r); retrying", self._key, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _stop(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        if self._current is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._current.cancel(), self._owner.timeout)
+
+
+class EtcdKV(KV):
+    def __init__(self, endpoints: list[tuple[str, int]], timeout: float = 5.0) -> None:
+        if not endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
+        self._endpoints = endpoints
+        self._index = 0
+        self._client: aetcd.Client | None = None
+        self.timeout = timeout
+        self.description = "etcd://" + ",".join(f"{h}:{p}" for h, p in endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._endpoints[self._index]
+        return f"{host}:{port}"
+
+    async def _get_client(self) -> aetcd.Client:
+        if self._client is None:
+            host, port = self._endpoints[self._index]
+            client = aetcd.Client(host=host, port=port, timeout=self.timeout)
+            await client.connect()  # opens the gRPC channel; no round trip yet
+            self._client = client
+        return self._client
+
+    async def _rotate(self) -> None:
+        client, self._client = self._client, None
+        self._index = (self._index + 1) % len(self._endpoints)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), self.timeout)
+
+    async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        last: BaseException | None = None
+        for _attempt in range(len(self._endpoints)):
+            client = await self._get_client()
+            endpoint = self.endpoint
+            try:
+                try:
+                    return await asyncio.wait_for(fn(client), self.timeout)
+                except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
+                    etcd_errors._handle_exception(exc)
+                    raise  # pragma: no cover - _handle_exception always raises
+            except etcd_errors.ConnectionFailedError as exc:
+                last = exc
+                if len(self._endpoints) > 1:
+                    await self._rotate()
+                continue
+            except (TimeoutError, etcd_errors.ConnectionTimeoutError) as exc:
+                if len(self._endpoints) > 1:
+                    await self._rotate()
+                raise MetadataStoreError(
+                    f"etcd {endpoint} did not answer {what} within {self.timeout}s"
+                ) from exc
+            except etcd_errors.ClientError as exc:
+                raise MetadataStoreError(f"etcd {endpoint}: {what} failed: {exc}") from exc
+        raise MetadataStoreError(f"{self.description} is unreachable ({what}): {last}") from last
+
+    async def _txn(
+        self, what: str, compare: list[Any], success: list[Any], failure: list[Any]
+    ) -> Any:
+        request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
+        return await self._call(what, lambda c: c.kvstub.Txn(request, timeout=self.timeout))
+
+    # ------------------------------------------------------------------ KV
+
+    async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
+        request = rpc.RangeRequest(key=key)
+        response = await self._call("get", lambda c: c.kvstub.Range(request, timeout=self.timeout))
+        found = _kv(response.kvs[0]) if response.kvs else None
+        return found, int(response.header.revision)
+
+    async def create(self, key: bytes, value: bytes, lease: int = 0) -> int:
+        response = await self._txn("create", [_compare_absent(key)], [_put(key, value, lease)], [])
+        if not response.succeeded:
+            raise KeyExistsError(key.decode(errors="replace"))
+        return int(response.header.revision)
+
+    async def _why_not(self, key: bytes, expected: int) -> Exception:
+        current, _revision = await self.get(key)
+        if current is None:
+            return KeyMissingError(key.decode(errors="replace"))
+        return RevisionMismatchError(key, expected, current.mod_revision)
+
+    async def compare_and_set(self, key: bytes, value: bytes, expected: int, lease: int = 0) -> int:
+        response = await self._txn(
+            "compare-and-set", [_compare_mod(key, expected)], [_put(key, value, lease)], []
+        )
+        if not response.succeeded:
+            raise await self._why_not(key, expected)
+        return int(response.header.revision)
+
+    async def delete(self, key: bytes, expected: int | None = None) -> None:
+        delete = rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=key))
+        if expected is None:
+            compare = rpc.Compare(
+                key=key, target=rpc.Compare.CREATE, result=rpc.Compare.GREATER, create_revision=0
+            )
+            response = await self._txn("delete", [compare], [delete], [])
+            if not response.succeeded:
+                raise KeyMissingError(key.decode(errors="replace"))
+            return
+        response = await self._txn("delete", [_compare_mod(key, expected)], [delete], [])
+        if not response.succeeded:
+            raise await self._why_not(key, expected)
+
+    async def bump(self, key: bytes) -> int:
+        # One transaction with no condition: its revision is unique across every client.
+        response = await self._txn("allocate", [], [_put(key, b"")], [])
+        return int(response.header.revision)
+
+    async def range(
+        self, prefix: bytes, after: bytes | None = None, limit: int = 1000
+    ) -> tuple[list[KeyValue], int]:
+        start = after + b"\x00" if after is not None else prefix
+        request = rpc.RangeRequest(
+            key=start,
+            range_end=prefix_end(prefix),
+            limit=limit,
+            sort_order=rpc.RangeRequest.ASCEND,
+            sort_target=rpc.RangeRequest.KEY,
+        )
+        response = await self._call(
+            "range", lambda c: c.kvstub.Range(request, timeout=self.timeout)
+        )
+        return [_kv(item) for item in response.kvs], int(response.header.revision)
+
+    async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
+        return _EtcdWatch(self, key, prefix, start_revision)
+
+    async def grant_lease(self, ttl: float) -> tuple[int, float]:
+        request = rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl)))
+        response = await self._call(
+            "lease grant", lambda c: c.leasestub.LeaseGrant(request, timeout=self.timeout)
+        )
+        return int(response.ID), float(response.TTL)
+
+    async def keep_alive(self, lease: int) -> float:
+        reply = await self._call("lease keep-alive", lambda c: c.refresh_lease(lease))
+        return float(reply.TTL) if reply is not None else 0.0
+
+    async def revoke_lease(self, lease: int) -> None:
+        request = rpc.LeaseRevokeRequest(ID=lease)
+        with contextlib.suppress(MetadataStoreError):
+            await self._call(
+                "lease revoke", lambda c: c.leasestub.LeaseRevoke(request, timeout=self.timeout)
+            )
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), self.timeout)

@@ -1,0 +1,159 @@
+"""The other values the metadata store keeps: bookie registrations, cookies, log records.
+
+All JSON with a ``format`` number, all immutable, each carrying the store version it was read
+at (``version``, not serialized).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from metadata.model import MetadataFormatError
+
+FORMAT = 1
+
+
+def _load(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise MetadataFormatError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MetadataFormatError(f"{what} is not a JSON object")
+    if document.get("format") != FORMAT:
+        raise MetadataFormatError(f"{what} format {document.get('format')!r} is not supported")
+    return document
+
+
+def _dump(document: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"format": FORMAT, **document}, separators=(",", ":"), sort_keys=True
+    ).encode()
+
+
+WRITABLE = "writable"
+READ_ONLY = "readonly"
+
+
+@dataclass(frozen=True, slots=True)
+class BookieServiceInfo:
+    """What a live bookie publishes under its lease."""
+
+    bookie_id: str
+    address: str  # host:port to connect to
+    state: str = WRITABLE  # WRITABLE or READ_ONLY
+    software_version: str = ""
+    free_bytes: int = 0
+    total_bytes: int = 0
+    version: int = field(default=-1, compare=False)
+
+    @property
+    def writable(self) -> bool:
+        return self.state == WRITABLE
+
+    def to_json(self) -> bytes:
+        return _dump(
+            {
+                "bookie_id": self.bookie_id,
+                "address": self.address,
+                "state": self.state,
+                "software_version": self.software_version,
+                "free_bytes": self.free_bytes,
+                "total_bytes": self.total_bytes,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> BookieServiceInfo:
+        d = _load(data, "bookie registration")
+        try:
+            state = str(d["state"])
+            if state not in (WRITABLE, READ_ONLY):
+                raise ValueError(f"unknown bookie state {state!r}")
+            return cls(
+                str(d["bookie_id"]),
+                str(d["address"]),
+                state,
+                str(d.get("software_version", "")),
+                int(d.get("free_bytes", 0)),
+                int(d.get("total_bytes", 0)),
+                version,
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise MetadataFormatError(f"unreadable bookie registration: {exc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie:
+    """A bookie's identity (BP-46 "A note on cookies"): address, directories, instance id."""
+
+    bookie_id: str
+    address: str
+    journal_dirs: tuple[str, ...]
+    data_dirs: tuple[str, ...]
+    instance_id: str
+    version: int = field(default=-1, compare=False)
+
+    def to_json(self) -> bytes:
+        return _dump(
+            {
+                "bookie_id": self.bookie_id,
+                "address": self.address,
+                "journal_dirs": list(self.journal_dirs),
+                "data_dirs": list(self.data_dirs),
+                "instance_id": self.instance_id,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> Cookie:
+        d = _load(data, "cookie")
+        try:
+            return cls(
+                str(d["bookie_id"]),
+                str(d["address"]),
+                tuple(str(x) for x in d["journal_dirs"]),
+                tuple(str(x) for x in d["data_dirs"]),
+                str(d["instance_id"]),
+                version,
+            )
+        except (KeyError, TypeError) as exc:
+            raise MetadataFormatError(f"unreadable cookie: {exc!r}") from None
+
+    def differences(self, other: Cookie) -> list[str]:
+        """Human-readable fields that differ (for boot refusal messages)."""
+        out = []
+        for name in ("bookie_id", "address", "journal_dirs", "data_dirs", "instance_id"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                out.append(f"{name}: {mine!r} != {theirs!r}")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """A named log: its ledgers in order (protocol.md "Opening a log")."""
+
+    name: str
+    ledgers: tuple[int, ...] = ()
+    version: int = field(default=-1, compare=False)
+
+    def to_json(self) -> bytes:
+        return _dump({"name": self.name, "ledgers": list(self.ledgers)})
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> LogRecord:
+        d = _load(data, "log record")
+        try:
+            ledgers = tuple(d["ledgers"])
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in ledgers):
+                raise TypeError("ledger ids must be integers")
+            return cls(str(d["name"]), ledgers, version)
+        except (KeyError, TypeError) as exc:
+            raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
+
+    def with_ledgers(self, ledgers: tuple[int, ...]) -> LogRecord:
+        return dataclasses.replace(self, ledgers=ledgers)

@@ -1,0 +1,288 @@
+"""The metadata store: ledgers, ids, bookie registry, cookies and logs, over one ``KV``.
+
+Every update is a compare-and-set on the version the caller read (the key's mod revision); a
+lost race raises ``MetadataVersionError`` and the caller re-reads (``update_ledger`` runs that
+loop with a retry budget). The client and the bookie use only this class: neither touches etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from metadata.keys import KeyLayout
+from metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError, Watch
+from metadata.model import LedgerMetadata
+from metadata.records import BookieServiceInfo, Cookie, LogRecord
+from metadata.registration import Registration
+from protocol.errors import (
+    BookieAlreadyRegisteredError,
+    LedgerExistsError,
+    LogExistsError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
+
+DEFAULT_BOOKIE_TTL = 10.0  # seconds; a dead bookie disappears this long after its last refresh
+
+
+class MetadataStore:
+    def __init__(self, kv: KV, prefix: str = "aiobk", uri: str = "") -> None:
+        self.kv = kv
+        self.keys = KeyLayout(prefix)
+        self.uri = uri or kv.description
+        self._watches: set[Watch] = set()
+
+    async def close(self) -> None:
+        for watch in list(self._watches):
+            await watch.close()
+        await self.kv.close()
+
+    async def __aenter__(self) -> MetadataStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ ledgers
+
+    async def allocate_ledger_id(self) -> int:
+        """A ledger id no other client will get (the revision of one write to the counter)."""
+        return await self.kv.bump(self.keys.idgen)
+
+    async def create_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> LedgerMetadata:
+        """Store a new ledger; LedgerExistsError if the id is taken."""
+        try:
+            version = await self.kv.create(self.keys.ledger(ledger_id), metadata.to_json())
+        except KeyExistsError:
+            raise LedgerExistsError(f"ledger {ledger_id} already exists") from None
+        return metadata.with_version(version)
+
+    async def read_ledger(self, ledger_id: int) -> LedgerMetadata:
+        found, _revision = await self.kv.get(self.keys.ledger(ledger_id))
+        if found is None:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist")
+        return LedgerMetadata.from_json(found.value, found.mod_revision)
+
+    async def write_ledger(self, ledger_id: int, metadata: LedgerMetadata) -> LedgerMetadata:
+        """Replace the ledger's metadata if it is still at ``metadata.version``."""
+        key = self.keys.ledger(ledger_id)
+        try:
+            version = await self.kv.compare_and_set(key, metadata.to_json(), metadata.version)
+        except KeyMissingError:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+        except RevisionMismatchError as exc:
+            raise MetadataVersionError(
+                f"ledger {ledger_id} changed: at version {exc.actual}, not {metadata.version}"
+            ) from None
+        return metadata.with_version(version)
+
+    async def update_ledger(
+        self,
+        ledger_id: int,
+        change: Callable[[LedgerMetadata], LedgerMetadata | None],
+        retries: int = 20,
+    ) -> LedgerMetadata:
+        """Read-modify-write until it lands. ``change`` returns None to leave it as it is."""
+        for _attempt in range(retries):
+            current = await self.read_ledger(ledger_id)
+            wanted = change(current)
+            if wanted is None:
+                return current
+            try:
+                return await self.write_ledger(ledger_id, wanted.with_version(current.version))
+            except MetadataVersionError:
+                await asyncio.sleep(0)
+        raise MetadataVersionError(f"ledger {ledger_id}: still racing after {retries} attempts")
+
+    async def delete_ledger(self, ledger_id: int, version: int | None = None) -> None:
+        try:
+            await self.kv.delete(self.keys.ledger(ledger_id), version)
+        except KeyMissingError:
+            raise NoSuchLedgerError(f"ledger {ledger_id} does not exist") from None
+        except RevisionMismatchError as exc:
+            raise MetadataVersionError(
+                f"ledger {ledger_id} changed: at version {exc.actual}, not {version}"
+            ) from None
+
+    async def list_ledgers(self, page_size: int = 1000) -> AsyncIterator[int]:
+        """Every ledger id in ascending order, fetched a page at a time."""
+        after: bytes | None = None
+        while True:
+            page, _revision = await self.kv.range(self.keys.ledgers, after, page_size)
+            for item in page:
+                yield self.keys.ledger_id(item.key)
+            if len(page) < page_size:
+                return
+            after = page[-1].key
+
+    async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
+        """The ledger's metadata now, then after every change (None once deleted)."""
+        key = self.keys.ledger(ledger_id)
+        found, revision = await self.kv.get(key)
+        watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
+        self._watches.add(watch)
+        try:
+            yield (
+                None if found is None else LedgerMetadata.from_json(found.value, found.mod_revision)
+            )
+            async for event in watch:
+                if event.value is None:
+                    yield None
+                else:
+                    yield LedgerMetadata.from_json(event.value, event.revision)
+        finally:
+            self._watches.discard(watch)
+            await watch.close()
+
+    # ------------------------------------------------------------------ bookies
+
+    async def register_bookie(
+        self, info: BookieServiceInfo, ttl: float = DEFAULT_BOOKIE_TTL
+    ) -> Registration:
+        """Publish a live bookie under a lease; fails if a live process holds the same id."""
+        key = self.keys.bookie(info.bookie_id)
+        lease, granted = await self.kv.grant_lease(ttl)
+        try:
+            await self.kv.create(key, info.to_json(), lease)
+        except KeyExistsError:
+            await self.kv.revoke_lease(lease)
+            raise BookieAlreadyRegisteredError(
+                f"bookie {info.bookie_id} is already registered by a live process; "
+                f"stop it first, or wait up to {ttl:g}s for its lease to expire"
+            ) from None
+        except BaseException:
+            await self.kv.revoke_lease(lease)
+            raise
+        return Registration(self.kv, key, info, lease, granted)
+
+    async def list_bookies(self, writable_only: bool = False) -> list[BookieServiceInfo]:
+        out: list[BookieServiceInfo] = []
+        after: bytes | None = None
+        while True:
+            page, _revision = await self.kv.range(self.keys.bookies, after, 1000)
+            for item in page:
+                info = BookieServiceInfo.from_json(item.value, item.mod_revision)
+                if info.writable or not writable_only:
+                    out.append(info)
+            if len(page) < 1000:
+                return out
+            after = page[-1].key
+
+    async def watch_bookies(self) -> AsyncIterator[list[BookieServiceInfo]]:
+        """The registered bookies now, then the whole set again after every change."""
+        current: dict[bytes, BookieServiceInfo] = {}
+        page, revision = await self.kv.range(self.keys.bookies, None, 100_000)
+        for item in page:
+            current[item.key] = BookieServiceInfo.from_json(item.value, item.mod_revision)
+        watch = await self.kv.watch(self.keys.bookies, prefix=True, start_revision=revision + 1)
+        self._watches.add(watch)
+        try:
+            yield sorted(current.values(), key=lambda b: b.bookie_id)
+            async for event in watch:
+                if event.value is None:
+                    current.pop(event.key, None)
+                else:
+                    current[event.key] = BookieServiceInfo.from_json(event.value, event.revision)
+                yield sorted(current.values(), key=lambda b: b.bookie_id)
+        finally:
+            self._watches.discard(watch)
+            await watch.close()
+
+    # ------------------------------------------------------------------ cookies
+
+    async def read_cookie(self, bookie_id: str) -> Cookie | None:
+        found, _revision = await self.kv.get(self.keys.cookie(bookie_id))
+        return None if found is None else Cookie.from_json(found.value, found.mod_revision)
+
+    async def write_cookie(self, cookie: Cookie) -> Cookie:
+        """Create (``cookie.version == -1``) or replace at ``cookie.version``."""
+        key = self.keys.cookie(cookie.bookie_id)
+        try:
+            if cookie.version < 0:
+                version = await self.kv.create(key, cookie.to_json())
+            else:
+                version = await self.kv.compare_and_set(key, cookie.to_json(), cookie.version)
+        except (KeyExistsError, KeyMissingError, RevisionMismatchError) as exc:
+            raise MetadataVersionError(f"cookie of {cookie.bookie_id} changed: {exc}") from None
+        return Cookie(
+            cookie.bookie_id,
+            cookie.address,
+            cookie.journal_dirs,
+            cookie.data_dirs,
+            cookie.instance_id,
+            version,
+        )
+
+    async def delete_cookie(self, bookie_id: str, version: int) -> None:
+        try:
+            await self.kv.delete(self.keys.cookie(bookie_id), version)
+        except (KeyMissingError, RevisionMismatchError) as exc:
+            raise MetadataVersionError(f"cookie of {bookie_id} changed: {exc}") from None
+
+    # ------------------------------------------------------------------ logs
+
+    async def create_log(self, name: str) -> LogRecord:
+        record = LogRecord(name)
+        try:
+            version = await self.kv.create(self.keys.log(name), record.to_json())
+        except KeyExistsError:
+            raise LogExistsError(f"log {name!r} already exists") from None
+        return LogRecord(name, (), version)
+
+    async def read_log(self, name: str) -> LogRecord:
+        found, _revision = await self.kv.get(self.keys.log(name))
+        if found is None:
+            raise NoSuchLogError(f"log {name!r} does not exist")
+        return LogRecord.from_json(found.value, found.mod_revision)
+
+    async def write_log(self, record: LogRecord) -> LogRecord:
+        """Replace the log's ledger list if it is still at ``record.version``."""
+        try:
+            version = await self.kv.compare_and_set(
+                self.keys.log(record.name), record.to_json(), record.version
+            )
+        except KeyMissingError:
+            raise NoSuchLogError(f"log {record.name!r} does not exist") from None
+        except RevisionMismatchError as exc:
+            raise MetadataVersionError(
+                f"log {record.name!r} changed: at version {exc.actual}, not {record.version}"
+            ) from None
+        return LogRecord(record.name, record.ledgers, version)
+
+    async def delete_log(self, name: str, version: int | None = None) -> None:
+        try:
+            await self.kv.delete(self.keys.log(name), version)
+        except KeyMissingError:
+            raise NoSuchLogError(f"log {name!r} does not exist") from None
+        except RevisionMismatchError as exc:
+            raise MetadataVersionError(f"log {name!r} changed: {exc}") from None
+
+    async def list_logs(self, page_size: int = 1000) -> AsyncIterator[str]:
+        after: bytes | None = None
+        while True:
+            page, _revision = await self.kv.range(self.keys.logs, after, page_size)
+            for item in page:
+                yield self.keys.log_name(item.key)
+            if len(page) < page_size:
+                return
+            after = page[-1].key
+
+    async def watch_log(self, name: str) -> AsyncIterator[LogRecord | None]:
+        """The log record now, then after every change (None once deleted)."""
+        key = self.keys.log(name)
+        found, revision = await self.kv.get(key)
+        watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
+        self._watches.add(watch)
+        try:
+            yield None if found is None else LogRecord.from_json(found.value, found.mod_revision)
+            async for event in watch:
+                yield (
+                    None
+                    if event.value is None
+                    else LogRecord.from_json(event.value, event.revision)
+                )
+        finally:
+            self._watches.discard(watch)
+            await watch.close()
