@@ -45,6 +45,7 @@ run: setup
 
 bench: setup
 	$(PY) -m bench.journal
+	$(PY) -m bench.metadata
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

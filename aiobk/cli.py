@@ -10,6 +10,7 @@ import click
 
 from aiobk.standalone import standalone_command
 from bookie.cli import bookie_group, run_group
+from metadata.cli import bookies_group, ledger_group
 
 
 @click.group(help="aiobk: BookKeeper's replicated log, asyncio-native.")
@@ -20,6 +21,8 @@ def cli() -> None:
 
 cli.add_command(bookie_group)
 cli.add_command(standalone_command)
+cli.add_command(bookies_group)
+cli.add_command(ledger_group)
 
 
 def main(argv: list[str] | None = None) -> None:

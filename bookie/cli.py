@@ -20,6 +20,8 @@ from bookie.index import IndexCorruptError
 from bookie.journal_format import JournalCorruptError
 from bookie.metrics import serve_metrics
 from bookie.server import Bookie
+from metadata import MetadataURIError
+from protocol.errors import BKError
 
 log = logging.getLogger("aiobk.bookie")
 
@@ -102,6 +104,8 @@ def start_command(
         run_until_signalled(Bookie(config))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    except (MetadataURIError, BKError) as exc:
+        raise click.ClickException(f"cannot start bookie: {exc}") from None
     except (JournalCorruptError, IndexCorruptError) as exc:
         raise click.ClickException(f"refusing to start, data is damaged: {exc}") from None
     except OSError as exc:

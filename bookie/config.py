@@ -24,6 +24,7 @@ class BookieConfig:
     journal_dir: str | None = None  # default: DATA_DIR/journal (a separate disk is faster)
     bookie_id: str | None = None  # default: the advertised host:port
     metadata_uri: str | None = None  # etcd://... or memory://...; None runs unregistered
+    registration_ttl: float = 10.0  # lease TTL: a dead bookie vanishes from the registry after it
     # BP-46: when false, adds skip the journal (acknowledged once in ledger storage).
     journal_write_data: bool = True
     # Group commit, after journalMaxGroupWaitMSec / journalBufferedWritesThreshold /
@@ -59,6 +60,7 @@ class BookieConfig:
             "max_frame_size",
             "max_inflight_per_connection",
             "max_long_poll_timeout",
+            "registration_ttl",
         )
         for name in positive:
             if getattr(self, name) <= 0:

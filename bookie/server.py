@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 from typing import NamedTuple
 
@@ -29,7 +30,15 @@ from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from bookie.ops import HANDLERS, Handler
 from bookie.stats import BookieStats
 from bookie.storage import LedgerStorage
+from metadata import WRITABLE, BookieServiceInfo, MetadataStore, Registration, open_store
 from protocol import OpCode, peek_header
+from protocol.errors import BKError, MetadataStoreError
+
+try:
+    SOFTWARE_VERSION = importlib.metadata.version("aiobk")
+except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
+    SOFTWARE_VERSION = "unknown"
+REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,7 @@ class Bookie:
         *,
         disk: Disk | None = None,
         network: ServerNetwork | None = None,
+        metadata: MetadataStore | None = None,
     ) -> None:
         self.config = config
         self.stats = BookieStats()
@@ -80,6 +90,11 @@ class Bookie:
             stats=self.stats,
         )
         self.replayed = 0
+        self._metadata = metadata
+        self._owns_metadata = False
+        self.registration: Registration | None = None
+        self._reregister_task: asyncio.Task[None] | None = None
+        self._published_free = 0
 
     # ------------------------------------------------------------------ identity
 
@@ -117,6 +132,11 @@ class Bookie:
             lambda: ServerConnection(self), self.config.host, self.config.port
         )
         self._port = self._server.port
+        try:
+            await self._register()
+        except BaseException:
+            await self._close_server(abort=True)
+            raise
         self._running = True
         self._checkpoint_task = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name="bookie-checkpoint"
@@ -128,6 +148,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
+        await self._deregister(clean=True)
         await self._close_server(abort=False)
         await self._cancel_checkpoints()
         await self.journal.stop()
@@ -142,6 +163,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
+        await self._deregister(clean=False)
         await self._close_server(abort=True)
         await self._cancel_checkpoints()
         await self.journal.crash()
@@ -168,6 +190,68 @@ class Bookie:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    # ------------------------------------------------------------------ registration
+
+    async def _service_info(self) -> BookieServiceInfo:
+        free, total = await self.disk_usage()
+        self._published_free = free
+        return BookieServiceInfo(
+            self.bookie_id, str(self.address), WRITABLE, SOFTWARE_VERSION, free, total
+        )
+
+    async def _register(self) -> None:
+        """Publish this bookie under a lease (API.md: registers on start)."""
+        if self._metadata is None and self.config.metadata_uri:
+            self._metadata = open_store(self.config.metadata_uri)
+            self._owns_metadata = True
+        if self._metadata is None:
+            return
+        registration = await self._metadata.register_bookie(
+            await self._service_info(), self.config.registration_ttl
+        )
+        registration.on_lost(self._on_registration_lost)
+        self.registration = registration
+
+    def _on_registration_lost(self, lost: Registration) -> None:
+        if self._running and self._reregister_task is None:
+            self._reregister_task = asyncio.get_running_loop().create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        """Keep trying to register again; clients cannot pick this bookie meanwhile."""
+        try:
+            while self._running:
+                try:
+                    await self._register()
+                    log.info("bookie %s registered again", self.bookie_id)
+                    return
+                except (MetadataStoreError, BKError) as exc:
+                    log.warning("bookie %s: cannot register yet: %s", self.bookie_id, exc)
+                await asyncio.sleep(REREGISTER_INTERVAL)
+        finally:
+            self._reregister_task = None
+
+    async def _refresh_registration(self) -> None:
+        """Publish free disk again when it moved by more than 64 MiB."""
+        registration = self.registration
+        if registration is None or registration.lost.is_set():
+            return
+        free, _total = await self.disk_usage()
+        if abs(free - self._published_free) >= 64 * 1024 * 1024:
+            await registration.update(await self._service_info())
+
+    async def _deregister(self, clean: bool) -> None:
+        task, self._reregister_task = self._reregister_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        registration, self.registration = self.registration, None
+        if registration is not None:
+            await (registration.close() if clean else registration.abandon())
+        if self._owns_metadata and self._metadata is not None:
+            await self._metadata.close()
+            self._metadata = None
+
     # ------------------------------------------------------------------ checkpoints
 
     async def _checkpoint_loop(self) -> None:
@@ -177,6 +261,10 @@ class Bookie:
                 await self.checkpoint()
             except OSError:
                 log.exception("checkpoint failed; the journal is kept until one succeeds")
+            try:
+                await self._refresh_registration()
+            except (MetadataStoreError, BKError) as exc:
+                log.warning("bookie %s: cannot publish free disk: %s", self.bookie_id, exc)
 
     async def checkpoint(self, release: bool = True) -> None:
         """Make everything journaled so far durable in ledger storage; trim the journal."""

@@ -56,6 +56,7 @@ class EtcdProcess:
             self._own_dir = True
         client = f"http://{self.host}:{self.client_port}"
         peer = f"http://{self.host}:{self.peer_port}"
+        os.makedirs(self.data_dir, exist_ok=True)
         log_path = os.path.join(self.data_dir, "etcd.log")
         with open(log_path, "ab") as log_file:
             self.process = subprocess.Popen(

@@ -177,7 +177,9 @@ async def test_cookies(store: MetadataStore) -> None:
     assert await store.read_cookie("127.0.0.1:5000") == cookie
     with pytest.raises(MetadataVersionError):
         await store.write_cookie(cookie)  # create again
-    changed = Cookie(cookie.bookie_id, cookie.address, ("/j2",), ("/d",), "instance-2", created.version)
+    changed = Cookie(
+        cookie.bookie_id, cookie.address, ("/j2",), ("/d",), "instance-2", created.version
+    )
     updated = await store.write_cookie(changed)
     with pytest.raises(MetadataVersionError):
         await store.write_cookie(changed)  # stale version

@@ -1,0 +1,105 @@
+"""Latency of metadata operations against a local etcd (``python -m bench.metadata``).
+
+Starts its own etcd on loopback (data on the project's disk), then times, one at a time:
+ledger id allocation, ledger create, compare-and-set update and read, and reports them next to
+the fdatasync floor of the same disk (every etcd write waits for etcd's own WAL fsync).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from bench.floors import fdatasync_floor, new_histogram
+from metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
+
+ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
+
+
+async def measure(uri: str, count: int) -> dict[str, dict[str, float]]:
+    store = open_store(uri)
+    histograms = {name: new_histogram() for name in ("allocate id", "create", "CAS update", "read")}
+
+    def record(name: str, started: int) -> None:
+        histograms[name].record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+
+    try:
+        template = LedgerMetadata(3, 3, 2, (Fragment(0, ENSEMBLE),))
+        for _ in range(count):
+            started = time.perf_counter_ns()
+            ledger_id = await store.allocate_ledger_id()
+            record("allocate id", started)
+            started = time.perf_counter_ns()
+            created = await store.create_ledger(ledger_id, template)
+            record("create", started)
+            started = time.perf_counter_ns()
+            await store.write_ledger(ledger_id, created.replace(length=1))
+            record("CAS update", started)
+            started = time.perf_counter_ns()
+            await store.read_ledger(ledger_id)
+            record("read", started)
+    finally:
+        await store.close()
+    return {
+        name: {
+            "p50_us": h.get_value_at_percentile(50),
+            "p99_us": h.get_value_at_percentile(99),
+            "mean_us": round(h.get_mean_value(), 1),
+        }
+        for name, h in histograms.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.metadata", description=__doc__)
+    parser.add_argument("--count", type=int, default=500)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
+    etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
+    try:
+        floor = fdatasync_floor(base, 1000)
+        results = uvloop.run(measure(etcd.uri("bench"), args.count))
+    finally:
+        etcd.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    table = Table(title=f"metadata operations on a local etcd, {args.count} each, one at a time")
+    for column in ("operation", "p50 us", "p99 us", "mean us", "p50 / fdatasync p50"):
+        table.add_column(column, justify="right")
+    sync_p50 = floor.get_value_at_percentile(50)
+    table.add_row(
+        "fdatasync 4 KiB (floor)",
+        str(sync_p50),
+        str(floor.get_value_at_percentile(99)),
+        f"{floor.get_mean_value():.0f}",
+        "1.00",
+    )
+    for name, figures in results.items():
+        table.add_row(
+            name,
+            str(figures["p50_us"]),
+            str(figures["p99_us"]),
+            f"{figures['mean_us']:.0f}",
+            f"{figures['p50_us'] / sync_p50:.2f}",
+        )
+    Console().print(table)
+    path = args.json or os.path.join(
+        "bench", "results", f"metadata-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump({"fdatasync_p50_us": sync_p50, "operations": results}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""A bookie registers itself on start and deregisters on a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from bookie import Bookie, BookieConfig
+from metadata import open_store
+from protocol.errors import BookieAlreadyRegisteredError
+from tests.conftest import unique_name
+
+
+@pytest.mark.parametrize("kind", ["memory", "etcd"])
+async def test_register_on_start_deregister_on_stop(tmp_path: Path, kind: str, request) -> None:
+    if kind == "memory":
+        uri = f"memory://{unique_name('reg')}"
+    else:
+        uri = request.getfixturevalue("etcd_server").uri(unique_name("reg"))
+    store = open_store(uri)
+    bookie = Bookie(BookieConfig(data_dir=str(tmp_path / "b"), port=0, metadata_uri=uri))
+    await bookie.start()
+    try:
+        (info,) = await store.list_bookies()
+        assert info.bookie_id == str(bookie.address)
+        assert info.address == str(bookie.address)
+        assert info.writable
+        assert info.free_bytes > 0
+        twin = Bookie(
+            BookieConfig(
+                data_dir=str(tmp_path / "twin"), port=0, metadata_uri=uri, bookie_id=info.bookie_id
+            )
+        )
+        with pytest.raises(BookieAlreadyRegisteredError):
+            await twin.start()
+        assert not twin.running
+    finally:
+        await bookie.stop()
+    assert await store.list_bookies() == []
+    await store.close()
+
+
+async def test_crashed_bookie_vanishes_after_its_ttl_and_lost_lease_reregisters(
+    tmp_path: Path,
+) -> None:
+    uri = f"memory://{unique_name('crash')}"
+    store = open_store(uri)
+    config = BookieConfig(
+        data_dir=str(tmp_path / "b"), port=0, metadata_uri=uri, registration_ttl=0.5
+    )
+    bookie = Bookie(config)
+    await bookie.start()
+    registration = bookie.registration
+    assert registration is not None
+    await store.kv.revoke_lease(registration.lease)  # the lease is lost behind its back
+    for _ in range(100):
+        current = bookie.registration
+        if current is not None and current is not registration and not current.lost.is_set():
+            break
+        await asyncio.sleep(0.05)
+    assert bookie.registration is not registration
+    assert [b.bookie_id for b in await store.list_bookies()] == [bookie.bookie_id]
+    await bookie.crash()
+    for _ in range(100):
+        if not await store.list_bookies():
+            break
+        await asyncio.sleep(0.05)
+    assert await store.list_bookies() == []
+    await store.close()
