@@ -1,18 +1,24 @@
 """One pipelined connection to one bookie.
 
-In-flight requests live in ``dict[txn_id, Future]`` (STYLE 3); responses may arrive in any
-order. Requests queued in one event-loop turn leave in one write. Every request has a deadline:
-past it the future fails with ``OperationTimeoutError`` and a late answer is dropped. When the
-connection closes, every pending request fails with ``BookieUnavailableError`` chaining the
-cause, and the connection is done: the owner opens a new one.
+In-flight requests live in ``dict[txn_id, (deadline, callback)]`` (STYLE 3); responses may
+arrive in any order. Requests queued in one event-loop turn leave in one write. Every request
+has a deadline, enforced by one sweep timer per connection rather than a timer per request:
+past it the callback gets ``OperationTimeoutError`` and a late answer is dropped. When the
+connection closes every pending request fails with ``BookieUnavailableError`` chaining the
+cause, and the connection is finished: its owner opens a new one.
+
+``txn_ids`` may be shared by many connections so that one encoded frame (an add) can go to
+every bookie of a write set unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
-from typing import TypeVar, cast
+from collections.abc import Callable, Iterator
+from typing import cast
 
 from client.net import AsyncioConnector, Connector
 from protocol import (
@@ -32,6 +38,7 @@ from protocol import (
 )
 from protocol.errors import (
     BadRequestError,
+    BKError,
     BookieUnavailableError,
     OperationTimeoutError,
     error_for_status,
@@ -39,28 +46,27 @@ from protocol.errors import (
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=Response)
-
-
-class _Pending:
-    __slots__ = ("future", "timer")
-
-    def __init__(self, future: asyncio.Future[Response], timer: asyncio.TimerHandle) -> None:
-        self.future = future
-        self.timer = timer
+Callback = Callable[[Response | BKError], None]
+SWEEP_INTERVAL = 0.05  # seconds between deadline checks
 
 
 class BookieConnection(asyncio.Protocol):
-    def __init__(self, address: str, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+    def __init__(
+        self,
+        address: str,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        txn_ids: Iterator[int] | None = None,
+    ) -> None:
         self.address = address
         self.bookie_id = ""
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame = max_frame_size
-        self._pending: dict[int, _Pending] = {}
-        self._next_txn = 1
+        self._pending: dict[int, tuple[float, Callback]] = {}
+        self._txn_ids = txn_ids if txn_ids is not None else itertools.count(1)
         self._out: list[bytes] = []
         self._flush_scheduled = False
+        self._sweeper: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
         self._closed_error: BookieUnavailableError | None = None
         self._write_ready: asyncio.Future[None] | None = None
@@ -78,15 +84,17 @@ class BookieConnection(asyncio.Protocol):
         expected_bookie_id: str | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         client_name: str = "aiobk",
+        txn_ids: Iterator[int] | None = None,
     ) -> BookieConnection:
         """Connect and handshake within ``timeout``; raise BookieUnavailableError otherwise."""
         address = f"{host}:{port}"
         connector = connector or AsyncioConnector()
         try:
             _transport, conn = await asyncio.wait_for(
-                connector.connect(lambda: cls(address, max_frame_size), host, port), timeout
+                connector.connect(lambda: cls(address, max_frame_size, txn_ids), host, port),
+                timeout,
             )
-        except (TimeoutError, OSError) as exc:
+        except (OSError, asyncio.TimeoutError) as exc:
             raise BookieUnavailableError(f"cannot connect to bookie {address}: {exc}") from exc
         try:
             hello = await conn.call(HandshakeRequest(0, PROTOCOL_VERSION, client_name), timeout)
@@ -113,40 +121,57 @@ class BookieConnection(asyncio.Protocol):
         return len(self._pending)
 
     def next_txn_id(self) -> int:
-        txn = self._next_txn
-        self._next_txn = txn + 1
-        return txn
+        return next(self._txn_ids)
 
-    def send(self, request: Request, timeout: float) -> asyncio.Future[Response]:
-        """Send ``request`` (its txn_id must come from ``next_txn_id``); the future resolves
-        with the response of any status, or fails with a BKError on timeout or disconnect."""
-        future: asyncio.Future[Response] = self._loop.create_future()
+    def send_frame(self, txn_id: int, frame: bytes, timeout: float, callback: Callback) -> None:
+        """Send an encoded request; ``callback`` gets the response (any status) or a BKError."""
         if self._closed_error is not None:
-            future.set_exception(self._closed_error)
-            return future
-        txn_id = request.txn_id
-        timer = self._loop.call_later(timeout, self._expire, txn_id, timeout)
-        self._pending[txn_id] = _Pending(future, timer)
-        self._out.append(encode(request))
+            self._loop.call_soon(callback, self._closed_error)
+            return
+        self._pending[txn_id] = (self._loop.time() + timeout, callback)
+        self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+
+    def send_request(self, request: Request, timeout: float, callback: Callback) -> None:
+        self.send_frame(request.txn_id, encode(request), timeout, callback)
+
+    def send(self, request: Request, timeout: float) -> asyncio.Future[Response]:
+        """Send ``request`` (txn_id from ``next_txn_id``); the future resolves with the response
+        of any status, or fails with a BKError on timeout or disconnect."""
+        future: asyncio.Future[Response] = self._loop.create_future()
+
+        def done(result: Response | BKError) -> None:
+            if future.done():
+                return
+            if isinstance(result, BKError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+        self.send_request(request, timeout, done)
         return future
 
     async def call(self, request: Request, timeout: float) -> Response:
         """Send with a fresh txn_id; return the response, raising for any non-OK status."""
-        request = _with_txn(request, self.next_txn_id())
+        request = dataclasses.replace(request, txn_id=self.next_txn_id())
         response = await self.send(request, timeout)
         if response.status is not StatusCode.EOK:
             raise status_error(response, self.address)
         return response
 
-    def _expire(self, txn_id: int, timeout: float) -> None:
-        pending = self._pending.pop(txn_id, None)
-        if pending is not None and not pending.future.done():
-            pending.future.set_exception(
-                OperationTimeoutError(f"bookie {self.address} did not answer within {timeout}s")
-            )
+    def _sweep(self) -> None:
+        self._sweeper = None
+        now = self._loop.time()
+        expired = [txn for txn, (deadline, _cb) in self._pending.items() if deadline <= now]
+        for txn in expired:
+            _deadline, callback = self._pending.pop(txn)
+            callback(OperationTimeoutError(f"bookie {self.address} did not answer in time"))
+        if self._pending and self._closed_error is None:
+            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -199,11 +224,8 @@ class BookieConnection(asyncio.Protocol):
                 self._broken(f"malformed response from bookie: {exc.reason}")
                 return
             entry = pending.pop(response.txn_id, None)
-            if entry is None:
-                continue  # answered after its deadline
-            entry.timer.cancel()
-            if not entry.future.done():
-                entry.future.set_result(response)
+            if entry is not None:  # None: answered after its deadline
+                entry[1](response)
 
     def _broken(self, why: str) -> None:
         log.warning("%s: %s", self.address, why)
@@ -214,20 +236,17 @@ class BookieConnection(asyncio.Protocol):
     def _fail_all(self, error: BookieUnavailableError) -> None:
         if self._closed_error is None:
             self._closed_error = error
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         pending, self._pending = self._pending, {}
-        for entry in pending.values():
-            entry.timer.cancel()
-            if not entry.future.done():
-                entry.future.set_exception(error)
+        for _deadline, callback in pending.values():
+            callback(error)
         self.resume_writing()
 
 
-def status_error(response: Response, address: str) -> Exception:
+def status_error(response: Response, address: str) -> BKError:
     """The BKError for a non-OK response."""
     if isinstance(response, ErrorResponse):
         return BadRequestError(f"bookie {address} could not parse request {response.request_op}")
     return error_for_status(response.status, f"{response.status.name} from bookie {address}")
-
-
-def _with_txn(request: Request, txn_id: int) -> Request:
-    return dataclasses.replace(request, txn_id=txn_id)
