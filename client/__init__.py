@@ -1,8 +1,27 @@
-"""The aiobk async client."""
+"""The aiobk async client (API.md "Client API")."""
 
 from client import errors
+from client.bookkeeper import BookKeeper
+from client.config import ClientConfig
 from client.connection import BookieConnection
 from client.digest import Digester
+from client.entry import Entry
+from client.ledger_handle import LedgerHandle
 from client.net import AsyncioConnector, Connector
+from client.read_handle import ReadHandle
+from protocol import DigestType, Durability
 
-__all__ = ["AsyncioConnector", "BookieConnection", "Connector", "Digester", "errors"]
+__all__ = [
+    "AsyncioConnector",
+    "BookKeeper",
+    "BookieConnection",
+    "ClientConfig",
+    "Connector",
+    "DigestType",
+    "Digester",
+    "Durability",
+    "Entry",
+    "LedgerHandle",
+    "ReadHandle",
+    "errors",
+]

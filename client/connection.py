@@ -94,7 +94,7 @@ class BookieConnection(asyncio.Protocol):
                 connector.connect(lambda: cls(address, max_frame_size, txn_ids), host, port),
                 timeout,
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to bookie {address}: {exc}") from exc
         try:
             hello = await conn.call(HandshakeRequest(0, PROTOCOL_VERSION, client_name), timeout)

@@ -31,9 +31,7 @@ def ensemble_coverage(ensemble_size: int, ack_quorum: int) -> int:
     return ensemble_size - ack_quorum + 1
 
 
-def covered(
-    ensemble_size: int, write_quorum: int, ack_quorum: int, slots: Collection[int]
-) -> bool:
+def covered(ensemble_size: int, write_quorum: int, ack_quorum: int, slots: Collection[int]) -> bool:
     """True when every ack quorum of every write set contains one of ``slots``."""
     need = quorum_coverage(write_quorum, ack_quorum)
     for start in range(ensemble_size):

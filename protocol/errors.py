@@ -118,6 +118,12 @@ class MetadataStoreError(BKError):
     default_message = "metadata store unavailable"
 
 
+class LedgerRecoveryError(BKError):
+    code = -10
+    retriable = True
+    default_message = "ledger recovery could not decide the last entry; try again"
+
+
 class LedgerClosedError(BKError):
     code = -11
     default_message = "ledger is closed"

@@ -36,10 +36,15 @@ def test_coverage_thresholds() -> None:
     assert quorum_coverage(3, 1) == 3
 
 
-@given(st.integers(1, 6).flatmap(lambda e: st.tuples(st.just(e), st.integers(1, e))).flatmap(
-    lambda ew: st.tuples(st.just(ew[0]), st.just(ew[1]), st.integers(1, ew[1]))
-), st.data())
-def test_coverage_means_no_ack_quorum_escapes(ewa: tuple[int, int, int], data: st.DataObject) -> None:
+@given(
+    st.integers(1, 6)
+    .flatmap(lambda e: st.tuples(st.just(e), st.integers(1, e)))
+    .flatmap(lambda ew: st.tuples(st.just(ew[0]), st.just(ew[1]), st.integers(1, ew[1]))),
+    st.data(),
+)
+def test_coverage_means_no_ack_quorum_escapes(
+    ewa: tuple[int, int, int], data: st.DataObject
+) -> None:
     e, wq, aq = ewa
     slots = data.draw(st.sets(st.integers(0, e - 1)))
     # Definition: every AQ-subset of every write set contains a slot of `slots`, i.e. the

@@ -1,0 +1,332 @@
+"""Adding entries: BookKeeper's PendingAddOp and the ordering rules around it.
+
+Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to ledgers"):
+
+- ``add`` gives the next entry id (dense, in call order), encodes the entry once -- the body
+  carries the LAC at send time -- and sends the same frame to every bookie of its write set.
+- An entry is acknowledged to its caller when AQ bookies of its write set acked it *and* every
+  lower entry has been acknowledged; the LAC is the last entry so acknowledged.
+- A bookie that fails an add (error, timeout, unreachable) starts an ensemble change: its slot
+  gets a replacement in a new fragment starting at LAC + 1, acks it gave above the LAC no longer
+  count, every unacknowledged entry of its slots is sent again to the replacement, and no entry
+  is acknowledged until the new fragment is durable (``change_ensemble`` returned) -- an entry
+  acked by a bookie that the metadata does not name yet would be invisible to recovery
+  (RELIABILITY "an add at AQ held until the change's CAS lands"). Failures that arrive before
+  a change starts merge into it; later ones make another round. New adds wait until it is done.
+- EFENCED means a recovery has started: every pending and later add fails with
+  ``LedgerFencedError``; EUA fails them with ``UnauthorizedError``.
+
+The same pipeline writes recovery's write-backs (RECOVERY_ADD, a fixed LAC in every body, and a
+``change_ensemble`` that only changes the local view, RELIABILITY traps 3 and 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from client.config import ClientConfig
+from client.digest import Digester
+from client.pool import BookiePool
+from client.quorum import write_set
+from protocol import AddFlag, AddRequest, AddResponse, Durability, Response, StatusCode, encode
+from protocol.errors import (
+    BKError,
+    LedgerFencedError,
+    OperationTimeoutError,
+    UnauthorizedError,
+)
+
+log = logging.getLogger(__name__)
+
+# (first entry of the new fragment, current ensemble, failed slot -> bookie) -> new ensemble
+EnsembleChanger = Callable[[int, list[str], dict[int, str]], Awaitable[list[str]]]
+
+
+class PendingAdd:
+    __slots__ = ("acks", "done", "entry_id", "future", "length", "payload", "queued")
+
+    def __init__(
+        self, entry_id: int, payload: bytes, length: int, future: asyncio.Future[int]
+    ) -> None:
+        self.entry_id = entry_id
+        self.payload = payload
+        self.length = length  # ledger length including this entry
+        self.future = future
+        self.acks = 0  # bitmask of slots that acknowledged
+        self.done = False
+        self.queued = False  # waiting for an ensemble change to finish before its first send
+
+
+class AddPipeline:
+    def __init__(
+        self,
+        *,
+        ledger_id: int,
+        master_key: bytes,
+        digest: Digester,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        ensemble: list[str],
+        pool: BookiePool,
+        config: ClientConfig,
+        change_ensemble: EnsembleChanger,
+        lac: int = -1,
+        length: int = 0,
+        flags: AddFlag = AddFlag.NONE,
+        durability: Durability = Durability.PERSISTENT,
+        fixed_lac: int | None = None,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self._key = master_key
+        self._digest = digest
+        self.e, self.wq, self.aq = ensemble_size, write_quorum, ack_quorum
+        self.ensemble = list(ensemble)
+        self._pool = pool
+        self._config = config
+        self._change_ensemble = change_ensemble
+        self.lac = lac
+        self.lac_length = length
+        self.next_entry_id = lac + 1
+        self.length = length
+        self._flags = flags
+        self._durability = durability
+        self._fixed_lac = fixed_lac
+        self._pending: deque[PendingAdd] = deque()
+        self._queued: list[PendingAdd] = []
+        self._failed: dict[int, str] = {}
+        self.changing = False
+        self.error: BKError | None = None
+        self._room: deque[asyncio.Future[None]] = deque()
+        self._idle: list[asyncio.Future[None]] = []
+        self._loop = asyncio.get_running_loop()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ adding
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: wait while max_outstanding_adds entries are unfinished."""
+        while self.error is None and (
+            len(self._pending) >= self._config.max_outstanding_adds or self._room
+        ):
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._room.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._room:
+                    self._room.remove(waiter)
+            if len(self._pending) < self._config.max_outstanding_adds:
+                break
+
+    def add(self, payload: bytes) -> PendingAdd:
+        """Start adding ``payload`` as the next entry; its future gives the entry id."""
+        if self.error is not None:
+            raise self.error
+        entry_id = self.next_entry_id
+        self.next_entry_id = entry_id + 1
+        self.length += len(payload)
+        return self._start(entry_id, payload, self.length)
+
+    def add_entry(self, entry_id: int, payload: bytes, length: int) -> PendingAdd:
+        """Recovery: write back a specific entry (ids must follow on)."""
+        if self.error is not None:
+            raise self.error
+        if entry_id != self.next_entry_id:
+            raise ValueError(f"entry {entry_id} is not the next one ({self.next_entry_id})")
+        self.next_entry_id = entry_id + 1
+        self.length = length
+        return self._start(entry_id, payload, length)
+
+    def _start(self, entry_id: int, payload: bytes, length: int) -> PendingAdd:
+        op = PendingAdd(entry_id, payload, length, self._loop.create_future())
+        self._pending.append(op)
+        if self.changing:
+            op.queued = True
+            self._queued.append(op)
+        else:
+            self._send(op, write_set(entry_id, self.e, self.wq))
+        return op
+
+    def _frame(self, op: PendingAdd) -> tuple[int, bytes]:
+        lac = self._fixed_lac if self._fixed_lac is not None else self.lac
+        body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
+        txn_id = next(self._pool.txn_ids)
+        request = AddRequest(
+            txn_id, self.ledger_id, op.entry_id, self._flags, self._durability, self._key, body
+        )
+        return txn_id, encode(request)
+
+    def _send(self, op: PendingAdd, slots: list[int]) -> None:
+        txn_id, frame = self._frame(op)
+        timeout = self._config.add_timeout
+        for slot in slots:
+            bookie = self.ensemble[slot]
+            callback = self._callback(op, slot, bookie)
+            conn = self._pool.get_nowait(bookie)
+            if conn is not None:
+                conn.send_frame(txn_id, frame, timeout, callback)
+            else:
+                self._spawn(self._send_after_connect(bookie, txn_id, frame, callback))
+
+    async def _send_after_connect(
+        self, bookie: str, txn_id: int, frame: bytes, callback: Callable[[Response | BKError], None]
+    ) -> None:
+        try:
+            conn = await self._pool.get(bookie)
+        except BKError as exc:
+            callback(exc)
+            return
+        conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _callback(
+        self, op: PendingAdd, slot: int, bookie: str
+    ) -> Callable[[Response | BKError], None]:
+        return lambda result: self._on_response(op, slot, bookie, result)
+
+    # ------------------------------------------------------------------ responses
+
+    def _on_response(
+        self, op: PendingAdd, slot: int, bookie: str, result: Response | BKError
+    ) -> None:
+        if op.done or self.error is not None:
+            return
+        if self.ensemble[slot] != bookie or self._failed.get(slot) == bookie:
+            return  # from a bookie replaced (or being replaced) in this slot: does not count
+        if isinstance(result, AddResponse) and result.status is StatusCode.EOK:
+            op.acks |= 1 << slot
+            if op.acks.bit_count() >= self.aq and op is self._pending[0]:
+                self._complete_ready()
+            return
+        if isinstance(result, Response):
+            if result.status is StatusCode.EFENCED:
+                self.fail(LedgerFencedError(f"ledger {self.ledger_id} is fenced (bookie {bookie})"))
+                return
+            if result.status is StatusCode.EUA:
+                self.fail(UnauthorizedError(f"bookie {bookie} refused the ledger's password"))
+                return
+            log.warning(
+                "ledger %d: bookie %s answered %s", self.ledger_id, bookie, result.status.name
+            )
+        else:
+            log.warning("ledger %d: add to bookie %s failed: %s", self.ledger_id, bookie, result)
+            if isinstance(result, OperationTimeoutError):
+                self._pool.mark_failed(bookie)
+        self._slot_failed(slot, bookie)
+
+    def _complete_ready(self) -> None:
+        """Acknowledge, in order, every entry at the head that has its ack quorum."""
+        if self.changing:
+            return  # hold acknowledgements until the new fragment is in the metadata
+        pending = self._pending
+        aq = self.aq
+        while pending and pending[0].acks.bit_count() >= aq:
+            op = pending.popleft()
+            op.done = True
+            self.lac = op.entry_id
+            self.lac_length = op.length
+            if not op.future.done():
+                op.future.set_result(op.entry_id)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._room and len(self._pending) < self._config.max_outstanding_adds:
+            waiter = self._room.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+        if not self._pending:
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def fail(self, error: BKError) -> None:
+        """Fail every pending and future add with ``error``."""
+        if self.error is None:
+            self.error = error
+        pending, self._pending = self._pending, deque()
+        self._queued = []
+        for op in pending:
+            op.done = True
+            if not op.future.done():
+                op.future.set_exception(error)
+                op.future.exception()  # a caller that went away must not leave it unretrieved
+        for waiter in self._room:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._room.clear()
+        self._wake()
+
+    async def settle(self) -> None:
+        """Wait until no add is pending (each acknowledged or failed)."""
+        if self._pending:
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._idle.append(waiter)
+            await waiter
+
+    # ------------------------------------------------------------------ ensemble change
+
+    def _slot_failed(self, slot: int, bookie: str) -> None:
+        if self.ensemble[slot] != bookie or slot in self._failed:
+            return
+        self._failed[slot] = bookie
+        if not self.changing:
+            self.changing = True
+            self._spawn(self._run_ensemble_change())
+
+    async def _run_ensemble_change(self) -> None:
+        try:
+            while self._failed and self.error is None:
+                failed = dict(self._failed)
+                first_entry = self.lac + 1  # acknowledgements are held: the LAC cannot move
+                mask = 0
+                for slot in failed:
+                    mask |= 1 << slot
+                for op in self._pending:
+                    op.acks &= ~mask  # a replaced bookie's acks above the LAC do not count
+                new_ensemble = await self._change_ensemble(first_entry, list(self.ensemble), failed)
+                self.ensemble = list(new_ensemble)
+                for slot, bookie in failed.items():
+                    if self._failed.get(slot) == bookie:
+                        del self._failed[slot]
+                for op in list(self._pending):
+                    if op.queued:
+                        continue
+                    slots = [s for s in write_set(op.entry_id, self.e, self.wq) if s in failed]
+                    if slots:
+                        self._send(op, slots)
+        except BKError as exc:
+            self.fail(exc)
+        except Exception as exc:  # pragma: no cover - a bug must not leave adds hanging
+            log.exception("ledger %d: ensemble change crashed", self.ledger_id)
+            self.fail(BKError(f"ensemble change failed: {exc!r}"))
+        finally:
+            self.changing = False
+        if self.error is None:
+            queued, self._queued = self._queued, []
+            for op in queued:
+                op.queued = False
+                if not op.done:
+                    self._send(op, write_set(op.entry_id, self.e, self.wq))
+            self._complete_ready()
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, BKError):
+                await task

@@ -1,0 +1,167 @@
+"""``BookKeeper``: the client's entry point (API.md "Client API")."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from client.config import ClientConfig
+from client.digest import Digester
+from client.ledger_handle import LedgerHandle
+from client.net import Connector
+from client.placement import choose_ensemble
+from client.pool import BookiePool
+from client.read import EntryReader
+from client.read_handle import ReadHandle
+from client.recovery import LedgerRecovery
+from metadata import Fragment, LedgerMetadata, MetadataStore, open_store
+from protocol import DigestType, Durability, master_key
+from protocol.errors import UnauthorizedError
+
+
+def password_digest(password: bytes) -> bytes:
+    """What the metadata keeps to check a password on open (never the password itself)."""
+    return hashlib.sha256(b"aiobk-password\x00" + password).digest()
+
+
+class BookKeeper:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: ClientConfig,
+        *,
+        rng: random.Random | None = None,
+        connector: Connector | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        owns_store: bool = True,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._rng = rng or random.Random()
+        self._wall_clock = wall_clock
+        self.pool = BookiePool(store, config, connector)
+        self._owns_store = owns_store
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        metadata: str | MetadataStore,
+        config: ClientConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+        connector: Connector | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> BookKeeper:
+        """A client for the cluster whose metadata lives at ``metadata`` (a URI or a store)."""
+        config = config or ClientConfig()
+        if isinstance(metadata, str):
+            store = open_store(metadata, timeout=config.metadata_timeout)
+            return cls(store, config, rng=rng, connector=connector, wall_clock=wall_clock)
+        return cls(
+            metadata, config, rng=rng, connector=connector, wall_clock=wall_clock, owns_store=False
+        )
+
+    async def __aenter__(self) -> BookKeeper:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.pool.close()
+        if self._owns_store:
+            await self.store.close()
+
+    # ------------------------------------------------------------------ ledgers
+
+    async def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        *,
+        password: bytes = b"",
+        durability: Durability = Durability.PERSISTENT,
+        custom_metadata: Mapping[str, bytes] | None = None,
+        digest_type: DigestType | None = None,
+    ) -> LedgerHandle:
+        """A new ledger on ``ensemble_size`` writable bookies, open for appends."""
+        if not ensemble_size >= write_quorum >= ack_quorum >= 1:
+            raise ValueError(
+                "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{ensemble_size}/{write_quorum}/{ack_quorum}"
+            )
+        if durability is not Durability.PERSISTENT:
+            raise ValueError("volatile durability (BP-14) is not available in this version")
+        kind = digest_type if digest_type is not None else self.config.digest_type
+        bookies = await self.pool.writable_bookies(fresh=True)
+        ensemble = choose_ensemble(bookies, ensemble_size, (), self._rng)
+        ledger_id = await self.store.allocate_ledger_id()
+        metadata = LedgerMetadata(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            (Fragment(0, tuple(ensemble)),),
+            durability=durability,
+            digest_type=kind,
+            password_digest=password_digest(password),
+            custom_metadata=dict(custom_metadata or {}),
+            creation_time=int(self._wall_clock() * 1000),
+        )
+        metadata = await self.store.create_ledger(ledger_id, metadata)
+        return LedgerHandle(
+            ledger_id=ledger_id,
+            metadata=metadata,
+            master_key=master_key(password),
+            digest=Digester(kind, password),
+            store=self.store,
+            pool=self.pool,
+            config=self.config,
+            rng=self._rng,
+        )
+
+    async def open_ledger(
+        self, ledger_id: int, password: bytes = b"", recovery: bool = True
+    ) -> ReadHandle:
+        """Open for reading. With recovery (default) an unclosed ledger is fenced, recovered
+        and closed first; without, nothing is changed and reads stop at the bookies' LAC."""
+        metadata = await self.store.read_ledger(ledger_id)
+        if not hmac.compare_digest(metadata.password_digest, password_digest(password)):
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        digest = Digester(metadata.digest_type, password)
+        if recovery and not metadata.is_closed:
+            metadata = await LedgerRecovery(
+                ledger_id=ledger_id,
+                master_key=master_key(password),
+                digest=digest,
+                store=self.store,
+                pool=self.pool,
+                config=self.config,
+                rng=self._rng,
+            ).run(metadata)
+        handle = ReadHandle(
+            ledger_id=ledger_id,
+            metadata=metadata,
+            reader=EntryReader(ledger_id, digest, self.pool, self.config),
+            store=self.store,
+            pool=self.pool,
+            config=self.config,
+        )
+        if not metadata.is_closed:
+            await handle.read_last_add_confirmed()
+        return handle
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        """Remove the ledger's metadata (bookies reclaim its space later)."""
+        await self.store.delete_ledger(ledger_id)
+
+    async def list_ledgers(self) -> AsyncIterator[int]:
+        async for ledger_id in self.store.list_ledgers():
+            yield ledger_id

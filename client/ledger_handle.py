@@ -1,0 +1,147 @@
+"""A ledger open for writing (``BookKeeper.create_ledger``)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import TYPE_CHECKING
+
+from client.add import AddPipeline
+from client.close import close_as_writer
+from client.config import ClientConfig
+from client.digest import Digester
+from client.ensemble_change import change_ensemble
+from client.pool import BookiePool
+from metadata import LedgerMetadata, MetadataStore
+from protocol import Durability
+from protocol.errors import BKError, LedgerClosedError
+
+if TYPE_CHECKING:
+    pass
+
+
+class LedgerHandle:
+    def __init__(
+        self,
+        *,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        master_key: bytes,
+        digest: Digester,
+        store: MetadataStore,
+        pool: BookiePool,
+        config: ClientConfig,
+        rng: random.Random,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.store = store
+        self.pool = pool
+        self.config = config
+        self.bad_bookies: set[str] = set()
+        self.fenced = False
+        self._closed = False
+        self._closing: asyncio.Future[None] | None = None
+        self._rng = rng
+        self._pipeline = AddPipeline(
+            ledger_id=ledger_id,
+            master_key=master_key,
+            digest=digest,
+            ensemble_size=metadata.ensemble_size,
+            write_quorum=metadata.write_quorum,
+            ack_quorum=metadata.ack_quorum,
+            ensemble=list(metadata.ensemble),
+            pool=pool,
+            config=config,
+            change_ensemble=self._change_ensemble,
+            durability=metadata.durability,
+        )
+
+    async def _change_ensemble(
+        self, first_entry: int, ensemble: list[str], failed: dict[int, str]
+    ) -> list[str]:
+        return await change_ensemble(self, first_entry, ensemble, failed, self._rng)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._pipeline.lac
+
+    @property
+    def last_add_pushed(self) -> int:
+        return self._pipeline.next_entry_id - 1
+
+    @property
+    def length(self) -> int:
+        return self._pipeline.lac_length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def durability(self) -> Durability:
+        return self.metadata.durability
+
+    # ------------------------------------------------------------------ writing
+
+    async def append(self, data: bytes) -> int:
+        """Add ``data`` as the next entry; return its id once it and all before it are
+        confirmed (PERSISTENT: on an ack quorum of fsynced copies)."""
+        if self._closed or self._closing is not None:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        pipeline = self._pipeline
+        if pipeline.outstanding >= self.config.max_outstanding_adds:
+            await pipeline.wait_for_room()
+            if self._closed or self._closing is not None:
+                raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        op = pipeline.add(bytes(data))
+        return await asyncio.shield(op.future)
+
+    async def force(self) -> int:
+        """Make every appended entry durable; return the LAC. Persistent ledgers sync every add
+        before acknowledging it, so this waits for the outstanding adds."""
+        await self._pipeline.settle()
+        if self._pipeline.error is not None:
+            raise self._pipeline.error
+        return self._pipeline.lac
+
+    async def close(self) -> None:
+        """Wait for outstanding adds, then close the ledger at the last confirmed entry.
+        Idempotent; concurrent calls share one close."""
+        if self._closed:
+            return
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+            try:
+                await self._pipeline.settle()
+                pipeline = self._pipeline
+                if not self.fenced:
+                    self.metadata = await close_as_writer(self, pipeline.lac, pipeline.lac_length)
+                    self._closed = True
+                else:
+                    self._closed = True
+                    raise pipeline.error or LedgerClosedError(f"ledger {self.ledger_id} fenced")
+                self._closing.set_result(None)
+            except BaseException as exc:
+                self._closed = True
+                self._closing.set_exception(exc)
+                self._closing.exception()
+                raise
+            finally:
+                await self._pipeline.close()
+                if self._pipeline.error is None:
+                    self._pipeline.fail(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+        else:
+            await asyncio.shield(self._closing)
+
+    def __repr__(self) -> str:
+        return (
+            f"LedgerHandle({self.ledger_id}, lac={self.last_add_confirmed}, "
+            f"pushed={self.last_add_pushed}, {self.metadata!r})"
+        )
+
+    @property
+    def error(self) -> BKError | None:
+        return self._pipeline.error

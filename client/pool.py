@@ -1,0 +1,152 @@
+"""One connection per bookie, opened on demand, reconnected with backoff.
+
+A bookie id is resolved to an address through the registry (its published ``address``), or
+read as ``host:port`` when it is not registered (a bookie that is down still has entries other
+bookies hold copies of, and its id is its address by default). After a failed connect the bookie
+is skipped for a backoff that doubles up to a limit, so a dead bookie costs one fast
+``BookieUnavailableError`` per request rather than a connect timeout each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from client.config import ClientConfig
+from client.connection import BookieConnection
+from client.net import AsyncioConnector, Connector
+from metadata import MetadataStore
+from protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
+
+log = logging.getLogger(__name__)
+
+
+class BookiePool:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: ClientConfig,
+        connector: Connector | None = None,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._connector = connector or AsyncioConnector()
+        self._connections: dict[str, BookieConnection] = {}
+        self._connecting: dict[str, asyncio.Future[BookieConnection]] = {}
+        self._down_until: dict[str, float] = {}
+        self._backoff: dict[str, float] = {}
+        self._addresses: dict[str, str] = {}
+        self.txn_ids = itertools.count(1)
+        self._writable: tuple[float, list[str]] | None = None
+        self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def writable_bookies(self, fresh: bool = False) -> list[str]:
+        """Ids of bookies registered as writable (cached briefly)."""
+        loop = asyncio.get_running_loop()
+        cached = self._writable
+        if (
+            not fresh
+            and cached is not None
+            and loop.time() - cached[0] < self._config.bookie_list_ttl
+        ):
+            return cached[1]
+        infos = await self._store.list_bookies(writable_only=True)
+        for info in infos:
+            self._addresses[info.bookie_id] = info.address
+        ids = [info.bookie_id for info in infos]
+        self._writable = (loop.time(), ids)
+        return ids
+
+    async def _address(self, bookie_id: str) -> tuple[str, int]:
+        address = self._addresses.get(bookie_id)
+        if address is None:
+            with contextlib.suppress(MetadataStoreError, BKError):
+                await self.writable_bookies(fresh=True)
+            address = self._addresses.get(bookie_id, bookie_id)
+        host, _sep, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise BookieUnavailableError(f"bookie {bookie_id!r} has no usable address {address!r}")
+        return host, int(port)
+
+    def get_nowait(self, bookie_id: str) -> BookieConnection | None:
+        """The open connection to ``bookie_id``, if there is one (the hot path)."""
+        conn = self._connections.get(bookie_id)
+        if conn is not None and not conn.closed:
+            return conn
+        return None
+
+    async def get(self, bookie_id: str) -> BookieConnection:
+        conn = self.get_nowait(bookie_id)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise BookieUnavailableError("client is closed")
+        loop = asyncio.get_running_loop()
+        down_until = self._down_until.get(bookie_id, 0.0)
+        if loop.time() < down_until:
+            raise BookieUnavailableError(
+                f"bookie {bookie_id} failed recently; retrying in {down_until - loop.time():.2f}s"
+            )
+        pending = self._connecting.get(bookie_id)
+        if pending is None:
+            pending = loop.create_future()
+            self._connecting[bookie_id] = pending
+            task = loop.create_task(self._connect(bookie_id, pending))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(pending)
+
+    async def _connect(self, bookie_id: str, result: asyncio.Future[BookieConnection]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            host, port = await self._address(bookie_id)
+            conn = await BookieConnection.open(
+                host,
+                port,
+                timeout=self._config.connect_timeout,
+                connector=self._connector,
+                expected_bookie_id=bookie_id,
+                txn_ids=self.txn_ids,
+            )
+        except BKError as exc:
+            backoff = min(
+                self._backoff.get(bookie_id, self._config.reconnect_backoff_min / 2) * 2,
+                self._config.reconnect_backoff_max,
+            )
+            self._backoff[bookie_id] = backoff
+            self._down_until[bookie_id] = loop.time() + backoff
+            log.info("bookie %s unavailable (%s); next try in %.2fs", bookie_id, exc, backoff)
+            if not result.done():
+                result.set_exception(exc)
+            result.exception()  # retrieved: callers may all have gone
+        else:
+            self._backoff.pop(bookie_id, None)
+            self._down_until.pop(bookie_id, None)
+            if self._closed:
+                conn.close()
+                result.set_exception(BookieUnavailableError("client is closed"))
+                result.exception()
+            else:
+                self._connections[bookie_id] = conn
+                result.set_result(conn)
+        finally:
+            self._connecting.pop(bookie_id, None)
+
+    def mark_failed(self, bookie_id: str) -> None:
+        """Drop a connection that misbehaved (a timeout); the next request reconnects."""
+        conn = self._connections.pop(bookie_id, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in self._connections.values():
+            conn.close()
+        self._connections.clear()
+        for pending in list(self._connecting.values()):
+            with_result = pending.done()
+            if not with_result:
+                await asyncio.wait([pending], timeout=self._config.connect_timeout)

@@ -1,0 +1,119 @@
+"""A ledger open for reading (``BookKeeper.open_ledger``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from client.config import ClientConfig
+from client.entry import Entry
+from client.lac import long_poll_lac, read_lac_quorum
+from client.pool import BookiePool
+from client.read import EntryReader
+from metadata import LedgerMetadata, MetadataStore
+from protocol.errors import NoSuchEntryError
+
+READ_FROM_BATCH = 256  # entries fetched per step of read_from
+
+
+class ReadHandle:
+    def __init__(
+        self,
+        *,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        reader: EntryReader,
+        store: MetadataStore,
+        pool: BookiePool,
+        config: ClientConfig,
+        lac: int = -1,
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self._reader = reader
+        self._store = store
+        self._pool = pool
+        self._config = config
+        self._lac = metadata.last_entry_id if metadata.last_entry_id is not None else lac
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.is_closed
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    def _advance(self, lac: int) -> int:
+        self._lac = max(self._lac, lac)  # never goes down (RELIABILITY I9)
+        return self._lac
+
+    async def refresh(self) -> LedgerMetadata:
+        """Read the metadata again; a close makes the LAC its last entry."""
+        self.metadata = await self._store.read_ledger(self.ledger_id)
+        if self.metadata.last_entry_id is not None:
+            self._advance(self.metadata.last_entry_id)
+        return self.metadata
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        """Entries first..last (inclusive), all at or below the LAC this handle knows."""
+        if first < 0 or last < first:
+            raise ValueError(f"bad range {first}..{last}")
+        if last > self._lac:
+            raise NoSuchEntryError(
+                f"entry {last} is beyond the last add confirmed ({self._lac}) of ledger "
+                f"{self.ledger_id}; use read_unconfirmed to read past it"
+            )
+        return await self._reader.read_range(self.metadata, first, last)
+
+    async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
+        """Entries first..last even past the LAC, as far as bookies hold them."""
+        if first < 0 or last < first:
+            raise ValueError(f"bad range {first}..{last}")
+        return await self._reader.read_range(self.metadata, first, last)
+
+    async def read_last_add_confirmed(self) -> int:
+        """Ask the bookies (a quorum of the last fragment) for the LAC."""
+        if self.is_closed:
+            return self._lac
+        lac = await read_lac_quorum(self.ledger_id, self.metadata, self._pool, self._config)
+        return self._advance(lac)
+
+    async def wait_for_lac(self, previous_lac: int, timeout: float = 10.0) -> int:
+        """Long poll: return once the LAC is above ``previous_lac``, or after ``timeout`` with
+        the LAC as it is (never below ``previous_lac``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._lac <= previous_lac and not self.is_closed:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            wait = min(left, self._config.long_poll_timeout)
+            lac = await long_poll_lac(
+                self.ledger_id, self.metadata, previous_lac, wait, self._pool, self._config
+            )
+            self._advance(lac)
+            if self._lac <= previous_lac:
+                await self.refresh()  # a closed (or re-ensembled) ledger stops the wait
+        return max(self._lac, previous_lac)
+
+    async def read_from(self, first: int = 0) -> AsyncIterator[Entry]:
+        """Every entry from ``first`` on, following the tail with long polls until the ledger
+        is closed and fully read."""
+        next_entry = first
+        while True:
+            if next_entry <= self._lac:
+                last = min(self._lac, next_entry + READ_FROM_BATCH - 1)
+                for entry in await self._reader.read_range(self.metadata, next_entry, last):
+                    yield entry
+                next_entry = last + 1
+                continue
+            if self.is_closed:
+                return
+            await self.wait_for_lac(next_entry - 1, self._config.long_poll_timeout)
+
+    async def close(self) -> None:
+        """Nothing to release on the bookies; present for symmetry with LedgerHandle."""
+
+    def __repr__(self) -> str:
+        return f"ReadHandle({self.ledger_id}, lac={self._lac}, {self.metadata!r})"
