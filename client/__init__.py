@@ -2,7 +2,7 @@
 
 from client import errors
 from client.bookkeeper import BookKeeper
-from client.config import ClientConfig
+from client.config import ClientConfig, ProtocolSwitches
 from client.connection import BookieConnection
 from client.digest import Digester
 from client.entry import Entry
@@ -22,6 +22,7 @@ __all__ = [
     "Durability",
     "Entry",
     "LedgerHandle",
+    "ProtocolSwitches",
     "ReadHandle",
     "errors",
 ]

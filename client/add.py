@@ -158,7 +158,9 @@ class AddPipeline:
         return op
 
     def _frame(self, op: PendingAdd) -> tuple[int, bytes]:
-        lac = self._fixed_lac if self._fixed_lac is not None else self.lac
+        lac = self.lac
+        if self._fixed_lac is not None and self._config.switches.recovery_frozen_lac:
+            lac = self._fixed_lac
         body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
         txn_id = next(self._pool.txn_ids)
         request = AddRequest(
@@ -230,7 +232,7 @@ class AddPipeline:
 
     def _complete_ready(self) -> None:
         """Acknowledge, in order, every entry at the head that has its ack quorum."""
-        if self.changing:
+        if self.changing and self._config.switches.hold_acks_during_change:
             return  # hold acknowledgements until the new fragment is in the metadata
         pending = self._pending
         aq = self.aq

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from protocol import DigestType
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSwitches:
+    """Each known protocol trap's fix, on by default. Tests and the simulator switch one off to
+    show that the checker catches what it prevents (RELIABILITY "Known protocol traps").
+    Never switch these off in production."""
+
+    recovery_reads_fence: bool = True  # trap 1: recovery reads carry FENCE
+    recovery_start_floor: bool = True  # trap 2: start at max(LAC, fragment first entry - 1)
+    recovery_changes_local: bool = True  # trap 3: recovery ensemble changes wait for the close
+    recovery_frozen_lac: bool = True  # trap 4: write-backs carry the LAC frozen at the start
+    hold_acks_during_change: bool = True  # acks wait for an ensemble change's CAS
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +35,7 @@ class ClientConfig:
     recovery_read_window: int = 16  # recovery reads in flight at once
     metadata_retries: int = 20  # compare-and-set attempts before giving up
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
+    switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
     def __post_init__(self) -> None:
         for name in (

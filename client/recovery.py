@@ -101,6 +101,7 @@ class LedgerRecovery:
             metadata.write_quorum,
             metadata.ack_quorum,
             fragment.first_entry_id,
+            use_floor=self._config.switches.recovery_start_floor,
         )
         decided: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         auth_error: list[UnauthorizedError] = []
@@ -165,8 +166,13 @@ class LedgerRecovery:
             found = (b"", 0)
             try:
                 conn = await self._pool.get(bookie)
+                fence = self._config.switches.recovery_reads_fence
                 request = ReadRequest(
-                    conn.next_txn_id(), self.ledger_id, entry_id, ReadFlag.FENCE, self._key
+                    conn.next_txn_id(),
+                    self.ledger_id,
+                    entry_id,
+                    ReadFlag.FENCE if fence else ReadFlag.NONE,
+                    self._key if fence else b"",
                 )
                 response = await conn.send(request, self._config.read_timeout)
             except BKError:
@@ -301,6 +307,8 @@ class LedgerRecovery:
         for slot in sorted(failed):
             new[slot] = choose_replacement(candidates, new, set(failed.values()), self._rng)
         self._local = self._local.with_fragment(first_entry, tuple(new))
+        if not self._config.switches.recovery_changes_local:
+            self._local = await self._store.write_ledger(self.ledger_id, self._local)
         return new
 
     # ------------------------------------------------------------------ phase 3

@@ -35,13 +35,18 @@ class Outcome(Enum):
 
 class FenceTracker:
     def __init__(
-        self, ensemble_size: int, write_quorum: int, ack_quorum: int, fragment_first_entry: int
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        fragment_first_entry: int,
+        use_floor: bool = True,
     ) -> None:
         self.e, self.wq, self.aq = ensemble_size, write_quorum, ack_quorum
         self.fenced: set[int] = set()
         self.failed: set[int] = set()
         self.max_lac = -1
-        self.floor = fragment_first_entry - 1
+        self.floor = fragment_first_entry - 1 if use_floor else -1
 
     def ok(self, slot: int, lac: int) -> Outcome:
         self.fenced.add(slot)
