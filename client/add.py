@@ -205,11 +205,13 @@ class AddPipeline:
     def _on_response(
         self, op: PendingAdd, slot: int, bookie: str, result: Response | BKError
     ) -> None:
-        if op.done or self.error is not None:
+        if self.error is not None:
             return
         if self.ensemble[slot] != bookie or self._failed.get(slot) == bookie:
             return  # from a bookie replaced (or being replaced) in this slot: does not count
         if isinstance(result, AddResponse) and result.status is StatusCode.EOK:
+            if op.done:
+                return
             op.acks |= 1 << slot
             if op.acks.bit_count() >= self.aq and op is self._pending[0]:
                 self._complete_ready()
@@ -228,6 +230,8 @@ class AddPipeline:
             log.warning("ledger %d: add to bookie %s failed: %s", self.ledger_id, bookie, result)
             if isinstance(result, OperationTimeoutError):
                 self._pool.mark_failed(bookie)
+        # Even when this entry already has its ack quorum: the bookie is failing, so the next
+        # entries must go to a replacement (BookKeeper's handleBookieFailure).
         self._slot_failed(slot, bookie)
 
     def _complete_ready(self) -> None:

@@ -23,7 +23,8 @@ class ProtocolSwitches:
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
     add_timeout: float = 10.0  # an add unanswered this long counts as a bookie failure
-    read_timeout: float = 10.0  # per bookie, before trying the next one
+    read_timeout: float = 10.0  # per bookie, before giving up on it
+    speculative_read_timeout: float = 0.5  # no answer yet: ask the next bookie as well
     connect_timeout: float = 5.0  # TCP connect + handshake
     metadata_timeout: float = 5.0  # each metadata store call
     digest_type: DigestType = DigestType.CRC32C
@@ -41,6 +42,7 @@ class ClientConfig:
         for name in (
             "add_timeout",
             "read_timeout",
+            "speculative_read_timeout",
             "connect_timeout",
             "metadata_timeout",
             "max_outstanding_adds",

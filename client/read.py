@@ -1,7 +1,7 @@
 """Reading entries (the guide's "Reading from ledgers": a regular read needs one positive answer).
 
-An entry is asked of the bookies of its write set (in its fragment) one after another: the
-first good copy wins. A copy whose digest does not verify is skipped (``DigestMismatchError`` if
+An entry is asked of the bookies of its write set (in its fragment) in order, speculatively:
+the first good copy wins. A copy whose digest does not verify is skipped (``DigestMismatchError`` if
 no good copy turns up). When every bookie fails the error says why: all explicit negatives ->
 ``NoSuchEntryError``; a limbo bookie -> ``DataUnknownError``; otherwise the last transport or
 status error.
@@ -18,7 +18,14 @@ from client.entry import Entry
 from client.pool import BookiePool
 from client.quorum import write_set
 from metadata import LedgerMetadata
-from protocol import MalformedEntryError, ReadRequest, ReadResponse, StatusCode, parse_entry
+from protocol import (
+    EntryBody,
+    MalformedEntryError,
+    ReadRequest,
+    ReadResponse,
+    StatusCode,
+    parse_entry,
+)
 from protocol.errors import (
     BKError,
     DataUnknownError,
@@ -48,32 +55,63 @@ class EntryReader:
         self._pool = pool
         self._config = config
 
-    async def read_one(self, metadata: LedgerMetadata, entry_id: int) -> Entry:
+    async def fetch(self, metadata: LedgerMetadata, entry_id: int) -> EntryBody:
+        """The entry's verified body from the first bookie of its write set with a good copy.
+
+        Bookies are asked in write-set order; one that has not answered after
+        ``speculative_read_timeout`` keeps its request but the next one is asked as well, so a
+        silent bookie costs a short delay rather than a full read timeout."""
         fragment = metadata.fragment_for(entry_id)
         slots = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
+        bookies = [fragment.ensemble[s] for s in slots]
         errors: list[BKError] = []
-        for slot in slots:
-            bookie = fragment.ensemble[slot]
-            try:
-                conn = await self._pool.get(bookie)
-                response = await conn.send(
-                    ReadRequest(conn.next_txn_id(), self.ledger_id, entry_id),
-                    self._config.read_timeout,
-                )
-            except BKError as exc:
-                errors.append(exc)
-                continue
-            assert isinstance(response, ReadResponse)
-            if response.status is not StatusCode.EOK or response.body is None:
-                errors.append(status_error(response, bookie))
-                continue
-            try:
-                data = self._digest.verify(parse_entry(response.body), self.ledger_id, entry_id)
-            except (MalformedEntryError, DigestMismatchError) as exc:
-                errors.append(DigestMismatchError(f"bookie {bookie}: {exc}"))
-                continue
-            return Entry(self.ledger_id, entry_id, data)
-        raise summarize(self.ledger_id, entry_id, errors)
+        running: set[asyncio.Task[EntryBody]] = set()
+        try:
+            for index in range(len(bookies) + 1):
+                if index < len(bookies):
+                    running.add(asyncio.ensure_future(self._ask(bookies[index], entry_id)))
+                    wait = self._config.speculative_read_timeout
+                else:
+                    wait = None  # everyone has been asked: wait for the rest
+                while running:
+                    done, running = await asyncio.wait(
+                        running, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if not done:
+                        break  # speculative timeout: ask the next bookie too
+                    for task in done:
+                        error = task.exception()
+                        if error is None:
+                            return task.result()
+                        assert isinstance(error, BKError)
+                        errors.append(error)
+                    if index < len(bookies):
+                        break  # a failure: move on to the next bookie at once
+            raise summarize(self.ledger_id, entry_id, errors)
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _ask(self, bookie: str, entry_id: int) -> EntryBody:
+        conn = await self._pool.get(bookie)
+        response = await conn.send(
+            ReadRequest(conn.next_txn_id(), self.ledger_id, entry_id), self._config.read_timeout
+        )
+        assert isinstance(response, ReadResponse)
+        if response.status is not StatusCode.EOK or response.body is None:
+            raise status_error(response, bookie)
+        try:
+            parsed = parse_entry(response.body)
+            self._digest.verify(parsed, self.ledger_id, entry_id)
+        except (MalformedEntryError, DigestMismatchError) as exc:
+            raise DigestMismatchError(f"bookie {bookie}: {exc}") from None
+        return parsed
+
+    async def read_one(self, metadata: LedgerMetadata, entry_id: int) -> Entry:
+        body = await self.fetch(metadata, entry_id)
+        return Entry(self.ledger_id, entry_id, body.payload)
 
     async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[Entry]:
         """Entries first..last inclusive, fetched with bounded parallelism, in order."""

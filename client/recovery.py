@@ -243,25 +243,7 @@ class LedgerRecovery:
             await pipeline.close()
 
     async def _entry_length(self, reader: EntryReader, metadata: LedgerMetadata, entry: int) -> int:
-        fragment = metadata.fragment_for(entry)
-        for slot in write_set(entry, metadata.ensemble_size, metadata.write_quorum):
-            try:
-                conn = await self._pool.get(fragment.ensemble[slot])
-                response = await conn.send(
-                    ReadRequest(conn.next_txn_id(), self.ledger_id, entry),
-                    self._config.read_timeout,
-                )
-            except BKError:
-                continue
-            if isinstance(response, ReadResponse) and response.body is not None:
-                try:
-                    parsed = parse_entry(response.body)
-                    self._digest.verify(parsed, self.ledger_id, entry)
-                except (MalformedEntryError, DigestMismatchError):
-                    continue
-                return parsed.length
-        await reader.read_one(metadata, entry)  # raises the summarized error
-        raise LedgerRecoveryError(f"entry {entry} unreadable")  # pragma: no cover
+        return (await reader.fetch(metadata, entry)).length
 
     async def _scan(
         self, metadata: LedgerMetadata, start: int, length: int, pipeline: AddPipeline
