@@ -58,7 +58,7 @@ async def test_fencing_basic_writer_gets_fenced(world) -> None:
 
 
 async def test_fencing_with_one_bookie_silent(world) -> None:
-    b1, b2, b3 = await world.bookies(3)
+    _b1, _b2, b3 = await world.bookies(3)
     writer = await world.client(seed=1)
     lh = await writer.create_ledger(3, 3, 2)
     for i in range(3):
@@ -70,7 +70,7 @@ async def test_fencing_with_one_bookie_silent(world) -> None:
 
 
 async def test_fence_reaches_a_bookie_that_never_saw_the_ledger(world) -> None:
-    b1, b2, b3 = await world.bookies(3)
+    _b1, _b2, b3 = await world.bookies(3)
     writer = await world.client(seed=1)
     lh = await writer.create_ledger(3, 3, 2)
     b3.drop(is_add())  # b3 never sees the ledger from the writer
@@ -190,7 +190,7 @@ async def test_writer_close_racing_recovery(world) -> None:
     reader = await world.client(seed=2)
     world.store.kv.hook = None
     recovering = asyncio.ensure_future(reader.open_ledger(lh.ledger_id))
-    await until(lambda: recovering.done())  # ... while recovery marks, fences and closes
+    await until(recovering.done)  # ... while recovery marks, fences and closes
     gate.release()
     await closing  # lost the CAS, re-read: CLOSED at its own last entry -> success
     rh = recovering.result()
@@ -216,7 +216,7 @@ async def test_everything_down_then_back(world) -> None:
 
 
 async def test_write_back_failure_changes_the_ensemble_at_close(world) -> None:
-    b1, b2, b3 = await world.bookies(3)
+    _b1, b2, b3 = await world.bookies(3)
     writer = await world.client(seed=1)
     lh = await writer.create_ledger(3, 3, 2)
     (b4,) = await world.bookies(1, first_port=9004)
@@ -323,7 +323,8 @@ async def test_a_second_failure_during_a_change(world) -> None:
     assert await asyncio.wait_for(append, 10) == 1
     assert await asyncio.wait_for(later, 10) == 2
     final = lh.metadata.ensemble
-    assert first.bookie_id not in final and second.bookie_id not in final
+    assert first.bookie_id not in final
+    assert second.bookie_id not in final
     assert {b4.bookie_id, b5.bookie_id} <= set(final)
     await lh.close()
     rh = await (await world.client(seed=2)).open_ledger(lh.ledger_id)
@@ -370,7 +371,7 @@ async def test_no_replacement_fails_the_adds_clearly(world) -> None:
 
 
 async def test_long_poll_keeps_waiting_on_a_fenced_ledger_until_it_closes(world) -> None:
-    b1, b2, b3 = await world.bookies(3)
+    _b1, _b2, _b3 = await world.bookies(3)
     writer = await world.client(seed=1)
     lh = await writer.create_ledger(3, 3, 2)
     await lh.append(b"e0")
