@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import logging
+import os
 from typing import NamedTuple
 
 from bookie.config import BookieConfig, ConfigError
@@ -38,6 +39,7 @@ try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
     SOFTWARE_VERSION = "unknown"
+INSTANCE_FILE = "INSTANCE"
 REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ class Bookie:
             stats=self.stats,
         )
         self.replayed = 0
+        self.instance_id = ""
         self._metadata = metadata
         self._owns_metadata = False
         self.registration: Registration | None = None
@@ -122,6 +125,7 @@ class Bookie:
             )
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
+        self.instance_id = await self._load_instance_id()
         mark = await self.storage.open()
         self.replayed = await self.journal.replay(mark, self._apply)
         await self.journal.start(mark + 1)
@@ -192,11 +196,26 @@ class Bookie:
 
     # ------------------------------------------------------------------ registration
 
+    async def _load_instance_id(self) -> str:
+        """This data directory's identity, made on first start and kept for its life."""
+        path = os.path.join(self.config.data_dir, INSTANCE_FILE)
+        if await self._disk.exists(path):
+            return (await self._disk.read_file(path)).decode().strip()
+        instance = os.urandom(16).hex()
+        await self._disk.write_file_atomic(path, instance.encode() + b"\n")
+        return instance
+
     async def _service_info(self) -> BookieServiceInfo:
         free, total = await self.disk_usage()
         self._published_free = free
         return BookieServiceInfo(
-            self.bookie_id, str(self.address), WRITABLE, SOFTWARE_VERSION, free, total
+            self.bookie_id,
+            str(self.address),
+            WRITABLE,
+            SOFTWARE_VERSION,
+            free,
+            total,
+            self.instance_id,
         )
 
     async def _register(self) -> None:

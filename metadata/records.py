@@ -48,6 +48,7 @@ class BookieServiceInfo:
     software_version: str = ""
     free_bytes: int = 0
     total_bytes: int = 0
+    instance_id: str = ""  # identity of the bookie's data directories (a restart keeps it)
     version: int = field(default=-1, compare=False)
 
     @property
@@ -63,6 +64,7 @@ class BookieServiceInfo:
                 "software_version": self.software_version,
                 "free_bytes": self.free_bytes,
                 "total_bytes": self.total_bytes,
+                "instance_id": self.instance_id,
             }
         )
 
@@ -80,6 +82,7 @@ class BookieServiceInfo:
                 str(d.get("software_version", "")),
                 int(d.get("free_bytes", 0)),
                 int(d.get("total_bytes", 0)),
+                str(d.get("instance_id", "")),
                 version,
             )
         except (KeyError, ValueError, TypeError) as exc:

@@ -145,17 +145,38 @@ class MetadataStore:
         key = self.keys.bookie(info.bookie_id)
         lease, granted = await self.kv.grant_lease(ttl)
         try:
-            await self.kv.create(key, info.to_json(), lease)
-        except KeyExistsError:
-            await self.kv.revoke_lease(lease)
-            raise BookieAlreadyRegisteredError(
-                f"bookie {info.bookie_id} is already registered by a live process; "
-                f"stop it first, or wait up to {ttl:g}s for its lease to expire"
-            ) from None
+            try:
+                await self.kv.create(key, info.to_json(), lease)
+            except KeyExistsError:
+                await self._take_over(key, info, lease, ttl)
         except BaseException:
             await self.kv.revoke_lease(lease)
             raise
         return Registration(self.kv, key, info, lease, granted)
+
+    async def _take_over(self, key: bytes, info: BookieServiceInfo, lease: int, ttl: float) -> None:
+        """The id is registered. If it is this bookie's own previous life (same instance id:
+        the same data directories, e.g. restarted after a crash before its lease ran out), the
+        registration moves to the new lease; anything else is a live impostor and refused."""
+        current, _revision = await self.kv.get(key)
+        if current is not None:
+            holder = BookieServiceInfo.from_json(current.value, current.mod_revision)
+            if info.instance_id and holder.instance_id == info.instance_id:
+                try:
+                    await self.kv.compare_and_set(key, info.to_json(), current.mod_revision, lease)
+                except (KeyMissingError, RevisionMismatchError):
+                    pass  # it changed under us: fall through to a plain create attempt
+                else:
+                    if current.lease and current.lease != lease:
+                        await self.kv.revoke_lease(current.lease)
+                    return
+        try:
+            await self.kv.create(key, info.to_json(), lease)
+        except KeyExistsError:
+            raise BookieAlreadyRegisteredError(
+                f"bookie {info.bookie_id} is already registered by another live process; "
+                f"stop it first, or wait up to {ttl:g}s for its lease to expire"
+            ) from None
 
     async def list_bookies(self, writable_only: bool = False) -> list[BookieServiceInfo]:
         out: list[BookieServiceInfo] = []

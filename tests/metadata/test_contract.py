@@ -137,6 +137,18 @@ async def test_bookie_registry(store: MetadataStore) -> None:
     await again.close()
 
 
+async def test_a_restarted_bookie_takes_over_its_own_registration(store: MetadataStore) -> None:
+    old = await store.register_bookie(_info("127.0.0.1:4050", instance_id="disk-1"), ttl=30)
+    await old.abandon()  # crashed: its lease is still live for a while
+    with pytest.raises(BookieAlreadyRegisteredError, match="another live process"):
+        await store.register_bookie(_info("127.0.0.1:4050", instance_id="disk-2"), ttl=30)
+    new = await store.register_bookie(_info("127.0.0.1:4050", instance_id="disk-1"), ttl=30)
+    (listed,) = await store.list_bookies()
+    assert listed.instance_id == "disk-1"
+    await new.close()
+    assert await store.list_bookies() == []
+
+
 async def test_watch_bookies(store: MetadataStore) -> None:
     updates = store.watch_bookies()
     assert await asyncio.wait_for(anext(updates), 10) == []
