@@ -30,6 +30,11 @@ class AppendFile(Protocol):
 
     async def write_and_sync(self, data: bytes) -> None: ...
 
+    def write_and_sync_now(self, data: bytes) -> None:
+        """Write and sync on the calling thread (blocks it): for a lone small write, where a
+        hop to a thread and back costs more than the loop loses by waiting."""
+        ...
+
     async def sync(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -105,6 +110,10 @@ class _OsAppendFile:
     async def write_and_sync(self, data: bytes) -> None:
         self._size += len(data)
         await self._loop.run_in_executor(self._executor, self._write_sync, data)
+
+    def write_and_sync_now(self, data: bytes) -> None:
+        self._size += len(data)
+        self._write_sync(data)
 
     async def sync(self) -> None:
         await self._loop.run_in_executor(self._executor, os.fdatasync, self._fd)

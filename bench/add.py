@@ -1,0 +1,205 @@
+"""Client append throughput and latency on a local cluster (``aiobk bench add``).
+
+Starts etcd and N bookies as separate processes on loopback (data on the project's disk),
+measures the floor in the same run -- fdatasync p50 plus one loopback round trip -- then appends
+1 KiB entries to an E3 WQ3 AQ2 ledger with 1, 64 and 512 appends in flight for a fixed time each.
+Prints a table with HDR percentiles, checks the targets as ratios to the floor, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import uvloop
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
+from client import BookKeeper, ClientConfig
+from metadata import EtcdProcess, free_port
+
+
+@dataclass
+class Level:
+    in_flight: int
+    appends: int
+    seconds: float
+    appends_per_s: float
+    p50_us: int
+    p99_us: int
+    p999_us: int
+    errors: int
+
+
+def start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[bytes]]:
+    procs = []
+    for index in range(count):
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "bookie", "start", "--port", str(port),
+                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri,
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        if b"serving on" not in proc.stdout.readline():
+            raise RuntimeError("a bookie did not start")
+        procs.append(proc)
+    return procs
+
+
+async def run_level(
+    bk: BookKeeper, in_flight: int, seconds: float, size: int, progress: Any
+) -> Level:
+    lh = await bk.create_ledger(3, 3, 2)
+    payload = os.urandom(size)
+    histogram = new_histogram()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    done = 0
+    errors = 0
+    task = progress.add_task(f"{in_flight:>4} in flight", total=seconds)
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while loop.time() < deadline and done < 5_000_000:
+            started = time.perf_counter_ns()
+            try:
+                await lh.append(payload)
+            except Exception:  # a benchmark counts failures instead of stopping
+                errors += 1
+                return
+            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+            done += 1
+
+    async def ticker() -> None:
+        while loop.time() < deadline:
+            progress.update(task, completed=seconds - max(0.0, deadline - loop.time()))
+            await asyncio.sleep(0.2)
+
+    started_at = loop.time()
+    ticking = asyncio.ensure_future(ticker())
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    elapsed = loop.time() - started_at
+    ticking.cancel()
+    progress.update(task, completed=seconds)
+    await lh.close()
+    return Level(
+        in_flight,
+        done,
+        round(elapsed, 3),
+        round(done / elapsed, 1),
+        histogram.get_value_at_percentile(50),
+        histogram.get_value_at_percentile(99),
+        histogram.get_value_at_percentile(99.9),
+        errors,
+    )
+
+
+async def run(uri: str, levels: list[int], seconds: float, size: int) -> list[Level]:
+    results = []
+    async with await BookKeeper.connect(uri, ClientConfig()) as bk:
+        with Progress(transient=True) as progress:
+            warm = await bk.create_ledger(3, 3, 2)
+            await asyncio.gather(*(warm.append(b"w" * size) for _ in range(2000)))
+            await warm.close()
+            for level in levels:
+                result = await run_level(bk, level, seconds, size, progress)
+                results.append(result)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="aiobk bench add", description=__doc__)
+    parser.add_argument("--bookies", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--entry-size", type=int, default=1024)
+    parser.add_argument("--in-flight", default="1,64,512")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.in_flight.split(",")]
+    console = Console()
+    base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
+    etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        sync = fdatasync_floor(base, 2000)
+        rtt = loopback_rtt_floor(3000)
+        procs = start_bookies(args.bookies, base, etcd.uri("bench"))
+        results = uvloop.run(run(etcd.uri("bench"), levels, args.seconds, args.entry_size))
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(30)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        etcd.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    sync_p50 = sync.get_value_at_percentile(50)
+    rtt_p50 = rtt.get_value_at_percentile(50)
+    floor_us = sync_p50 + rtt_p50
+    table = Table(
+        title=f"appends, E3 WQ3 AQ2, {args.entry_size} B, {args.bookies} bookies, "
+        f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} + RTT {rtt_p50})"
+    )
+    for column in (
+        "in flight",
+        "appends/s",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "p50 / floor",
+        "errors",
+    ):
+        table.add_column(column, justify="right")
+    for r in results:
+        table.add_row(
+            str(r.in_flight), f"{r.appends_per_s:.0f}", str(r.p50_us), str(r.p99_us),
+            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", str(r.errors),
+        )  # fmt: skip
+    console.print(table)
+    checks = []
+    by_level = {r.in_flight: r for r in results}
+    if 1 in by_level:
+        ratio = by_level[1].p50_us / floor_us
+        checks.append({"target": "1 in flight: p50 <= 2x floor", "ratio": round(ratio, 2),
+                       "pass": ratio <= 2.0})  # fmt: skip
+    if 512 in by_level:
+        rate = by_level[512].appends_per_s
+        checks.append({"target": "512 in flight: >= 15000 appends/s", "measured": rate,
+                       "pass": rate >= 15000})  # fmt: skip
+    for check in checks:
+        mark = "[green]PASS[/green]" if check["pass"] else "[red]MISS[/red]"
+        console.print(f"{mark} {check}")
+    path = args.json or os.path.join(
+        "bench", "results", f"add-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        report = {
+            "floor_us": floor_us,
+            "fdatasync_p50_us": sync_p50,
+            "loopback_rtt_p50_us": rtt_p50,
+            "levels": [asdict(r) for r in results],
+            "checks": checks,
+        }
+        json.dump(report, handle, indent=2)
+    console.print(f"wrote {path}")
+    return 0 if all(c["pass"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
