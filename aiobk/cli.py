@@ -10,6 +10,7 @@ import click
 
 from aiobk.standalone import standalone_command
 from bookie.cli import bookie_group, run_group
+from client.cli import add_ledger_commands, simpletest_command
 from metadata.cli import bookies_group, ledger_group
 
 
@@ -23,6 +24,24 @@ cli.add_command(bookie_group)
 cli.add_command(standalone_command)
 cli.add_command(bookies_group)
 cli.add_command(ledger_group)
+add_ledger_commands(ledger_group)
+cli.add_command(simpletest_command)
+
+
+@cli.group(name="bench", help="Benchmarks (see bench/README.md).")
+def bench_group() -> None:
+    pass
+
+
+@bench_group.command(
+    "add", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
+)
+@click.pass_context
+def bench_add(ctx: click.Context) -> int:
+    """Client append throughput and latency on a local cluster (bench/add.py)."""
+    from bench.add import main as bench_main  # noqa: PLC0415 - benchmarks load on demand
+
+    return bench_main(list(ctx.args))
 
 
 def main(argv: list[str] | None = None) -> None:
