@@ -46,6 +46,7 @@ run: setup
 bench: setup
 	$(PY) -m bench.journal
 	$(PY) -m bench.metadata
+	$(PY) -m bench.add
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

@@ -389,3 +389,33 @@ async def test_long_poll_keeps_waiting_on_a_fenced_ledger_until_it_closes(world)
     await recovering
     assert await asyncio.wait_for(waiting, 10) == 1
     assert rh.is_closed
+
+
+# ---------------------------------------------------------------------------- digests
+
+
+async def test_a_damaged_copy_is_skipped_and_all_damaged_is_a_digest_error(world) -> None:
+    from client.errors import DigestMismatchError
+
+    bookies = await world.bookies(3)
+    writer = await world.client(seed=1)
+    lh = await writer.create_ledger(3, 3, 2)
+    for i in range(3):
+        await lh.append(b"entry %d" % i)
+    await lh.close()
+
+    def damage(bookie, entry: int) -> None:
+        body = bytearray(bookie.ledgers[lh.ledger_id].entries[entry])
+        body[-1] ^= 0xFF
+        bookie.ledgers[lh.ledger_id].entries[entry] = bytes(body)
+
+    by_id = {b.bookie_id: b for b in bookies}
+    first_asked = by_id[lh.metadata.ensemble[1 % 3]]  # entry 1's write set starts at slot 1
+    damage(first_asked, 1)
+    reader = await world.client(seed=2)
+    rh = await reader.open_ledger(lh.ledger_id)
+    assert [e.data for e in await rh.read(1, 1)] == [b"entry 1"]  # the next bookie's copy
+    for bookie in bookies:
+        damage(bookie, 2)
+    with pytest.raises(DigestMismatchError):
+        await rh.read(2, 2)
