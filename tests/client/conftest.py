@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from client import BookKeeper, ClientConfig, ProtocolSwitches
 from metadata import BookieServiceInfo, MemoryKV, MetadataStore, Registration, open_store
 from tests.client.fakes import FakeBookie, FakeNetwork
+from tests.cluster import Cluster, forget, start_cluster
 from tests.conftest import unique_name
 
 
@@ -58,3 +60,12 @@ async def world() -> AsyncIterator[FakeWorld]:
         await registration.close()
     await world.store.close()
     MemoryKV.forget(name)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Three real bookies in process on loopback, with a memory:// metadata store."""
+    cluster = await start_cluster(tmp_path, 3)
+    yield cluster
+    await cluster.stop()
+    forget(cluster)

@@ -9,7 +9,7 @@ import pytest
 
 from client import BookKeeper, ClientConfig
 from client.errors import BKError, LedgerFencedError
-from tests.cluster import forget, start_cluster
+from tests.cluster import start_cluster
 from tests.conftest import unique_name
 from tests.procs import BookieProcess
 
@@ -68,14 +68,6 @@ async def test_sigkill_an_ensemble_bookie_mid_stream(etcd_server, tmp_path: Path
     finally:
         for proc in procs:
             proc.stop()
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path):
-    cluster = await start_cluster(tmp_path, 3)
-    yield cluster
-    await cluster.stop()
-    forget(cluster)
 
 
 async def test_writer_fenced_by_a_concurrent_open(cluster) -> None:

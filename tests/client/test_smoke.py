@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +13,6 @@ from client.errors import (
     NoSuchEntryError,
     UnauthorizedError,
 )
-from tests.cluster import forget, start_cluster
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path):
-    cluster = await start_cluster(tmp_path, 3)
-    yield cluster
-    await cluster.stop()
-    forget(cluster)
 
 
 async def test_create_append_close_open_read(cluster) -> None:
