@@ -77,6 +77,7 @@ class Journal:
         self.stats = stats or BookieStats()
         self._queue: list[bytes] = []
         self._callbacks: list[Callback] = []
+        self._written: list[Callback] = []  # BP-14: run after the write, before the sync
         self._queued_bytes = 0
         self._oldest = 0.0
         self._first_queued_lsn: int | None = None
@@ -225,8 +226,15 @@ class Journal:
         self._file = handle
         self._files.append((first_lsn, path))
 
-    def append(self, kind: RecordType, payload: bytes, callback: Callback) -> int:
-        """Queue a record; ``callback(None)`` runs after the fdatasync that covers it."""
+    def append(
+        self,
+        kind: RecordType,
+        payload: bytes,
+        callback: Callback,
+        on_written: Callback | None = None,
+    ) -> int:
+        """Queue a record; ``callback(None)`` runs after the fdatasync that covers it, and
+        ``on_written(None)`` (BP-14 volatile adds) as soon as it is written, before that."""
         lsn = self._next_lsn
         self._next_lsn = lsn + 1
         if self._failed is not None:
@@ -239,6 +247,8 @@ class Journal:
             self._first_queued_lsn = lsn
         self._queue.append(record)
         self._callbacks.append(callback)
+        if on_written is not None:
+            self._written.append(on_written)
         self._queued_bytes += len(record)
         self.stats.journal_records += 1
         wakeup = self._wakeup
@@ -286,21 +296,26 @@ class Journal:
                 continue
             data = b"".join(self._queue)
             callbacks = self._callbacks
+            written = self._written
             first_lsn = self._first_queued_lsn
-            self._queue, self._callbacks = [], []
+            self._queue, self._callbacks, self._written = [], [], []
             self._queued_bytes = 0
             self._first_queued_lsn = None
             error: BaseException | None = None
             if data:
                 try:
-                    await self._write(data, first_lsn, len(callbacks))
+                    await self._write(data, first_lsn, len(callbacks), written)
                 except OSError as exc:
                     log.exception("journal write failed; no further adds will be acknowledged")
                     error = self._failed = JournalFailedError(f"journal write failed: {exc}")
+                    for early in written:
+                        early(error)  # a no-op if the write had succeeded and they ran
             for callback in callbacks:
                 callback(error)
 
-    async def _write(self, data: bytes, first_lsn: int | None, records: int) -> None:
+    async def _write(
+        self, data: bytes, first_lsn: int | None, records: int, written: list[Callback]
+    ) -> None:
         handle = self._file
         assert handle is not None
         if (
@@ -312,7 +327,17 @@ class Journal:
             await self._open_file(first_lsn)
             handle = self._file
             assert handle is not None
-        if self._sync_data:
+        if written:
+            # BP-14: volatile adds are answered once written; the sync follows as usual and
+            # moves their sync cursors.
+            await handle.write(data)
+            for early in written:
+                early(None)
+            written.clear()
+            if self._sync_data:
+                await handle.sync()
+                self.stats.journal_syncs += 1
+        elif self._sync_data:
             if records <= self._inline_records and len(data) <= INLINE_BYTES:
                 # Idle bookie: one add, nothing else waiting. Syncing here saves two thread
                 # hops (most of an idle add's overhead); under load batches are larger and go
@@ -355,7 +380,7 @@ class Journal:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._queue, self._callbacks = [], []
+        self._queue, self._callbacks, self._written = [], [], []
         if self._file is not None:
             await self._file.close()
             self._file = None

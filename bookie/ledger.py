@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from array import array
 
+from bookie.sync_cursor import SyncCursor
+
 PAGE_BITS = 12
 PAGE_SIZE = 1 << PAGE_BITS
 PAGE_MASK = PAGE_SIZE - 1
@@ -24,13 +26,13 @@ class LedgerState:
         "fence_pending",
         "fenced",
         "lac",
-        "last_add_synced",
         "ledger_id",
         "limbo",
         "master_key",
         "max_entry",
         "meta_dirty",
         "pages",
+        "sync",
         "waiters",
     )
 
@@ -40,7 +42,7 @@ class LedgerState:
         self.fenced = False
         self.limbo = False
         self.lac = -1  # max of piggybacked and explicit LACs seen
-        self.last_add_synced = -1
+        self.sync = SyncCursor()  # BP-14: what this bookie has synced
         self.max_entry = -1
         self.pages: dict[int, array[int]] = {}
         self.dirty_pages: set[int] = set()
@@ -63,6 +65,10 @@ class LedgerState:
         page[entry_id & PAGE_MASK] = location
         self.dirty_pages.add(number)
         self.max_entry = max(self.max_entry, entry_id)
+
+    @property
+    def last_add_synced(self) -> int:
+        return self.sync.last_add_synced
 
     def advance_lac(self, lac: int) -> bool:
         """Raise the LAC; wake long polls. True when it moved."""

@@ -127,6 +127,13 @@ class Bookie:
             await self._disk.makedirs(path)
         self.instance_id = await self._load_instance_id()
         mark = await self.storage.open()
+        for state in self.storage.ledgers.values():
+            # Checkpointed entries are synced; rebuild the cursor from the LAC upward.
+            state.sync.confirmed(state.lac)
+            entry = state.lac + 1
+            while state.location(entry) >= 0:
+                state.sync.synced(entry)
+                entry += 1
         self.replayed = await self.journal.replay(mark, self._apply)
         await self.journal.start(mark + 1)
         if self.replayed:
@@ -317,6 +324,7 @@ class Bookie:
             body = payload[ADD_PREFIX.size :]
             self.storage.add_entry(state, entry_id, body)
             state.advance_lac(peek_header(body)[2])
+            state.sync.synced(entry_id)  # replayed: made durable by the checkpoint after boot
         elif record.kind is RecordType.FENCE:
             state.fenced = True
             state.meta_dirty = True

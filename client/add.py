@@ -16,6 +16,11 @@ Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to l
 - EFENCED means a recovery has started: every pending and later add fails with
   ``LedgerFencedError``; EUA fails them with ``UnauthorizedError``.
 
+VOLATILE ledgers (BP-14 "LAC Advance Protocol"): an add completes at AQ *written* copies, in order,
+but the LAC moves only by BP-14's rule over the LastAddSynced each bookie reports (never past the
+last completed add), and a failing bookie fails the ledger's adds instead of changing the
+ensemble ("Ensemble changes are not allowed ... when ledgerType is not PD_JOURNAL").
+
 The same pipeline writes recovery's write-backs (RECOVERY_ADD, a fixed LAC in every body, and a
 ``change_ensemble`` that only changes the local view, RELIABILITY traps 3 and 4).
 """
@@ -32,10 +37,11 @@ from typing import Any
 from client.config import ClientConfig
 from client.digest import Digester
 from client.pool import BookiePool
-from client.quorum import write_set
+from client.quorum import lac_from_last_add_synced, write_set
 from protocol import AddFlag, AddRequest, AddResponse, Durability, Response, StatusCode, encode
 from protocol.errors import (
     BKError,
+    BookieUnavailableError,
     LedgerFencedError,
     OperationTimeoutError,
     UnauthorizedError,
@@ -92,6 +98,10 @@ class AddPipeline:
         self._change_ensemble = change_ensemble
         self.lac = lac
         self.lac_length = length
+        self.last_acked = lac  # last add completed to its caller (== lac unless VOLATILE)
+        self.volatile = durability is Durability.VOLATILE
+        self.synced = [-1] * ensemble_size  # BP-14: LastAddSynced reported by each slot
+        self._lengths: dict[int, int] = {}  # VOLATILE: lengths of completed entries above lac
         self.next_entry_id = lac + 1
         self.length = length
         self._flags = flags
@@ -210,6 +220,9 @@ class AddPipeline:
         if self.ensemble[slot] != bookie or self._failed.get(slot) == bookie:
             return  # from a bookie replaced (or being replaced) in this slot: does not count
         if isinstance(result, AddResponse) and result.status is StatusCode.EOK:
+            if self.volatile and result.last_add_synced > self.synced[slot]:
+                self.synced[slot] = result.last_add_synced
+                self.advance_volatile_lac()
             if op.done:
                 return
             op.acks |= 1 << slot
@@ -230,6 +243,14 @@ class AddPipeline:
             log.warning("ledger %d: add to bookie %s failed: %s", self.ledger_id, bookie, result)
             if isinstance(result, OperationTimeoutError):
                 self._pool.mark_failed(bookie)
+        if self.volatile:
+            self.fail(
+                BookieUnavailableError(
+                    f"bookie {bookie} failed an add to volatile ledger {self.ledger_id}; volatile "
+                    "ledgers do not change their ensemble (BP-14): close or recover the ledger"
+                )
+            )
+            return
         # Even when this entry already has its ack quorum: the bookie is failing, so the next
         # entries must go to a replacement (BookKeeper's handleBookieFailure).
         self._slot_failed(slot, bookie)
@@ -240,14 +261,33 @@ class AddPipeline:
             return  # hold acknowledgements until the new fragment is in the metadata
         pending = self._pending
         aq = self.aq
+        volatile = self.volatile
         while pending and pending[0].acks.bit_count() >= aq:
             op = pending.popleft()
             op.done = True
-            self.lac = op.entry_id
-            self.lac_length = op.length
+            self.last_acked = op.entry_id
+            if volatile:
+                self._lengths[op.entry_id] = op.length
+            else:
+                self.lac = op.entry_id
+                self.lac_length = op.length
             if not op.future.done():
                 op.future.set_result(op.entry_id)
+        if volatile:
+            self.advance_volatile_lac()
         self._wake()
+
+    def advance_volatile_lac(self, ceiling: int | None = None) -> int:
+        """BP-14: the LAC is the max of the WQ-AQ+1 lowest LastAddSynced values, never above
+        the last completed add (or ``ceiling``, for force())."""
+        candidate = lac_from_last_add_synced(self.synced, self.wq, self.aq)
+        candidate = min(candidate, self.last_acked if ceiling is None else ceiling)
+        if candidate > self.lac:
+            self.lac = candidate
+            self.lac_length = self._lengths.get(candidate, self.lac_length)
+            for entry in [e for e in self._lengths if e <= candidate]:
+                del self._lengths[entry]
+        return self.lac
 
     def _wake(self) -> None:
         while self._room and len(self._pending) < self._config.max_outstanding_adds:

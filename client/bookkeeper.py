@@ -98,8 +98,10 @@ class BookKeeper:
                 "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                 f"{ensemble_size}/{write_quorum}/{ack_quorum}"
             )
-        if durability is not Durability.PERSISTENT:
-            raise ValueError("volatile durability (BP-14) is not available in this version")
+        if durability is Durability.VOLATILE and ensemble_size != write_quorum:
+            raise ValueError(
+                "volatile durability needs ensemble_size == write_quorum (BP-14: no striping)"
+            )
         kind = digest_type if digest_type is not None else self.config.digest_type
         bookies = await self.pool.writable_bookies(fresh=True)
         ensemble = choose_ensemble(bookies, ensemble_size, (), self._rng)

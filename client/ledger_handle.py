@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import TYPE_CHECKING
 
 from client.add import AddPipeline
 from client.close import close_as_writer
 from client.config import ClientConfig
+from client.connection import status_error
 from client.digest import Digester
 from client.ensemble_change import change_ensemble
 from client.pool import BookiePool
 from metadata import LedgerMetadata, MetadataStore
-from protocol import Durability
+from protocol import Durability, ForceRequest, ForceResponse, StatusCode
 from protocol.errors import BKError, LedgerClosedError
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class LedgerHandle:
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
         self._rng = rng
+        self._master_key = master_key
         self._pipeline = AddPipeline(
             ledger_id=ledger_id,
             master_key=master_key,
@@ -100,12 +103,37 @@ class LedgerHandle:
         return await asyncio.shield(op.future)
 
     async def force(self) -> int:
-        """Make every appended entry durable; return the LAC. Persistent ledgers sync every add
-        before acknowledging it, so this waits for the outstanding adds."""
-        await self._pipeline.settle()
-        if self._pipeline.error is not None:
-            raise self._pipeline.error
-        return self._pipeline.lac
+        """Make the appended entries durable; return the new LAC.
+
+        VOLATILE (BP-14 "Sync API"): every bookie of the ensemble syncs what it holds and
+        reports its LastAddSynced; the LAC moves by BP-14's rule, but only up to the entries
+        acknowledged before this call began. Fails (``BookieUnavailableError`` and friends) when
+        a bookie it needs does not answer. PERSISTENT ledgers sync every add before
+        acknowledging it, so this waits for the outstanding adds."""
+        pipeline = self._pipeline
+        if pipeline.error is not None:
+            raise pipeline.error
+        if not pipeline.volatile:
+            await pipeline.settle()
+            if pipeline.error is not None:
+                raise pipeline.error
+            return pipeline.lac
+        ceiling = pipeline.last_acked
+        replies = await asyncio.gather(
+            *(self._force_one(slot, bookie) for slot, bookie in enumerate(pipeline.ensemble))
+        )
+        for slot, synced in enumerate(replies):
+            pipeline.synced[slot] = max(pipeline.synced[slot], synced)
+        return pipeline.advance_volatile_lac(ceiling)
+
+    async def _force_one(self, slot: int, bookie: str) -> int:
+        conn = await self.pool.get(bookie)
+        request = ForceRequest(conn.next_txn_id(), self.ledger_id, self._master_key)
+        response = await conn.send(request, self.config.add_timeout)
+        if response.status is not StatusCode.EOK:
+            raise status_error(response, bookie)
+        assert isinstance(response, ForceResponse)
+        return response.last_add_synced
 
     async def close(self) -> None:
         """Wait for outstanding adds, then close the ledger at the last confirmed entry.
@@ -117,6 +145,11 @@ class LedgerHandle:
             try:
                 await self._pipeline.settle()
                 pipeline = self._pipeline
+                if pipeline.volatile and pipeline.error is None:
+                    # Close-to-open (BP-14): make what was acknowledged durable first; if a
+                    # bookie is unreachable the ledger closes at the LAC it already has.
+                    with contextlib.suppress(BKError):
+                        await self.force()
                 if not self.fenced:
                     self.metadata = await close_as_writer(self, pipeline.lac, pipeline.lac_length)
                     self._closed = True

@@ -16,6 +16,7 @@ from protocol import (
     AddFlag,
     AddRequest,
     AddResponse,
+    Durability,
     MalformedEntryError,
     StatusCode,
     peek_header,
@@ -80,9 +81,24 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
     bookie.storage.add_entry(state, entry_id, body)
     stats.add_bytes += len(body)
     state.advance_lac(piggybacked_lac)
+    cursor = state.sync
+    cursor.confirmed(piggybacked_lac)  # BP-14: a LAC is confirmed on an ack quorum
+    answered = False
 
-    def done(error: BaseException | None) -> None:
-        status = StatusCode.EIO if error is not None else StatusCode.EOK
-        conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, state.last_add_synced))
+    def reply(error: BaseException | None) -> None:
+        nonlocal answered
+        if not answered:
+            answered = True
+            status = StatusCode.EIO if error is not None else StatusCode.EOK
+            conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
 
-    bookie.journal.append(RecordType.ADD, add_payload(ledger_id, entry_id, body), done)
+    def synced(error: BaseException | None) -> None:
+        if error is None:
+            cursor.synced(entry_id)
+        reply(error)
+
+    # PERSISTENT: answer after the fdatasync. VOLATILE (BP-14): answer once written.
+    volatile = reply if request.durability is Durability.VOLATILE else None
+    bookie.journal.append(
+        RecordType.ADD, add_payload(ledger_id, entry_id, body), synced, on_written=volatile
+    )
