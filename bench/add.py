@@ -26,7 +26,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
-from client import BookKeeper, ClientConfig
+from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
 
 
@@ -61,9 +61,14 @@ def start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[byte
 
 
 async def run_level(
-    bk: BookKeeper, in_flight: int, seconds: float, size: int, progress: Any
+    bk: BookKeeper,
+    in_flight: int,
+    seconds: float,
+    size: int,
+    progress: Any,
+    durability: Durability = Durability.PERSISTENT,
 ) -> Level:
-    lh = await bk.create_ledger(3, 3, 2)
+    lh = await bk.create_ledger(3, 3, 2, durability=durability)
     payload = os.urandom(size)
     histogram = new_histogram()
     loop = asyncio.get_running_loop()
@@ -108,7 +113,9 @@ async def run_level(
     )
 
 
-async def run(uri: str, levels: list[int], seconds: float, size: int) -> list[Level]:
+async def run(
+    uri: str, levels: list[int], seconds: float, size: int, durability: Durability
+) -> list[Level]:
     results = []
     async with await BookKeeper.connect(uri, ClientConfig()) as bk:
         with Progress(transient=True) as progress:
@@ -116,7 +123,7 @@ async def run(uri: str, levels: list[int], seconds: float, size: int) -> list[Le
             await asyncio.gather(*(warm.append(b"w" * size) for _ in range(2000)))
             await warm.close()
             for level in levels:
-                result = await run_level(bk, level, seconds, size, progress)
+                result = await run_level(bk, level, seconds, size, progress, durability)
                 results.append(result)
     return results
 
@@ -128,7 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry-size", type=int, default=1024)
     parser.add_argument("--in-flight", default="1,64,512")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--durability",
+        choices=["persistent", "volatile"],
+        default="persistent",
+        help="BP-14: volatile ledgers are acknowledged once written",
+    )
     args = parser.parse_args(argv)
+    durability = Durability[args.durability.upper()]
     levels = [int(x) for x in args.in_flight.split(",")]
     console = Console()
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
@@ -138,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         sync = fdatasync_floor(base, 2000)
         rtt = loopback_rtt_floor(3000)
         procs = start_bookies(args.bookies, base, etcd.uri("bench"))
-        results = uvloop.run(run(etcd.uri("bench"), levels, args.seconds, args.entry_size))
+        results = uvloop.run(
+            run(etcd.uri("bench"), levels, args.seconds, args.entry_size, durability)
+        )
     finally:
         for proc in procs:
             proc.terminate()
@@ -152,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     rtt_p50 = rtt.get_value_at_percentile(50)
     floor_us = sync_p50 + rtt_p50
     table = Table(
-        title=f"appends, E3 WQ3 AQ2, {args.entry_size} B, {args.bookies} bookies, "
+        title=f"{args.durability} appends, E3 WQ3 AQ2, {args.entry_size} B, "
+        f"{args.bookies} bookies, "
         f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} + RTT {rtt_p50})"
     )
     for column in (
@@ -190,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:
         report = {
+            "durability": args.durability,
             "floor_us": floor_us,
             "fdatasync_p50_us": sync_p50,
             "loopback_rtt_p50_us": rtt_p50,
