@@ -88,6 +88,7 @@ async def test_a_failing_bookie_fails_volatile_appends_instead_of_changing_ensem
             await lh.append(b"%d" % i)
         await lh.force()
         await cluster.by_id(lh.metadata.ensemble[1]).crash()
+
         async def keep_appending() -> None:
             for i in range(5, 50):
                 await lh.append(b"%d" % i)
