@@ -25,6 +25,12 @@ class BookieConfig:
     bookie_id: str | None = None  # default: the advertised host:port
     metadata_uri: str | None = None  # etcd://... or memory://...; None runs unregistered
     registration_ttl: float = 10.0  # lease TTL: a dead bookie vanishes from the registry after it
+    # BP-46: rewrite disagreeing cookies at boot (and then fence and recover) instead of refusing.
+    allow_cookie_fix: bool = False
+    # BP-46 protections at boot after possible data loss. Switching them off is only for tests
+    # that demonstrate Scenarios 1 and 2; never in production.
+    boot_fence: bool = True
+    boot_limbo: bool = True
     # BP-46: when false, adds skip the journal (acknowledged once in ledger storage).
     journal_write_data: bool = True
     # Group commit, after journalMaxGroupWaitMSec / journalBufferedWritesThreshold /

@@ -25,6 +25,7 @@ class LedgerState:
         "dirty_pages",
         "fence_pending",
         "fenced",
+        "key_pending",
         "lac",
         "ledger_id",
         "limbo",
@@ -40,6 +41,7 @@ class LedgerState:
         self.ledger_id = ledger_id
         self.master_key = master_key
         self.fenced = False
+        self.key_pending = False  # master key journaled but not synced yet
         self.limbo = False
         self.lac = -1  # max of piggybacked and explicit LACs seen
         self.sync = SyncCursor()  # BP-14: what this bookie has synced

@@ -17,6 +17,10 @@ class ServerHandle(Protocol):
 
     def close(self) -> None: ...
 
+    async def start_serving(self) -> None:
+        """Begin accepting connections (the socket is bound and listening before this)."""
+        ...
+
     async def wait_closed(self) -> None: ...
 
 
@@ -38,6 +42,9 @@ class _AsyncioServer:
     def close(self) -> None:
         self._server.close()
 
+    async def start_serving(self) -> None:
+        await self._server.start_serving()
+
     async def wait_closed(self) -> None:
         await self._server.wait_closed()
 
@@ -49,5 +56,7 @@ class AsyncioNetwork:
         self, factory: Callable[[], asyncio.Protocol], host: str, port: int
     ) -> ServerHandle:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(factory, host, port, reuse_address=True, backlog=1024)
+        server = await loop.create_server(
+            factory, host, port, reuse_address=True, backlog=1024, start_serving=False
+        )
         return _AsyncioServer(server)

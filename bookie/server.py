@@ -14,8 +14,10 @@ import logging
 import os
 from typing import NamedTuple
 
+from bookie.boot import fence_and_limbo
 from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
+from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
 from bookie.disk import Disk, OsDisk
 from bookie.journal import Journal
 from bookie.journal_format import (
@@ -39,7 +41,6 @@ try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
     SOFTWARE_VERSION = "unknown"
-INSTANCE_FILE = "INSTANCE"
 REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,8 @@ class Bookie:
         )
         self.replayed = 0
         self.instance_id = ""
+        self.unclean_start = False
+        self.limbo_ledgers: list[int] = []
         self._metadata = metadata
         self._owns_metadata = False
         self.registration: Registration | None = None
@@ -118,14 +121,64 @@ class Bookie:
     async def start(self) -> None:
         if self._running:
             raise BookieStateError("bookie is already running")
-        if not self.config.journal_write_data:
-            # Skipping the journal is only safe with BP-46's boot-time fencing and limbo.
-            raise ConfigError(
-                "journal_write_data = false needs BP-46 boot protections, not built yet"
-            )
+        if (
+            not self.config.journal_write_data
+            and not self.config.metadata_uri
+            and (self._metadata is None)
+        ):
+            # Journal-less adds are only safe with BP-46's boot-time fencing, which needs the
+            # metadata store to know which ledgers this bookie holds.
+            raise ConfigError("journal_write_data = false needs a metadata store (BP-46)")
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
-        self.instance_id = await self._load_instance_id()
+        # Bind (without accepting) first: the cookie records the address actually bound.
+        self._server = await self._network.start_server(
+            lambda: ServerConnection(self), self.config.host, self.config.port
+        )
+        self._port = self._server.port
+        try:
+            await self._boot()
+            await self._server.start_serving()
+            await self._register()
+        except BaseException:
+            await self._close_server(abort=True)
+            await self.journal.crash()
+            await self.storage.close()
+            if self._owns_metadata and self._metadata is not None:
+                await self._metadata.close()
+                self._metadata = None
+            raise
+        self._running = True
+        self._checkpoint_task = asyncio.get_running_loop().create_task(
+            self._checkpoint_loop(), name="bookie-checkpoint"
+        )
+        log.info("bookie %s serving on %s", self.bookie_id, self.address)
+
+    async def _boot(self) -> None:
+        """BP-46 "The Full Boot-Up Sequence", up to phase one; nothing is served before it ends.
+
+        1. Cookies and the unclean-shutdown marker.
+        2. Ledger storage and the journal after the last checkpoint.
+        3. Phase one, after a cookie failure that was fixed, or after an unclean shutdown of a
+           journal-less bookie (one with a journal lost nothing it acknowledged): every
+           non-closed ledger whose ensembles hold this bookie is fenced and put in limbo.
+        """
+        if self._metadata is None and self.config.metadata_uri:
+            self._metadata = open_store(self.config.metadata_uri)
+            self._owns_metadata = True
+        check = await check_cookies(
+            self._disk,
+            self.config,
+            self._metadata,
+            self.bookie_id,
+            str(self.address),
+            os.urandom(16).hex(),
+        )
+        self.instance_id = check.cookie.instance_id
+        if check.fixed:
+            log.warning("bookie %s: cookies fixed (%s)", self.bookie_id, "; ".join(check.problems))
+        self.unclean_start = await marker_present(self._disk, self.config)
+        await set_marker(self._disk, self.config)
         mark = await self.storage.open()
         for state in self.storage.ledgers.values():
             # Checkpointed entries are synced; rebuild the cursor from the LAC upward.
@@ -139,20 +192,9 @@ class Bookie:
         if self.replayed:
             log.info("replayed %d journal records after LSN %d", self.replayed, mark)
             await self.checkpoint()
-        self._server = await self._network.start_server(
-            lambda: ServerConnection(self), self.config.host, self.config.port
-        )
-        self._port = self._server.port
-        try:
-            await self._register()
-        except BaseException:
-            await self._close_server(abort=True)
-            raise
-        self._running = True
-        self._checkpoint_task = asyncio.get_running_loop().create_task(
-            self._checkpoint_loop(), name="bookie-checkpoint"
-        )
-        log.info("bookie %s serving on %s", self.bookie_id, self.address)
+        lost_data = check.fixed or (self.unclean_start and not self.config.journal_write_data)
+        if lost_data and self._metadata is not None:
+            self.limbo_ledgers = await fence_and_limbo(self, self._metadata)
 
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
@@ -165,6 +207,7 @@ class Bookie:
         await self.journal.stop()
         await self.checkpoint(release=False)
         await self.storage.close()
+        await clear_marker(self._disk, self.config)  # only a clean stop clears it
         if self._owns_disk:
             await self._disk.close()
         log.info("bookie %s stopped", self.bookie_id)
@@ -203,15 +246,6 @@ class Bookie:
 
     # ------------------------------------------------------------------ registration
 
-    async def _load_instance_id(self) -> str:
-        """This data directory's identity, made on first start and kept for its life."""
-        path = os.path.join(self.config.data_dir, INSTANCE_FILE)
-        if await self._disk.exists(path):
-            return (await self._disk.read_file(path)).decode().strip()
-        instance = os.urandom(16).hex()
-        await self._disk.write_file_atomic(path, instance.encode() + b"\n")
-        return instance
-
     async def _service_info(self) -> BookieServiceInfo:
         free, total = await self.disk_usage()
         self._published_free = free
@@ -227,9 +261,6 @@ class Bookie:
 
     async def _register(self) -> None:
         """Publish this bookie under a lease (API.md: registers on start)."""
-        if self._metadata is None and self.config.metadata_uri:
-            self._metadata = open_store(self.config.metadata_uri)
-            self._owns_metadata = True
         if self._metadata is None:
             return
         registration = await self._metadata.register_bookie(
@@ -312,6 +343,8 @@ class Bookie:
             state = ledgers.get(ledger_id)
             if state is None:
                 self.storage.create(ledger_id, key)
+            elif not state.master_key:
+                state.master_key = key  # limbo ledger created at boot learns its key
             return
         ledger_id = LEDGER_PREFIX.unpack_from(payload)[0]
         state = ledgers.get(ledger_id)

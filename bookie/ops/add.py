@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from bookie.server import Bookie
 
 
-def _ignore(error: BaseException | None) -> None:
-    """Callback for records acknowledged through a later record of the same batch."""
+def _key_durable(state: LedgerState, error: BaseException | None) -> None:
+    if error is None:
+        state.key_pending = False
 
 
 def ensure_ledger(
@@ -41,8 +42,22 @@ def ensure_ledger(
         if not master_key:
             return None, StatusCode.EBADREQ
         state = bookie.storage.create(ledger_id, master_key)
+        state.key_pending = True
         bookie.journal.append(
-            RecordType.MASTER_KEY, LEDGER_PREFIX.pack(ledger_id) + master_key, _ignore
+            RecordType.MASTER_KEY,
+            LEDGER_PREFIX.pack(ledger_id) + master_key,
+            lambda error: _key_durable(state, error),
+        )
+        return state, StatusCode.EOK
+    if not state.master_key and master_key:
+        # Created at boot (BP-46 phase one) with its key unknown: the first writer or
+        # recovery that fences or writes it brings the key.
+        state.master_key = master_key
+        state.key_pending = True
+        bookie.journal.append(
+            RecordType.MASTER_KEY,
+            LEDGER_PREFIX.pack(ledger_id) + master_key,
+            lambda error: _key_durable(state, error),
         )
         return state, StatusCode.EOK
     if state.master_key != master_key:
@@ -83,6 +98,18 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
     state.advance_lac(piggybacked_lac)
     cursor = state.sync
     cursor.confirmed(piggybacked_lac)  # BP-14: a LAC is confirmed on an ack quorum
+    if not bookie.config.journal_write_data:
+        # BP-46: the add skips the journal and is answered once in ledger storage (in memory
+        # until the next flush: a crash loses it, which boot-time fencing and limbo cover).
+        def stored(error: BaseException | None) -> None:
+            status = StatusCode.EIO if error is not None else StatusCode.EOK
+            conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
+
+        if state.key_pending:  # a new ledger's master key must be durable before any ack
+            bookie.journal.barrier(stored)
+        else:
+            stored(None)
+        return
     answered = False
 
     def reply(error: BaseException | None) -> None:

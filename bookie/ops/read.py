@@ -7,8 +7,9 @@
   has promised to refuse the old writer.
 - LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
   (capped), whichever is first; the waiter is removed either way.
-- A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives); a stored entry
-  that fails its checksum is EIO, never served.
+- A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives) -- except in a
+  ledger in limbo (BP-46), where a missing entry is EUNKNOWN; a stored entry that fails its
+  checksum is EIO, never served.
 """
 
 from __future__ import annotations
@@ -81,9 +82,14 @@ def handle_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) ->
     location = state.location(request.entry_id)
     if location < 0:
         bookie.stats.read_misses += 1
-        conn.reply(_answer(request, state, StatusCode.ENOENTRY))
+        conn.reply(_answer(request, state, _missing(state)))
         return
     conn.spawn(_read(bookie, request, conn))
+
+
+def _missing(state: LedgerState) -> StatusCode:
+    """BP-46: a ledger in limbo may have lost the entry, so it never says it does not exist."""
+    return StatusCode.EUNKNOWN if state.limbo else StatusCode.ENOENTRY
 
 
 def _answer(
@@ -135,6 +141,6 @@ async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) ->
         if request.flags & ReadFlag.LONG_POLL:
             conn.reply(_answer(request, state, StatusCode.EOK))
         else:
-            conn.reply(_answer(request, state, StatusCode.ENOENTRY))
+            conn.reply(_answer(request, state, _missing(state)))
         return
     conn.reply(_answer(request, state, StatusCode.EOK, body))

@@ -106,7 +106,7 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot start bookie" in result.stderr.strip().splitlines()[-1]
 
 
-def test_journal_less_mode_is_refused_until_its_protections_exist(tmp_path: Path) -> None:
+def test_journal_less_mode_needs_a_metadata_store(tmp_path: Path) -> None:
     result = _aiobk(
         "bookie", "start", "--port", "0", "--data-dir", str(tmp_path), "--no-journal-write-data"
     )

@@ -10,12 +10,13 @@ import pytest
 
 from bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
 from bookie.entrylog import RECORD_HEAD, unpack_location
+from metadata import free_port
 from protocol import HEADER_SIZE, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, add, read
 
 
 async def _filled(tmp_path: Path, connect, entries: int = 6, clean: bool = True) -> BookieConfig:
-    config = BookieConfig(data_dir=str(tmp_path / "data"), port=0)
+    config = BookieConfig(data_dir=str(tmp_path / "data"), port=free_port())  # same identity
     bookie = Bookie(config)
     await bookie.start()
     conn = await connect(bookie)
@@ -87,7 +88,16 @@ async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, c
     with pytest.raises(JournalCorruptError):
         await Bookie(config).start()
     result = subprocess.run(
-        [sys.executable, "-m", "bookie", "start", "--port", "0", "--data-dir", config.data_dir],
+        [
+            sys.executable,
+            "-m",
+            "bookie",
+            "start",
+            "--port",
+            str(config.port),
+            "--data-dir",
+            config.data_dir,
+        ],  # fmt: skip
         capture_output=True,
         timeout=60,
         check=False,

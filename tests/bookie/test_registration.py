@@ -9,7 +9,7 @@ import pytest
 
 from bookie import Bookie, BookieConfig
 from metadata import open_store
-from protocol.errors import BookieAlreadyRegisteredError
+from protocol.errors import CookieError
 from tests.conftest import unique_name
 
 
@@ -33,7 +33,7 @@ async def test_register_on_start_deregister_on_stop(tmp_path: Path, kind: str, r
                 data_dir=str(tmp_path / "twin"), port=0, metadata_uri=uri, bookie_id=info.bookie_id
             )
         )
-        with pytest.raises(BookieAlreadyRegisteredError):
+        with pytest.raises(CookieError, match="journal_dirs"):  # refused by identity first
             await twin.start()
         assert not twin.running
     finally:
