@@ -97,7 +97,7 @@ async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, c
             str(config.port),
             "--data-dir",
             config.data_dir,
-        ],  # fmt: skip
+        ],
         capture_output=True,
         timeout=60,
         check=False,
