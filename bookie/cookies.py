@@ -38,6 +38,7 @@ class CookieCheck:
     first_boot: bool = False
     fixed: bool = False  # a failure was repaired: the boot must assume lost data
     problems: list[str] = field(default_factory=list)
+    replaced_instances: tuple[str, ...] = ()  # instance ids the fix replaced
 
 
 async def _read(disk: Disk, directory: str) -> Cookie | None:
@@ -117,7 +118,8 @@ async def check_cookies(
         )
     fixed = Cookie(bookie_id, address, journal_dirs, data_dirs, new_instance)
     fixed = await _write_everywhere(disk, store, fixed, remote)
-    return CookieCheck(fixed, fixed=True, problems=problems)
+    replaced = tuple({c.instance_id for c in [*found, remote] if c is not None})
+    return CookieCheck(fixed, fixed=True, problems=problems, replaced_instances=replaced)
 
 
 async def fix_cookies(

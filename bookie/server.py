@@ -95,6 +95,7 @@ class Bookie:
         self.replayed = 0
         self.instance_id = ""
         self.unclean_start = False
+        self._replaced_instances: tuple[str, ...] = ()
         self.limbo_ledgers: list[int] = []
         self._metadata = metadata
         self._owns_metadata = False
@@ -175,6 +176,7 @@ class Bookie:
             os.urandom(16).hex(),
         )
         self.instance_id = check.cookie.instance_id
+        self._replaced_instances = check.replaced_instances
         if check.fixed:
             log.warning("bookie %s: cookies fixed (%s)", self.bookie_id, "; ".join(check.problems))
         self.unclean_start = await marker_present(self._disk, self.config)
@@ -264,7 +266,7 @@ class Bookie:
         if self._metadata is None:
             return
         registration = await self._metadata.register_bookie(
-            await self._service_info(), self.config.registration_ttl
+            await self._service_info(), self.config.registration_ttl, self._replaced_instances
         )
         registration.on_lost(self._on_registration_lost)
         self.registration = registration

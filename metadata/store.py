@@ -8,7 +8,7 @@ loop with a retry budget). The client and the bookie use only this class: neithe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 
 from metadata.keys import KeyLayout
 from metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError, Watch
@@ -139,29 +139,43 @@ class MetadataStore:
     # ------------------------------------------------------------------ bookies
 
     async def register_bookie(
-        self, info: BookieServiceInfo, ttl: float = DEFAULT_BOOKIE_TTL
+        self,
+        info: BookieServiceInfo,
+        ttl: float = DEFAULT_BOOKIE_TTL,
+        replaces: Collection[str] = (),
     ) -> Registration:
-        """Publish a live bookie under a lease; fails if a live process holds the same id."""
+        """Publish a live bookie under a lease; fails if a live process holds the same id.
+
+        ``replaces``: older instance ids of this bookie (its cookies were just fixed) whose
+        leftover registration it may take over."""
         key = self.keys.bookie(info.bookie_id)
         lease, granted = await self.kv.grant_lease(ttl)
         try:
             try:
                 await self.kv.create(key, info.to_json(), lease)
             except KeyExistsError:
-                await self._take_over(key, info, lease, ttl)
+                await self._take_over(key, info, lease, ttl, replaces)
         except BaseException:
             await self.kv.revoke_lease(lease)
             raise
         return Registration(self.kv, key, info, lease, granted)
 
-    async def _take_over(self, key: bytes, info: BookieServiceInfo, lease: int, ttl: float) -> None:
+    async def _take_over(
+        self,
+        key: bytes,
+        info: BookieServiceInfo,
+        lease: int,
+        ttl: float,
+        replaces: Collection[str],
+    ) -> None:
         """The id is registered. If it is this bookie's own previous life (same instance id:
         the same data directories, e.g. restarted after a crash before its lease ran out), the
         registration moves to the new lease; anything else is a live impostor and refused."""
         current, _revision = await self.kv.get(key)
         if current is not None:
             holder = BookieServiceInfo.from_json(current.value, current.mod_revision)
-            if info.instance_id and holder.instance_id == info.instance_id:
+            mine = {info.instance_id, *replaces} - {""}
+            if holder.instance_id in mine:
                 try:
                     await self.kv.compare_and_set(key, info.to_json(), current.mod_revision, lease)
                 except (KeyMissingError, RevisionMismatchError):

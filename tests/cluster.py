@@ -26,7 +26,7 @@ class Cluster:
         index = len(self.bookies)
         config = BookieConfig(
             data_dir=str(self.root / f"bookie{index}"),
-            port=0,
+            port=settings.pop("port", 0),
             metadata_uri=self.uri,
             **{**self.settings, **settings},
         )

@@ -1,0 +1,207 @@
+"""BP-46 on real bookies: cookies, unclean shutdown, limbo, and the two scenarios of data loss,
+each run with the protection switched off (the loss happens) and on (it does not)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bookie import Bookie, BookieConfig
+from client import BookKeeper, ClientConfig
+from client.errors import DataUnknownError, LedgerFencedError, LedgerRecoveryError
+from metadata import free_port, open_store
+from protocol import AddRequest, ReadFlag, ReadRequest
+from protocol.errors import CookieError
+from tests.cluster import Cluster, forget
+from tests.conftest import unique_name
+from tests.dropping import DroppingConnector
+
+JOURNAL_LESS = {"journal_write_data": False, "allow_cookie_fix": True}
+
+
+async def _cluster(root: Path, protect: bool = True, **settings) -> Cluster:
+    cluster = Cluster(
+        root,
+        f"memory://{unique_name('bp46')}",
+        settings={**JOURNAL_LESS, "boot_fence": protect, "boot_limbo": protect, **settings},
+    )
+    for _ in range(3):
+        await cluster.add_bookie(port=free_port())
+    return cluster
+
+
+def _is_add(address: str, entry: int):
+    return lambda to, r: to == address and isinstance(r, AddRequest) and r.entry_id == entry
+
+
+def _is_fencing(address: str):
+    return lambda to, r: (
+        to == address and isinstance(r, ReadRequest) and bool(r.flags & ReadFlag.FENCE)
+    )
+
+
+async def test_cookies_refuse_a_wiped_bookie_unless_fixing_is_allowed(tmp_path: Path) -> None:
+    uri = f"memory://{unique_name('cookie')}"
+    config = BookieConfig(data_dir=str(tmp_path / "b"), port=free_port(), metadata_uri=uri)
+    bookie = Bookie(config)
+    await bookie.start()
+    assert (tmp_path / "b" / "COOKIE").exists()
+    assert (tmp_path / "b" / "journal" / "COOKIE").exists()
+    store = open_store(uri)
+    remote = await store.read_cookie(bookie.bookie_id)
+    assert remote is not None
+    assert remote.instance_id == bookie.instance_id
+    await bookie.stop()
+    restarted = Bookie(config)  # same cookies: boots
+    await restarted.start()
+    await restarted.stop()
+    shutil.rmtree(tmp_path / "b")  # the disk is replaced
+    with pytest.raises(CookieError, match="has no cookie"):
+        await Bookie(config).start()
+    fixed = Bookie(config.with_changes(allow_cookie_fix=True))
+    await fixed.start()
+    assert fixed.instance_id != remote.instance_id
+    await fixed.stop()
+    await store.close()
+    forget(Cluster(tmp_path, uri))
+
+
+async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            for i in range(5):
+                await lh.append(b"%d" % i)
+            victim = cluster.by_id(lh.metadata.ensemble[0])
+            await victim.crash()  # the 5 unflushed entries are gone with it
+            restarted = await cluster.restart(victim)
+            assert restarted.unclean_start
+            assert restarted.limbo_ledgers == [lh.ledger_id]
+            state = restarted.storage.ledgers[lh.ledger_id]
+            assert state.fenced
+            assert state.limbo
+            assert state.location(0) < 0  # really lost
+
+            # The writer may land a few more adds on the two other bookies while it reconnects
+            # to the restarted one, whose EFENCED then stops it.
+            async def write_until_fenced() -> None:
+                for i in range(5, 200):
+                    await lh.append(b"%d" % i)
+                    await asyncio.sleep(0.005)
+
+            with pytest.raises(LedgerFencedError):
+                await write_until_fenced()
+            reader = await bk.open_ledger(lh.ledger_id, recovery=False)
+            pool = bk.pool
+            conn = await pool.get(restarted.bookie_id)
+            answer = await conn.send(ReadRequest(conn.next_txn_id(), lh.ledger_id, 0), 5)
+            assert answer.status.name == "EUNKNOWN"  # never NoSuchEntry while in limbo
+            del reader
+            await restarted.stop()  # clean stop: no limbo next time
+            again = await cluster.restart(restarted)
+            assert not again.unclean_start
+            assert again.limbo_ledgers == []
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_plain_read_of_a_limbo_gap_is_data_unknown(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            await lh.append(b"only")
+            for bookie in list(cluster.bookies):
+                await bookie.crash()
+                await cluster.restart(bookie)
+            rh = await bk.open_ledger(lh.ledger_id, recovery=False)
+            with pytest.raises(DataUnknownError):
+                await rh.read_unconfirmed(0, 0)
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+@pytest.mark.parametrize("protect", [True, False], ids=["protection-on", "protection-off"])
+async def test_scenario_1_lost_fence_allows_writes_after_close(tmp_path: Path, protect) -> None:
+    """BP-46 Scenario 1: C2's fence never reaches B3; C2 closes L1 at E1; B2 loses everything
+    (its disk is replaced); C1 writes E2 to B2 and B3 -- B1 never answers -- and reaches AQ."""
+    cluster = await _cluster(tmp_path, protect)
+    c1_net = DroppingConnector()
+    c2_net = DroppingConnector()
+    config = ClientConfig(add_timeout=60.0, read_timeout=2.0)
+    try:
+        c1 = await BookKeeper.connect(cluster.uri, config, connector=c1_net)
+        lh = await c1.create_ledger(3, 3, 2)
+        b1, b2, b3 = (cluster.by_id(bid) for bid in lh.metadata.ensemble)
+        assert await lh.append(b"E1") == 0  # reaches all three
+
+        c2_net.rules.append(_is_fencing(b3.bookie_id))  # the fence to B3 is lost
+        c2 = await BookKeeper.connect(cluster.uri, config, connector=c2_net)
+        closed = await c2.open_ledger(lh.ledger_id)
+        assert closed.metadata.last_entry_id == 0
+
+        await b2.crash()  # B2 comes back with nothing: a replaced disk
+        shutil.rmtree(b2.config.data_dir)
+        await cluster.restart(b2)
+
+        c1_net.rules.append(_is_add(b1.bookie_id, 1))  # B1 (fenced) never answers C1
+        if protect:
+            with pytest.raises(LedgerFencedError):
+                await lh.append(b"E2")
+        else:
+            assert await lh.append(b"E2") == 1  # acknowledged after the close: lost
+        await c1.close()
+        await c2.close()
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+@pytest.mark.parametrize("protect", [True, False], ids=["protection-on", "protection-off"])
+async def test_scenario_2_recovery_truncates_an_acknowledged_entry(tmp_path: Path, protect) -> None:
+    """BP-46 Scenario 2: E0 is acknowledged by B1 and B3 (B2 never got it); B1 crashes and loses
+    E0; C2 recovers and hears NoSuchEntry from B1 and B2 before B3 answers."""
+    cluster = await _cluster(tmp_path, protect)
+    c1_net = DroppingConnector()
+    c2_net = DroppingConnector()
+    config = ClientConfig(add_timeout=60.0, read_timeout=1.0)
+    try:
+        c1 = await BookKeeper.connect(cluster.uri, config, connector=c1_net)
+        lh = await c1.create_ledger(3, 3, 2)
+        b1, b2, b3 = (cluster.by_id(bid) for bid in lh.metadata.ensemble)
+        c1_net.rules.append(_is_add(b2.bookie_id, 0))  # B2 fails to respond
+        assert await lh.append(b"E0") == 0  # confirmed by B1 and B3
+
+        await b1.crash()  # journal-less: E0 was only in memory on B1
+        b1 = await cluster.restart(b1)
+        assert (
+            b1.storage.ledgers.get(lh.ledger_id) is None
+            or b1.storage.ledgers[lh.ledger_id].location(0) < 0
+        )
+
+        b3_read = lambda to, r: (  # noqa: E731 - B3's answer to the read of E0 comes too late
+            to == b3.bookie_id and isinstance(r, ReadRequest) and r.entry_id == 0
+        )
+        c2_net.rules.append(b3_read)
+        c2 = await BookKeeper.connect(cluster.uri, config, connector=c2_net)
+        if protect:
+            with pytest.raises(LedgerRecoveryError):  # B1 in limbo: "unknown", not "no"
+                await c2.open_ledger(lh.ledger_id)
+            c2_net.rules.remove(b3_read)
+            rh = await c2.open_ledger(lh.ledger_id)  # once B3 answers: E0 recovered
+            assert rh.metadata.last_entry_id == 0
+            assert [e.data for e in await rh.read(0, 0)] == [b"E0"]
+        else:
+            rh = await c2.open_ledger(lh.ledger_id)
+            assert rh.metadata.last_entry_id == -1  # the acknowledged E0 is truncated
+        await c1.close()
+        await c2.close()
+    finally:
+        await cluster.stop()
+        forget(cluster)
