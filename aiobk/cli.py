@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from aiobk.standalone import standalone_command
-from bookie.cli import bookie_group, run_group
+from bookie.cli import bookie_group, cookie_group, run_group
 from client.cli import add_ledger_commands, simpletest_command
 from metadata.cli import bookies_group, ledger_group
 
@@ -22,6 +22,7 @@ def cli() -> None:
 
 cli.add_command(bookie_group)
 cli.add_command(standalone_command)
+cli.add_command(cookie_group)
 cli.add_command(bookies_group)
 cli.add_command(ledger_group)
 add_ledger_commands(ledger_group)
