@@ -31,6 +31,8 @@ class BookieConfig:
     # that demonstrate Scenarios 1 and 2; never in production.
     boot_fence: bool = True
     boot_limbo: bool = True
+    boot_repair: bool = True  # phase two: recover limbo ledgers, copy back, clear limbo
+    repair_retry_interval: float = 1.0  # seconds between passes over ledgers not repaired yet
     # BP-46: when false, adds skip the journal (acknowledged once in ledger storage).
     journal_write_data: bool = True
     # Group commit, after journalMaxGroupWaitMSec / journalBufferedWritesThreshold /

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import NamedTuple
 
-from bookie.boot import fence_and_limbo
+from bookie.boot import fence_and_limbo, load_repairer, repair
 from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
@@ -97,6 +97,8 @@ class Bookie:
         self.unclean_start = False
         self._replaced_instances: tuple[str, ...] = ()
         self.limbo_ledgers: list[int] = []
+        self._to_repair: list[int] = []
+        self._repair_task: asyncio.Task[None] | None = None
         self._metadata = metadata
         self._owns_metadata = False
         self.registration: Registration | None = None
@@ -153,6 +155,10 @@ class Bookie:
         self._checkpoint_task = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name="bookie-checkpoint"
         )
+        if self._to_repair and self._metadata is not None and self.config.boot_repair:
+            self._repair_task = asyncio.get_running_loop().create_task(
+                self._repair(self._metadata, list(self._to_repair)), name="bookie-repair"
+            )
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     async def _boot(self) -> None:
@@ -196,7 +202,7 @@ class Bookie:
             await self.checkpoint()
         lost_data = check.fixed or (self.unclean_start and not self.config.journal_write_data)
         if lost_data and self._metadata is not None:
-            self.limbo_ledgers = await fence_and_limbo(self, self._metadata)
+            self.limbo_ledgers, self._to_repair = await fence_and_limbo(self, self._metadata)
 
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
@@ -239,7 +245,25 @@ class Bookie:
                 await asyncio.wait_for(self._server.wait_closed(), 5.0)
             self._server = None
 
+    async def _repair(self, store: MetadataStore, ledgers: list[int]) -> None:
+        """BP-46 phase two, in the background once the bookie serves."""
+        repairer = load_repairer(store, self.bookie_id)
+        try:
+            await repair(self, store, repairer, ledgers, self.config.repair_retry_interval)
+        finally:
+            await repairer.close()
+
+    async def wait_repaired(self) -> None:
+        """For tests and operators: until the boot-time repair (if any) has finished."""
+        if self._repair_task is not None:
+            await asyncio.shield(self._repair_task)
+
     async def _cancel_checkpoints(self) -> None:
+        repair_task, self._repair_task = self._repair_task, None
+        if repair_task is not None:
+            repair_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await repair_task
         task, self._checkpoint_task = self._checkpoint_task, None
         if task is not None:
             task.cancel()

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from bookie import Bookie, BookieConfig
-from client import BookKeeper, ClientConfig
+from client import BookKeeper, ClientConfig, Digester
 from client.errors import DataUnknownError, LedgerFencedError, LedgerRecoveryError
 from metadata import free_port, open_store
-from protocol import AddRequest, ReadFlag, ReadRequest
+from protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
 from protocol.errors import CookieError
 from tests.cluster import Cluster, forget
 from tests.conftest import unique_name
 from tests.dropping import DroppingConnector
 
-JOURNAL_LESS = {"journal_write_data": False, "allow_cookie_fix": True}
+JOURNAL_LESS = {"journal_write_data": False, "allow_cookie_fix": True, "boot_repair": False}
 
 
 async def _cluster(root: Path, protect: bool = True, **settings) -> Cluster:
@@ -245,3 +245,56 @@ async def test_cookie_show_and_fix_commands(etcd_server, tmp_path: Path) -> None
     missing = await asyncio.to_thread(aiobk, "cookie", "fix", "--data-dir", config.data_dir)
     assert missing.returncode != 0
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+async def test_repair_recovers_copies_back_and_clears_limbo(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path, boot_repair=True, repair_retry_interval=0.05)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            for i in range(8):
+                await lh.append(b"%d" % i)
+            victim = cluster.by_id(lh.metadata.ensemble[2])
+            await victim.crash()  # loses the 8 unflushed entries
+            restarted = await cluster.restart(victim)
+            assert restarted.limbo_ledgers == [lh.ledger_id]
+            await asyncio.wait_for(restarted.wait_repaired(), 30)
+            metadata = await bk.store.read_ledger(lh.ledger_id)
+            assert metadata.is_closed  # recovered by the bookie itself
+            assert metadata.last_entry_id == 7
+            state = restarted.storage.ledgers[lh.ledger_id]
+            assert not state.limbo
+            assert all(state.location(e) >= 0 for e in range(8))  # copied back from peers
+            rh = await bk.open_ledger(lh.ledger_id)
+            assert [e.data for e in await rh.read(0, 7)] == [b"%d" % i for i in range(8)]
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_a_wiped_bookie_gets_its_closed_ledgers_back(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path, boot_repair=True, repair_retry_interval=0.05)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            for i in range(6):
+                await lh.append(b"%d" % i)
+            await lh.close()
+            victim = cluster.by_id(lh.metadata.ensemble[0])
+            await victim.stop()
+            shutil.rmtree(victim.config.data_dir)  # a new, empty disk
+            restarted = await cluster.restart(victim)
+            assert restarted.limbo_ledgers == []  # closed: fenced, never in limbo
+            state = restarted.storage.ledgers[lh.ledger_id]
+            assert state.fenced
+            await asyncio.wait_for(restarted.wait_repaired(), 30)
+            assert all(state.location(e) >= 0 for e in range(6))
+            conn = await bk.pool.get(restarted.bookie_id)
+            body = Digester(DigestType.CRC32C).encode(lh.ledger_id, 6, 5, 100, b"stale")
+            stale = AddRequest(
+                conn.next_txn_id(), lh.ledger_id, 6, master_key=master_key(b""), body=body
+            )
+            assert (await conn.send(stale, 5)).status.name == "EFENCED"  # no write after close
+    finally:
+        await cluster.stop()
+        forget(cluster)
