@@ -43,7 +43,24 @@ def handle_force(bookie: Bookie, request: ForceRequest, conn: ServerConnection) 
         status = StatusCode.EIO if error is not None else StatusCode.EOK
         conn.reply(ForceResponse(txn_id, status, ledger_id, state.last_add_synced))
 
-    bookie.journal.barrier(done)
+    if bookie.config.journal_write_data:
+        bookie.journal.barrier(done)
+        return
+
+    async def sync_storage() -> None:
+        # Journal-less (BP-46): the adds live in ledger storage, so that is what gets synced.
+        try:
+            await bookie.checkpoint()
+        except OSError as exc:
+            done(exc)
+            return
+        entry = state.sync.last_add_synced + 1
+        while state.location(entry) >= 0:
+            state.sync.synced(entry)
+            entry += 1
+        done(None)
+
+    conn.spawn(sync_storage())
 
 
 def handle_bookie_info(

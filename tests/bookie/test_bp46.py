@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bookie import Bookie, BookieConfig
-from client import BookKeeper, ClientConfig, Digester
+from client import BookKeeper, ClientConfig, Digester, Durability
 from client.errors import DataUnknownError, LedgerFencedError, LedgerRecoveryError
 from metadata import free_port, open_store
 from protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
@@ -295,6 +295,28 @@ async def test_a_wiped_bookie_gets_its_closed_ledgers_back(tmp_path: Path) -> No
                 conn.next_txn_id(), lh.ledger_id, 6, master_key=master_key(b""), body=body
             )
             assert (await conn.send(stale, 5)).status.name == "EFENCED"  # no write after close
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_force_on_a_journal_less_bookie_syncs_ledger_storage(tmp_path: Path) -> None:
+    cluster = await _cluster(tmp_path)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+            for i in range(10):
+                await lh.append(b"%d" % i)
+            checkpoints = [b.stats.checkpoints for b in cluster.bookies]
+            assert await lh.force() == 9
+            assert all(
+                b.stats.checkpoints > c for b, c in zip(cluster.bookies, checkpoints, strict=True)
+            )
+            victim = cluster.by_id(lh.metadata.ensemble[0])
+            await victim.crash()  # after force(): nothing of the 10 is lost
+            restarted = await cluster.restart(victim)
+            state = restarted.storage.ledgers[lh.ledger_id]
+            assert all(state.location(e) >= 0 for e in range(10))
     finally:
         await cluster.stop()
         forget(cluster)
