@@ -28,10 +28,12 @@ from rich.table import Table
 from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
 from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
+from protocol import GetBookieInfoRequest, GetBookieInfoResponse
 
 
 @dataclass
 class Level:
+    mode: str
     in_flight: int
     appends: int
     seconds: float
@@ -40,16 +42,19 @@ class Level:
     p99_us: int
     p999_us: int
     errors: int
+    fdatasyncs_per_s: float = 0.0
 
 
-def start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[bytes]]:
+def start_bookies(
+    count: int, base: str, uri: str, extra: tuple[str, ...] = ()
+) -> list[subprocess.Popen[bytes]]:
     procs = []
     for index in range(count):
         port = free_port()
         proc = subprocess.Popen(
             [
                 sys.executable, "-m", "bookie", "start", "--port", str(port),
-                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri,
+                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri, *extra,
             ],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -102,6 +107,7 @@ async def run_level(
     progress.update(task, completed=seconds)
     await lh.close()
     return Level(
+        durability.name.lower(),
         in_flight,
         done,
         round(elapsed, 3),
@@ -111,6 +117,17 @@ async def run_level(
         histogram.get_value_at_percentile(99.9),
         errors,
     )
+
+
+async def _syncs(bk: BookKeeper) -> int:
+    """Journal and ledger-storage fdatasyncs so far, summed over the bookies."""
+    total = 0
+    for info in await bk.store.list_bookies():
+        conn = await bk.pool.get(info.bookie_id)
+        response = await conn.call(GetBookieInfoRequest(0), 10)
+        assert isinstance(response, GetBookieInfoResponse)
+        total += response.stats["journal_syncs"] + response.stats["storage_syncs"]
+    return total
 
 
 async def run(
@@ -123,9 +140,20 @@ async def run(
             await asyncio.gather(*(warm.append(b"w" * size) for _ in range(2000)))
             await warm.close()
             for level in levels:
+                before = await _syncs(bk)
                 result = await run_level(bk, level, seconds, size, progress, durability)
+                result.fdatasyncs_per_s = round((await _syncs(bk) - before) / result.seconds, 1)
                 results.append(result)
     return results
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(30)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,40 +164,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", default="1,64,512")
     parser.add_argument("--json", default=None)
     parser.add_argument(
-        "--durability",
-        choices=["persistent", "volatile"],
+        "--modes",
         default="persistent",
-        help="BP-14: volatile ledgers are acknowledged once written",
+        help="comma list of persistent, volatile (BP-14: acknowledged once written) and "
+        "journal-less (BP-46: bookies started with --no-journal-write-data)",
     )
+    parser.add_argument("--durability", choices=["persistent", "volatile"], default=None)
+    parser.add_argument("--no-journal-write-data", action="store_true")
     args = parser.parse_args(argv)
-    durability = Durability[args.durability.upper()]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.durability or args.no_journal_write_data:
+        modes = ["journal-less" if args.no_journal_write_data else args.durability or "persistent"]
+    unknown = set(modes) - {"persistent", "volatile", "journal-less"}
+    if unknown:
+        parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
     levels = [int(x) for x in args.in_flight.split(",")]
-    console = Console()
+    console = Console(width=160)
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         sync = fdatasync_floor(base, 2000)
         rtt = loopback_rtt_floor(3000)
-        procs = start_bookies(args.bookies, base, etcd.uri("bench"))
-        results = uvloop.run(
-            run(etcd.uri("bench"), levels, args.seconds, args.entry_size, durability)
-        )
+        results: list[Level] = []
+        for index, mode in enumerate(modes):
+            extra = ("--no-journal-write-data",) if mode == "journal-less" else ()
+            uri = etcd.uri(f"bench{index}")
+            procs = start_bookies(args.bookies, os.path.join(base, mode), uri, extra)
+            durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
+            try:
+                levels_run = uvloop.run(run(uri, levels, args.seconds, args.entry_size, durability))
+            finally:
+                _stop(procs)
+                procs = []
+            for level in levels_run:
+                level.mode = mode
+            results.extend(levels_run)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(30)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        _stop(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
     sync_p50 = sync.get_value_at_percentile(50)
     rtt_p50 = rtt.get_value_at_percentile(50)
     floor_us = sync_p50 + rtt_p50
     table = Table(
-        title=f"{args.durability} appends, E3 WQ3 AQ2, {args.entry_size} B, "
-        f"{args.bookies} bookies, "
+        title=f"appends, E3 WQ3 AQ2, {args.entry_size} B, {args.bookies} bookies, "
         f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} + RTT {rtt_p50})"
     )
     for column in (
@@ -184,12 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(column, justify="right")
     for r in results:
         table.add_row(
-            str(r.in_flight), f"{r.appends_per_s:.0f}", str(r.p50_us), str(r.p99_us),
-            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", str(r.errors),
+            r.mode, str(r.in_flight), f"{r.appends_per_s:.0f}", str(r.p50_us), str(r.p99_us),
+            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", f"{r.fdatasyncs_per_s:.0f}",
+            str(r.errors),
         )  # fmt: skip
     console.print(table)
     checks = []
-    by_level = {r.in_flight: r for r in results}
+    by_level = {r.in_flight: r for r in results if r.mode == "persistent"}
     if 1 in by_level:
         ratio = by_level[1].p50_us / floor_us
         checks.append({"target": "1 in flight: p50 <= 2x floor", "ratio": round(ratio, 2),
@@ -207,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as handle:
         report = {
-            "durability": args.durability,
+            "modes": modes,
             "floor_us": floor_us,
             "fdatasync_p50_us": sync_p50,
             "loopback_rtt_p50_us": rtt_p50,

@@ -173,6 +173,7 @@ class EntryLogger:
         async with self._flush_lock:
             for log_id in sorted(self._unsynced):
                 await self._writers[log_id].sync()
+                self.stats.storage_syncs += 1
             self._unsynced.clear()
             active = self._active
             assert active is not None

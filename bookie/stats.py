@@ -22,6 +22,7 @@ class BookieStats:
     journal_bytes: int = 0
     checkpoints: int = 0
     entry_log_flushes: int = 0
+    storage_syncs: int = 0  # entry log fsyncs (checkpoints, FORCE on journal-less bookies)
     corrupt_reads: int = 0
 
     def as_dict(self) -> dict[str, int]:
