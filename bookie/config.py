@@ -44,6 +44,7 @@ class BookieConfig:
     journal_flush_when_queue_empty: bool = True
     journal_max_file_size: int = 512 * 1024 * 1024  # roll journal files at this size
     journal_sync_data: bool = True  # fdatasync the journal (false only for experiments)
+    journal_alignment: int = 4096  # pad each journal write to this boundary (0: no padding)
     entry_log_max_size: int = 1024 * 1024 * 1024  # BookKeeper's logSizeLimit
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)

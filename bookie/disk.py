@@ -35,6 +35,10 @@ class AppendFile(Protocol):
         hop to a thread and back costs more than the loop loses by waiting."""
         ...
 
+    def write_now(self, data: bytes) -> None:
+        """Write (no sync) on the calling thread: a small write into the page cache."""
+        ...
+
     async def sync(self) -> None: ...
 
     async def close(self) -> None: ...
@@ -49,7 +53,14 @@ class ReadFile(Protocol):
 
 
 class Disk(Protocol):
-    async def open_append(self, path: str, lane: str) -> AppendFile: ...
+    async def open_append(
+        self, path: str, lane: str, sync_lane: str | None = None, preallocate: int = 0
+    ) -> AppendFile:
+        """``sync_lane`` (if given) runs ``sync()`` on its own thread, so an fdatasync does not
+        hold up the next write to the same file. ``preallocate`` > 0 zero-fills (and syncs) the
+        file ahead of the writes in chunks of that size: writes then overwrite allocated blocks
+        and an fdatasync has no metadata to commit (the file must be new)."""
+        ...
 
     async def open_read(self, path: str) -> ReadFile: ...
 
@@ -79,25 +90,65 @@ class Disk(Protocol):
 
 
 class _OsAppendFile:
-    __slots__ = ("_closed", "_executor", "_fd", "_loop", "_size", "path")
+    __slots__ = (
+        "_allocated",
+        "_chunk",
+        "_closed",
+        "_executor",
+        "_fd",
+        "_loop",
+        "_size",
+        "_sync_executor",
+        "path",
+    )
 
-    def __init__(self, path: str, fd: int, size: int, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        path: str,
+        fd: int,
+        size: int,
+        executor: ThreadPoolExecutor,
+        sync_executor: ThreadPoolExecutor | None = None,
+        preallocate: int = 0,
+    ) -> None:
         self.path = path
         self._fd = fd
         self._size = size
         self._executor = executor
+        self._sync_executor = sync_executor or executor
         self._loop = asyncio.get_running_loop()
         self._closed = False
+        self._chunk = preallocate
+        self._allocated = size  # bytes zero-filled and synced (preallocated files)
 
     @property
     def size(self) -> int:
         return self._size
 
     def _write_all(self, data: bytes) -> None:
+        if not self._chunk:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            return
+        end = self._size  # already counted: the data goes just before it
+        start = end - len(data)
+        if end > self._allocated:
+            grow = max(self._chunk, end - self._allocated)
+            zeros = bytes(min(grow, 1 << 20))
+            position = self._allocated
+            while position < self._allocated + grow:
+                position += os.pwrite(
+                    self._fd, zeros[: self._allocated + grow - position], position
+                )
+            os.fsync(self._fd)  # size and extents durable once, not at every fdatasync
+            self._allocated += grow
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            written = os.pwrite(self._fd, view, start)
             view = view[written:]
+            start += written
 
     def _write_sync(self, data: bytes) -> None:
         self._write_all(data)
@@ -115,8 +166,12 @@ class _OsAppendFile:
         self._size += len(data)
         self._write_sync(data)
 
+    def write_now(self, data: bytes) -> None:
+        self._size += len(data)
+        self._write_all(data)
+
     async def sync(self) -> None:
-        await self._loop.run_in_executor(self._executor, os.fdatasync, self._fd)
+        await self._loop.run_in_executor(self._sync_executor, os.fdatasync, self._fd)
 
     async def close(self) -> None:
         if not self._closed:
@@ -179,6 +234,14 @@ def _open_append(path: str) -> tuple[int, int]:
     return fd, os.fstat(fd).st_size
 
 
+def _open_positional(path: str) -> tuple[int, int]:
+    if os.path.exists(path):
+        raise FileExistsError(f"{path} exists: a preallocated file must be new")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    _fsync_dir(os.path.dirname(path) or ".")
+    return fd, 0
+
+
 def _truncate(path: str, size: int) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -207,11 +270,15 @@ class OsDisk:
             self._lanes[name] = lane
         return lane
 
-    async def open_append(self, path: str, lane: str) -> AppendFile:
+    async def open_append(
+        self, path: str, lane: str, sync_lane: str | None = None, preallocate: int = 0
+    ) -> AppendFile:
         executor = self._lane(lane)
         loop = asyncio.get_running_loop()
-        fd, size = await loop.run_in_executor(executor, _open_append, path)
-        return _OsAppendFile(path, fd, size, executor)
+        opener = _open_positional if preallocate else _open_append
+        fd, size = await loop.run_in_executor(executor, opener, path)
+        sync_executor = self._lane(sync_lane) if sync_lane is not None else None
+        return _OsAppendFile(path, fd, size, executor, sync_executor, preallocate)
 
     async def open_read(self, path: str) -> ReadFile:
         loop = asyncio.get_running_loop()

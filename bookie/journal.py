@@ -29,6 +29,7 @@ from bookie.journal_format import (
     decode_file_header,
     encode_file_header,
     encode_record,
+    padding,
     scan,
     valid_record_after,
 )
@@ -41,6 +42,7 @@ Callback = Callable[[BaseException | None], None]
 SUFFIX = ".txn"
 READ_CHUNK = 4 * 1024 * 1024
 INLINE_BYTES = 16 * 1024
+PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites commit no metadata
 
 
 def file_name(first_lsn: int) -> str:
@@ -67,6 +69,7 @@ class Journal:
         sync_data: bool = True,
         stats: BookieStats | None = None,
         inline_records: int = 1,
+        alignment: int = 4096,
     ) -> None:
         self._disk = disk
         self._dir = directory
@@ -74,10 +77,17 @@ class Journal:
         self._max_file_size = max_file_size
         self._sync_data = sync_data
         self._inline_records = inline_records
+        self._alignment = alignment
         self.stats = stats or BookieStats()
         self._queue: list[bytes] = []
         self._callbacks: list[Callback] = []
         self._written: list[Callback] = []  # BP-14: run after the write, before the sync
+        self._sync_groups: list[tuple[AppendFile | None, list[Callback]]] = []
+        self._syncing = False
+        self._sync_wakeup: asyncio.Future[None] | None = None
+        self._sync_idle: list[asyncio.Future[None]] = []
+        self._sync_task: asyncio.Task[None] | None = None
+        self._sync_stopping = False
         self._queued_bytes = 0
         self._oldest = 0.0
         self._first_queued_lsn: int | None = None
@@ -142,7 +152,7 @@ class Journal:
                 continue
             kept.append((first, path))
             for record in records:
-                if record.lsn <= after_lsn:
+                if record.kind is RecordType.PADDING or record.lsn <= after_lsn:
                     continue
                 if record.lsn != expected:
                     raise JournalCorruptError(
@@ -186,6 +196,8 @@ class Journal:
                     continue
                 if why is not Stop.END:
                     rest = data[stop:] + await handle.pread(position, max(0, size - position))
+                    if not rest.strip(b"\0"):
+                        return out  # the unused, zero-filled end of a preallocated file
                     later = valid_record_after(rest, 0) if why is Stop.INVALID else None
                     if later is not None:
                         raise JournalCorruptError(
@@ -211,7 +223,9 @@ class Journal:
             self._next_lsn = max(self._next_lsn, next_lsn)
         await self._disk.makedirs(self._dir)
         await self._open_file(self._next_lsn)
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="journal-writer")
+        self._sync_task = loop.create_task(self._sync_loop(), name="journal-sync")
 
     async def _open_file(self, first_lsn: int) -> None:
         path = os.path.join(self._dir, file_name(first_lsn))
@@ -221,7 +235,9 @@ class Journal:
             await self._disk.remove(path)
         elif await self._disk.exists(path):
             await self._disk.remove(path)
-        handle = await self._disk.open_append(path, "journal")
+        handle = await self._disk.open_append(
+            path, "journal", sync_lane="journal-sync", preallocate=PREALLOCATE
+        )
         await handle.write_and_sync(encode_file_header(first_lsn))
         self._file = handle
         self._files.append((first_lsn, path))
@@ -282,6 +298,8 @@ class Journal:
                 handle.cancel()
 
     async def _run(self) -> None:
+        """The writer stage: take the queue, write it, answer volatile adds, hand the rest to
+        the sync stage -- and go on writing while that fdatasync runs."""
         loop = asyncio.get_running_loop()
         policy = self._policy
         while True:
@@ -301,55 +319,126 @@ class Journal:
             self._queue, self._callbacks, self._written = [], [], []
             self._queued_bytes = 0
             self._first_queued_lsn = None
-            error: BaseException | None = None
-            if data:
-                try:
-                    await self._write(data, first_lsn, len(callbacks), written)
-                except OSError as exc:
-                    log.exception("journal write failed; no further adds will be acknowledged")
-                    error = self._failed = JournalFailedError(f"journal write failed: {exc}")
-                    for early in written:
-                        early(error)  # a no-op if the write had succeeded and they ran
-            for callback in callbacks:
-                callback(error)
+            if not data:  # barriers only: done once everything written before is synced
+                self._after_sync(callbacks)
+                continue
+            try:
+                handle = await self._file_for(len(data), first_lsn)
+                data += padding(handle.size + len(data), self._alignment)
+                if (
+                    self._sync_data
+                    and not written
+                    and not self._sync_busy()
+                    and len(callbacks) <= self._inline_records
+                    and len(data) <= INLINE_BYTES
+                ):
+                    # Idle bookie: one add, nothing else waiting. Syncing here saves two
+                    # thread hops (most of an idle add's overhead); under load batches are
+                    # larger and overlap with the sync stage instead.
+                    handle.write_and_sync_now(data)
+                    self._count(data, synced=True)
+                    for callback in callbacks:
+                        callback(None)
+                    continue
+                if written and len(data) <= INLINE_BYTES:
+                    handle.write_now(data)  # volatile: into the page cache, answer at once
+                else:
+                    await handle.write(data)
+                self._count(data, synced=False)
+            except OSError as exc:
+                log.exception("journal write failed; no further adds will be acknowledged")
+                error = self._failed = JournalFailedError(f"journal write failed: {exc}")
+                for callback in (*written, *callbacks):
+                    callback(error)
+                continue
+            for early in written:
+                early(None)  # BP-14: volatile adds are answered once written
+            if self._sync_data:
+                self._sync_groups.append((handle, callbacks))
+                self._wake_syncer()
+            else:
+                for callback in callbacks:
+                    callback(None)
 
-    async def _write(
-        self, data: bytes, first_lsn: int | None, records: int, written: list[Callback]
-    ) -> None:
+    def _count(self, data: bytes, synced: bool) -> None:
+        self.stats.journal_batches += 1
+        self.stats.journal_bytes += len(data)
+        if synced:
+            self.stats.journal_syncs += 1
+
+    def _sync_busy(self) -> bool:
+        return self._syncing or bool(self._sync_groups)
+
+    def _after_sync(self, callbacks: list[Callback]) -> None:
+        """Run ``callbacks`` once every write so far is synced (now, if nothing is pending)."""
+        if self._sync_busy():
+            self._sync_groups.append((None, callbacks))
+            self._wake_syncer()
+        else:
+            for callback in callbacks:
+                callback(self._failed)
+
+    def _wake_syncer(self) -> None:
+        wakeup = self._sync_wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def _sync_loop(self) -> None:
+        """The sync stage: one fdatasync covers every batch written before it started."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._sync_groups:
+                for waiter in self._sync_idle:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                self._sync_idle.clear()
+                if self._sync_stopping:
+                    return
+                self._sync_wakeup = loop.create_future()
+                try:
+                    await self._sync_wakeup
+                finally:
+                    self._sync_wakeup = None
+                continue
+            groups, self._sync_groups = self._sync_groups, []
+            self._syncing = True
+            error: BaseException | None = self._failed
+            try:
+                if error is None:
+                    for handle in dict.fromkeys(h for h, _cbs in groups if h is not None):
+                        await handle.sync()
+                        self.stats.journal_syncs += 1
+            except OSError as exc:
+                log.exception("journal sync failed; no further adds will be acknowledged")
+                error = self._failed = JournalFailedError(f"journal sync failed: {exc}")
+            finally:
+                self._syncing = False
+            for _handle, callbacks in groups:
+                for callback in callbacks:
+                    callback(error)
+
+    async def _drain_syncs(self) -> None:
+        if self._sync_busy():
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._sync_idle.append(waiter)
+            self._wake_syncer()
+            await waiter
+
+    async def _file_for(self, size: int, first_lsn: int | None) -> AppendFile:
+        """The journal file for the next write, rolled over when it would grow too big."""
         handle = self._file
         assert handle is not None
         if (
             first_lsn is not None
             and handle.size > FILE_HEADER.size
-            and handle.size + len(data) > self._max_file_size
+            and handle.size + size > self._max_file_size
         ):
+            await self._drain_syncs()  # the old file's pending fdatasync must finish first
             await handle.close()
             await self._open_file(first_lsn)
             handle = self._file
             assert handle is not None
-        if written:
-            # BP-14: volatile adds are answered once written; the sync follows as usual and
-            # moves their sync cursors.
-            await handle.write(data)
-            for early in written:
-                early(None)
-            written.clear()
-            if self._sync_data:
-                await handle.sync()
-                self.stats.journal_syncs += 1
-        elif self._sync_data:
-            if records <= self._inline_records and len(data) <= INLINE_BYTES:
-                # Idle bookie: one add, nothing else waiting. Syncing here saves two thread
-                # hops (most of an idle add's overhead); under load batches are larger and go
-                # to the journal's thread so the loop keeps taking requests meanwhile.
-                handle.write_and_sync_now(data)
-            else:
-                await handle.write_and_sync(data)
-            self.stats.journal_syncs += 1
-        else:
-            await handle.write(data)
-        self.stats.journal_batches += 1
-        self.stats.journal_bytes += len(data)
+        return handle
 
     async def release(self, upto_lsn: int) -> int:
         """Delete journal files whose every record is at or below ``upto_lsn``; return count."""
@@ -369,18 +458,25 @@ class Journal:
         if self._task is not None:
             await self._task
             self._task = None
+        self._sync_stopping = True
+        self._wake_syncer()
+        if self._sync_task is not None:
+            await self._sync_task
+            self._sync_task = None
         if self._file is not None:
             await self._file.close()
             self._file = None
 
     async def crash(self) -> None:
         """Stop at once: queued records are neither written nor acknowledged."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._sync_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._sync_task = None
         self._queue, self._callbacks, self._written = [], [], []
+        self._sync_groups = []
         if self._file is not None:
             await self._file.close()
             self._file = None

@@ -41,6 +41,7 @@ class RecordType(IntEnum):
     FENCE = 3  # ledger id
     EXPLICIT_LAC = 4  # ledger id, lac
     LIMBO = 5  # ledger id, 0/1 (BP-46)
+    PADDING = 6  # zeros that align the next write to a page; no LSN of its own
 
 
 class JournalCorruptError(Exception):
@@ -67,6 +68,20 @@ def decode_file_header(data: bytes) -> int:
 def encode_record(kind: RecordType, lsn: int, payload: bytes) -> bytes:
     crc = crc32c.crc32c(payload, crc32c.crc32c(_CRC_PART.pack(kind, len(payload), lsn)))
     return RECORD_HEADER.pack(RECORD_MAGIC, kind, len(payload), lsn, crc) + payload
+
+
+def padding(position: int, alignment: int) -> bytes:
+    """A padding record taking a write that ends at ``position`` to the next ``alignment``
+    boundary (BookKeeper's journalAlignmentSize): the next write then starts on a fresh page
+    instead of rewriting the page an fdatasync may still be writing back."""
+    if alignment <= 0:
+        return b""
+    gap = -position % alignment
+    while 0 < gap < RECORD_HEADER.size:
+        gap += alignment
+    if gap == 0:
+        return b""
+    return encode_record(RecordType.PADDING, 0, bytes(gap - RECORD_HEADER.size))
 
 
 def add_payload(ledger_id: int, entry_id: int, body: bytes) -> bytes:

@@ -91,6 +91,7 @@ class Bookie:
             max_file_size=config.journal_max_file_size,
             sync_data=config.journal_sync_data,
             stats=self.stats,
+            alignment=config.journal_alignment,
         )
         self.replayed = 0
         self.instance_id = ""

@@ -10,7 +10,7 @@ import pytest
 
 from bookie import JournalCorruptError, OsDisk
 from bookie.journal import Journal
-from bookie.journal_format import Record, RecordType
+from bookie.journal_format import FILE_HEADER, Record, RecordType
 from bookie.journal_policy import GroupCommitPolicy
 from bookie.stats import BookieStats
 
@@ -116,19 +116,30 @@ async def _write_file(tmp_path: Path, count: int) -> Path:
 
 async def test_torn_tail_is_dropped_and_truncated(tmp_path: Path) -> None:
     path = await _write_file(tmp_path, 10)
-    size = path.stat().st_size
-    with path.open("ab") as handle:
-        handle.write(b"\xb0\x0c\x01\x00\x00\x00\x40" + b"\x00" * 9)  # a record cut short
+    data = bytearray(path.read_bytes())
+    end = len(data.rstrip(b"\0"))  # records end here; the rest is zero-filled ahead
+    torn = b"\xb0\x0c\x01\x00\x00\x00\x40" + b"\x07" * 9  # a record cut short
+    data[end : end + len(torn)] = torn
+    path.write_bytes(bytes(data))
     journal, seen = await _replay(tmp_path)
     assert len(seen) == 10
     assert journal.next_lsn == 10
-    assert path.stat().st_size == size
+    assert path.stat().st_size <= end  # cut back to the last whole record before the tear
+
+
+async def test_zero_filled_end_is_a_clean_end(tmp_path: Path) -> None:
+    path = await _write_file(tmp_path, 10)
+    size = path.stat().st_size
+    assert size >= 4 * 1024 * 1024  # preallocated
+    _journal, seen = await _replay(tmp_path)
+    assert len(seen) == 10
+    assert path.stat().st_size == size  # nothing torn, nothing truncated
 
 
 async def test_damaged_record_followed_by_good_ones_refuses(tmp_path: Path) -> None:
     path = await _write_file(tmp_path, 10)
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[FILE_HEADER.size + 25] ^= 0xFF  # inside the first record; nine good ones follow
     path.write_bytes(bytes(data))
     with pytest.raises(JournalCorruptError, match="followed by a valid one"):
         await _replay(tmp_path)

@@ -83,3 +83,15 @@ def test_file_header() -> None:
         decode_file_header(header[:5])
     with pytest.raises(JournalCorruptError, match="damaged"):
         decode_file_header(b"X" + header[1:])
+
+
+@given(st.integers(0, 10**7), st.sampled_from([512, 4096]))
+def test_padding_aligns_and_scans_as_a_record(position: int, alignment: int) -> None:
+    from bookie.journal_format import padding
+
+    pad = padding(position, alignment)
+    assert (position + len(pad)) % alignment == 0
+    if pad:
+        records, _stop, why = scan(pad)
+        assert why is Stop.END
+        assert [r.kind for r in records] == [RecordType.PADDING]
