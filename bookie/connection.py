@@ -97,6 +97,7 @@ class ServerConnection(asyncio.Protocol):
             handlers[request.op](self.bookie, request, self)
             if self.closed:
                 return
+        self.bookie.journal.flush_idle()
         if self._inflight >= self._max_inflight:
             self._update_reading()
 
@@ -119,6 +120,9 @@ class ServerConnection(asyncio.Protocol):
 
     def _send(self, response: Response) -> None:
         if self.closed:
+            return
+        if self.bookie.journal.urgent and not self._out and self.transport is not None:
+            self.transport.write(encode(response))  # an idle add: no need to wait a loop turn
             return
         self._out.append(encode(response))
         if not self._flush_scheduled:

@@ -88,6 +88,8 @@ class Journal:
         self._sync_idle: list[asyncio.Future[None]] = []
         self._sync_task: asyncio.Task[None] | None = None
         self._sync_stopping = False
+        self._idle = False  # the writer task is parked waiting for work
+        self.urgent = False  # replies being made now should be written at once
         self._queued_bytes = 0
         self._oldest = 0.0
         self._first_queued_lsn: int | None = None
@@ -284,8 +286,50 @@ class Journal:
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
 
+    def flush_idle(self) -> bool:
+        """Idle fast path, called when a connection has handed over everything it read: if the
+        writer is idle and the queue is one small persistent record, write and sync it here and
+        run its callbacks now -- the writer task would do exactly this one loop turn later.
+        Replies made meanwhile go out at once (``urgent``). True if it did."""
+        handle = self._file
+        if (
+            not self._idle
+            or handle is None
+            or self._failed is not None
+            or not self._sync_data
+            or not self._policy.flush_when_queue_empty
+            or self._sync_busy()
+            or self._written
+            or not self._queue
+            or len(self._callbacks) > self._inline_records
+            or self._queued_bytes > INLINE_BYTES
+            or handle.size + self._queued_bytes > self._max_file_size
+        ):
+            return False
+        data = b"".join(self._queue)
+        callbacks = self._callbacks
+        self._queue, self._callbacks = [], []
+        self._queued_bytes = 0
+        self._first_queued_lsn = None
+        data += padding(handle.size + len(data), self._alignment)
+        error: BaseException | None = None
+        try:
+            handle.write_and_sync_now(data)
+            self._count(data, synced=True)
+        except OSError as exc:
+            log.exception("journal write failed; no further adds will be acknowledged")
+            error = self._failed = JournalFailedError(f"journal write failed: {exc}")
+        self.urgent = True
+        try:
+            for callback in callbacks:
+                callback(error)
+        finally:
+            self.urgent = False
+        return True
+
     async def _wait(self, delay: float | None) -> None:
         loop = asyncio.get_running_loop()
+        self._idle = delay is None
         self._wakeup = waiter = loop.create_future()
         handle = None
         if delay is not None:
@@ -293,6 +337,7 @@ class Journal:
         try:
             await waiter
         finally:
+            self._idle = False
             self._wakeup = None
             if handle is not None:
                 handle.cancel()

@@ -181,12 +181,15 @@ class AddPipeline:
     def _send(self, op: PendingAdd, slots: list[int]) -> None:
         txn_id, frame = self._frame(op)
         timeout = self._config.add_timeout
+        alone = len(self._pending) == 1  # nothing else in flight: send now, not at turn's end
         for slot in slots:
             bookie = self.ensemble[slot]
             callback = self._callback(op, slot, bookie)
             conn = self._pool.get_nowait(bookie)
             if conn is not None:
                 conn.send_frame(txn_id, frame, timeout, callback)
+                if alone:
+                    conn.flush_now()
             else:
                 self._spawn(self._send_after_connect(bookie, txn_id, frame, callback))
 

@@ -100,7 +100,9 @@ class LedgerHandle:
             if self._closed or self._closing is not None:
                 raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         op = pipeline.add(bytes(data))
-        return await asyncio.shield(op.future)
+        # No shield needed: a caller that is cancelled cancels only its wait; the pipeline never
+        # sets a result on a future that is done, and the add itself carries on.
+        return await op.future
 
     async def force(self) -> int:
         """Make the appended entries durable; return the new LAC.

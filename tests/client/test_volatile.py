@@ -105,3 +105,15 @@ async def test_volatile_needs_no_striping(cluster) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
         with pytest.raises(ValueError, match="no striping"):
             await bk.create_ledger(3, 2, 2, durability=Durability.VOLATILE)
+
+
+async def test_a_cancelled_append_still_lands_and_later_ones_follow(cluster) -> None:
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        lh = await bk.create_ledger(3, 3, 2)
+        waiting = asyncio.ensure_future(lh.append(b"cancelled caller"))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        assert await lh.append(b"next") == 1  # entry 0 still completed underneath
+        await lh.close()
+        rh = await bk.open_ledger(lh.ledger_id)
+        assert [e.data for e in await rh.read(0, 1)] == [b"cancelled caller", b"next"]
