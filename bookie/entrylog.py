@@ -87,11 +87,6 @@ class EntryLogger:
         self._flush_task: asyncio.Task[None] | None = None
         self._active: _Chunk | None = None
 
-    @property
-    def current_log_id(self) -> int:
-        assert self._active is not None
-        return self._active.log_id
-
     async def open(self) -> None:
         """Start a new entry log after every existing one (a restart never appends to old logs)."""
         await self._disk.makedirs(self._dir)

@@ -85,11 +85,3 @@ class LedgerState:
                 if not waiter.done():
                     waiter.set_result(None)
         return True
-
-    def entry_ids(self) -> list[int]:
-        """Every stored entry id, ascending (for repair and tests; not on a hot path)."""
-        out: list[int] = []
-        for number in sorted(self.pages):
-            base = number << PAGE_BITS
-            out.extend(base + slot for slot, loc in enumerate(self.pages[number]) if loc != -1)
-        return out

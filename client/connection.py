@@ -69,7 +69,6 @@ class BookieConnection(asyncio.Protocol):
         self._sweeper: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
         self._closed_error: BookieUnavailableError | None = None
-        self._write_ready: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -185,11 +184,6 @@ class BookieConnection(asyncio.Protocol):
         out, self._out = self._out, []
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 
-    async def drain(self) -> None:
-        """Wait while the socket's send buffer is over its high-water mark."""
-        if self._write_ready is not None:
-            await asyncio.shield(self._write_ready)
-
     def close(self) -> None:
         if self._transport is not None:
             self._flush()
@@ -205,15 +199,6 @@ class BookieConnection(asyncio.Protocol):
         error = BookieUnavailableError(f"connection to bookie {self.address} lost")
         error.__cause__ = exc
         self._fail_all(error)
-
-    def pause_writing(self) -> None:
-        if self._write_ready is None:
-            self._write_ready = self._loop.create_future()
-
-    def resume_writing(self) -> None:
-        ready, self._write_ready = self._write_ready, None
-        if ready is not None and not ready.done():
-            ready.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -247,7 +232,6 @@ class BookieConnection(asyncio.Protocol):
         pending, self._pending = self._pending, {}
         for _deadline, callback in pending.values():
             callback(error)
-        self.resume_writing()
 
 
 def status_error(response: Response, address: str) -> BKError:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -87,17 +86,8 @@ class EtcdProcess:
         self.stop()
         raise RuntimeError(f"etcd did not start within {self.startup_timeout}s; see {log_path}")
 
-    def pause(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGCONT)
-
     def stop(self, remove_data: bool = True) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             try:
                 self.process.wait(10)

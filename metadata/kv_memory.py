@@ -203,9 +203,5 @@ class MemoryKV(KV):
     async def revoke_lease(self, lease: int) -> None:
         self._expire(lease)
 
-    def expire_lease(self, lease: int) -> None:
-        """Test hook: the lease runs out now, as if its owner stopped refreshing."""
-        self._expire(lease)
-
     async def close(self) -> None:
         """Shared by every user of the name: nothing to release (each store closes its watches)."""
