@@ -212,12 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} + RTT {rtt_p50})"
     )
     for column in (
+        "mode",
         "in flight",
         "appends/s",
         "p50 us",
         "p99 us",
         "p99.9 us",
         "p50 / floor",
+        "fdatasync/s",
         "errors",
     ):
         table.add_column(column, justify="right")
