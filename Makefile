@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := protocol bookie client metadata pipeline bench aiobk
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test lint unit-protocol run bench clean
+.PHONY: setup system-packages test lint unit-protocol run bench sim clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -31,14 +31,15 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(PACKAGES) tests
 	$(VENV)/bin/ruff format --check $(PACKAGES) tests
-	$(VENV)/bin/mypy $(PACKAGES)
+	$(VENV)/bin/mypy $(PACKAGES) tests/sim
 
 # The pure codec must be fully covered by its own tests.
 unit-protocol: setup
 	$(PY) -m pytest -q tests/protocol --cov=protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
 
+# PYTHONHASHSEED=0: a simulator seed that fails here replays the same way under `make sim`.
 test: lint unit-protocol
-	$(PY) -m pytest -q tests --ignore=tests/protocol $(PYTEST_ARGS)
+	PYTHONHASHSEED=0 $(PY) -m pytest -q tests --ignore=tests/protocol $(PYTEST_ARGS)
 
 run: setup
 	$(VENV)/bin/aiobk standalone
@@ -47,6 +48,14 @@ bench: setup
 	$(PY) -m bench.journal
 	$(PY) -m bench.metadata
 	$(PY) -m bench.add
+
+# Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim
+# SEEDS=10000` runs a campaign (FIRST=, PROFILE=mixed|race|crashes, SIMARGS= for more).
+SEEDS ?= 1000
+FIRST ?= 0
+PROFILE ?= mixed
+sim: setup
+	PYTHONHASHSEED=0 $(PY) -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) --profile $(PROFILE) $(SIMARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

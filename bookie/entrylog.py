@@ -17,6 +17,8 @@ bookie answers EIO instead of serving bad bytes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import struct
 from collections import deque
@@ -26,6 +28,8 @@ import crc32c
 
 from bookie.disk import AppendFile, Disk, ReadFile
 from bookie.stats import BookieStats
+
+log = logging.getLogger(__name__)
 
 RECORD_HEAD = struct.Struct(">IIqq")
 IDS = struct.Struct(">qq")
@@ -120,6 +124,10 @@ class EntryLogger:
     async def _background_flush(self) -> None:
         try:
             await self.flush()
+        except OSError as exc:
+            # The bytes stay buffered (reads still find them); the next flush or checkpoint
+            # tries again, and a checkpoint that cannot write keeps the journal.
+            log.warning("entry log write failed, kept in memory for the next flush: %s", exc)
         finally:
             self._flush_task = None
 
@@ -142,6 +150,7 @@ class EntryLogger:
                     await writer.write(bytes(chunk.data))
                 except BaseException:
                     self._chunks.appendleft(chunk)
+                    await self._undo_partial_write(chunk)
                     raise
                 finally:
                     self._writing = None
@@ -156,6 +165,18 @@ class EntryLogger:
             writer = await self._disk.open_append(path, "storage")
             self._writers[log_id] = writer
         return writer
+
+    async def _undo_partial_write(self, chunk: _Chunk) -> None:
+        """After a failed write (a full disk may take half of it), cut the file back to where
+        the chunk starts and reopen it on the next try: locations are offsets, so a retry
+        appended after a partial write would put every later record where none is expected."""
+        writer = self._writers.pop(chunk.log_id, None)
+        with contextlib.suppress(Exception):
+            if writer is not None:
+                await writer.close()
+            path = os.path.join(self._dir, log_name(chunk.log_id))
+            if await self._disk.exists(path):
+                await self._disk.truncate(path, chunk.start)
 
     async def _retire_writers(self, log_id: int) -> None:
         """Close writers of logs older than ``log_id`` once they are synced."""

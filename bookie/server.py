@@ -12,9 +12,10 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
-from bookie.boot import fence_and_limbo, load_repairer, repair
+from bookie.boot import Repairer, fence_and_limbo, load_repairer, repair
 from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
@@ -66,8 +67,16 @@ class Bookie:
         disk: Disk | None = None,
         network: ServerNetwork | None = None,
         metadata: MetadataStore | None = None,
+        repairer: Callable[[MetadataStore, str], Repairer] = load_repairer,
+        instance_ids: Callable[[], str] | None = None,
     ) -> None:
+        """``disk``, ``network`` and ``metadata`` are the I/O seams (DESIGN "the I/O seam");
+        ``repairer`` builds the client-side helper of BP-46 phase two; ``instance_ids`` makes
+        the id a fresh cookie records (random bytes by default; a simulator passes a seeded
+        source so that one seed replays exactly)."""
         self.config = config
+        self._make_repairer = repairer
+        self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = BookieStats()
         self.handlers: dict[OpCode, Handler] = HANDLERS
         self.connections: set[ServerConnection] = set()
@@ -180,7 +189,7 @@ class Bookie:
             self._metadata,
             self.bookie_id,
             str(self.address),
-            os.urandom(16).hex(),
+            self._instance_ids(),
         )
         self.instance_id = check.cookie.instance_id
         self._replaced_instances = check.replaced_instances
@@ -248,7 +257,7 @@ class Bookie:
 
     async def _repair(self, store: MetadataStore, ledgers: list[int]) -> None:
         """BP-46 phase two, in the background once the bookie serves."""
-        repairer = load_repairer(store, self.bookie_id)
+        repairer = self._make_repairer(store, self.bookie_id)
         try:
             await repair(self, store, repairer, ledgers, self.config.repair_retry_interval)
         finally:
@@ -400,4 +409,4 @@ class Bookie:
         return await self._disk.usage(self.config.data_dir)
 
     def log_corruption(self, exc: Exception) -> None:
-        log.error("bookie %s: refusing to serve a damaged entry: %s", self.bookie_id, exc)
+        log.error("bookie %s: cannot serve an entry: %s", self.bookie_id, exc)

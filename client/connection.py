@@ -172,8 +172,10 @@ class BookieConnection(asyncio.Protocol):
         now = self._loop.time()
         expired = [txn for txn, (deadline, _cb) in self._pending.items() if deadline <= now]
         for txn in expired:
-            _deadline, callback = self._pending.pop(txn)
-            callback(OperationTimeoutError(f"bookie {self.address} did not answer in time"))
+            # A callback may close the connection, which fails (and removes) the rest.
+            entry = self._pending.pop(txn, None)
+            if entry is not None:
+                entry[1](OperationTimeoutError(f"bookie {self.address} did not answer in time"))
         if self._pending and self._closed_error is None:
             self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 

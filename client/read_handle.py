@@ -16,6 +16,10 @@ from protocol.errors import NoSuchEntryError
 READ_FROM_BATCH = 256  # entries fetched per step of read_from
 
 
+POLL_BACKOFF_MIN = 0.05  # seconds before polling again after an early answer without news
+POLL_BACKOFF_MAX = 1.0
+
+
 class ReadHandle:
     def __init__(
         self,
@@ -84,8 +88,10 @@ class ReadHandle:
         the LAC as it is (never below ``previous_lac``)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        backoff = POLL_BACKOFF_MIN
         while self._lac <= previous_lac and not self.is_closed:
-            left = deadline - loop.time()
+            started = loop.time()
+            left = deadline - started
             if left <= 0:
                 break
             wait = min(left, self._config.long_poll_timeout)
@@ -95,6 +101,11 @@ class ReadHandle:
             self._advance(lac)
             if self._lac <= previous_lac:
                 await self.refresh()  # a closed (or re-ensembled) ledger stops the wait
+                if not self.is_closed and loop.time() - started < wait / 2:
+                    # Answered early without news (bookies down or refusing): wait before
+                    # asking again rather than spinning until the deadline.
+                    await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+                    backoff = min(backoff * 2, POLL_BACKOFF_MAX)
         return max(self._lac, previous_lac)
 
     async def read_from(self, first: int = 0) -> AsyncIterator[Entry]:

@@ -9,6 +9,7 @@ import random
 
 from client.config import ClientConfig
 from client.digest import Digester
+from client.net import Connector
 from client.pool import BookiePool
 from client.quorum import write_set
 from client.recovery import LedgerRecovery
@@ -26,13 +27,19 @@ from protocol.errors import BKError, DigestMismatchError, UnauthorizedError
 
 class BookieRepairer:
     def __init__(
-        self, store: MetadataStore, bookie_id: str, config: ClientConfig | None = None
+        self,
+        store: MetadataStore,
+        bookie_id: str,
+        config: ClientConfig | None = None,
+        *,
+        connector: Connector | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._bookie_id = bookie_id
         self._config = config or ClientConfig()
-        self._pool = BookiePool(store, self._config)
-        self._rng = random.Random()
+        self._pool = BookiePool(store, self._config, connector)
+        self._rng = rng or random.Random()
 
     @staticmethod
     def can_recover(metadata: LedgerMetadata) -> bool:

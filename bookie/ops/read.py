@@ -38,7 +38,10 @@ async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:
         state.fence_pending = pending
 
         def done(error: BaseException | None) -> None:
-            if state.fence_pending is pending:
+            # A fence that never became durable stays pending with its error: a later fence
+            # request must not be told "fenced" because the flag is set in memory (I11; found
+            # by the simulator, seed 398: a full disk failed the journal under a fence).
+            if error is None and state.fence_pending is pending:
                 state.fence_pending = None
             pending.set_result(error)
 
@@ -132,7 +135,9 @@ async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) ->
         return
     try:
         body = await bookie.storage.read_entry(state, entry_id)
-    except CorruptEntryError as exc:
+    except (CorruptEntryError, OSError) as exc:
+        # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always an
+        # answer -- an unanswered read would only time out at the client.
         bookie.log_corruption(exc)
         conn.reply(_answer(request, state, StatusCode.EIO))
         return

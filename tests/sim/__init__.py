@@ -1,0 +1,1 @@
+"""Deterministic simulation of the real bookie and client code (RELIABILITY "The harness")."""

@@ -1,0 +1,208 @@
+"""The end of a run: heal every fault, bring every bookie back, recover and read every ledger
+with a client that follows every rule, then check I1-I14 against the history, the bookies'
+stored copies and the metadata's whole version history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from bookie.entrylog import CorruptEntryError
+from client.quorum import write_set
+from metadata import LedgerMetadata
+from protocol import parse_entry
+from protocol.errors import BKError
+from tests.sim.history import History
+from tests.sim.world import World
+
+RECOVERY_ATTEMPTS = 12
+
+
+async def heal(world: World) -> None:
+    world.net.heal()
+    world.net.slow = 0.0
+    for sim in world.bookies.values():
+        sim.disk.full = False
+        sim.disk.read_errors = 0.0
+    for sim in world.bookies.values():
+        for _attempt in range(3):
+            if sim.up or await world.start_bookie(sim):
+                break
+            await asyncio.sleep(1.0)
+        else:
+            world.violations.append(f"I13 {sim.node} does not boot after the faults healed")
+
+
+async def wait_repaired(world: World) -> None:
+    """BP-46 phase two on every bookie. A bookie that lost a ledger's master key waits for a
+    client to close that ledger, so this runs after the checker's recoveries."""
+    for sim in world.bookies.values():
+        if sim.bookie is not None:
+            try:
+                await asyncio.wait_for(sim.bookie.wait_repaired(), 60)
+            except (TimeoutError, Exception) as exc:
+                world.violations.append(f"I13 {sim.node}: boot repair did not finish: {exc!r}")
+
+
+async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
+    """Recover and read every ledger; append violations to ``history``. Returns the final
+    metadata of each ledger that could be recovered."""
+    bk = await world.client("checker", switches=False)
+    final: dict[int, LedgerMetadata] = {}
+    handles = {}
+    for ledger_id in sorted(history.ledgers):
+        handle = None
+        for _attempt in range(RECOVERY_ATTEMPTS):
+            try:
+                handle = await bk.open_ledger(ledger_id, recovery=True)
+                break
+            except BKError as exc:
+                world.trace(f"checker: recovery of {ledger_id}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
+        if handle is None:
+            history.violations.append(f"I13 ledger {ledger_id} cannot be recovered after healing")
+            continue
+        handles[ledger_id] = handle
+    await wait_repaired(world)
+    for ledger_id, handle in handles.items():
+        metadata = handle.metadata
+        final[ledger_id] = metadata
+        last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
+        values: dict[int, bytes] = {}
+        if last >= 0:
+            try:
+                values = {e.entry_id: bytes(e.data) for e in await handle.read(0, last)}
+            except BKError as exc:
+                history.violations.append(
+                    f"I2 ledger {ledger_id}: entries 0..{last} do not read back: {exc!r}"
+                )
+        await handle.close()
+        _check_ledger(history, ledger_id, last, values)
+        await _check_copies(world, history, ledger_id, metadata)
+    _check_reads(history, final)
+    _check_metadata_history(world, history)
+    return final
+
+
+def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int, bytes]) -> None:
+    appends = [a for a in history.appends if a.ledger_id == ledger_id]
+    invoked = {a.value for a in appends}
+    for op in appends:
+        if op.result != "ok":
+            continue
+        if op.entry_id > last:  # I1 / I5
+            history.violations.append(
+                f"I1 ledger {ledger_id}: entry {op.entry_id} was acknowledged but the ledger "
+                f"closed at {last}"
+            )
+        elif values and values.get(op.entry_id) != op.value:  # I2 / I14 lost write
+            history.violations.append(
+                f"I2 ledger {ledger_id}: acknowledged entry {op.entry_id} = {op.value!r} reads "
+                f"back as {values.get(op.entry_id)!r}"
+            )
+    seen: dict[bytes, int] = {}
+    for entry_id, value in sorted(values.items()):
+        if value not in invoked:
+            history.violations.append(
+                f"I14 ledger {ledger_id}: entry {entry_id} holds {value!r}, never appended"
+            )
+        if value in seen:
+            history.violations.append(
+                f"I14 ledger {ledger_id}: {value!r} at entries {seen[value]} and {entry_id}"
+            )
+        seen[value] = entry_id
+
+
+async def _check_copies(
+    world: World, history: History, ledger_id: int, metadata: LedgerMetadata
+) -> None:
+    """I3 (AQ copies in the write set) and I6 (identical copies) on the bookies' storage."""
+    last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
+    by_id = {sim.bookie_id: sim for sim in world.bookies.values()}
+    for entry_id in range(last + 1):
+        fragment = metadata.fragment_for(entry_id)
+        slots = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
+        copies: dict[str, bytes] = {}
+        excused = 0
+        for slot in slots:
+            sim = by_id.get(fragment.ensemble[slot])
+            if sim is None or sim.bookie is None:
+                excused += 1
+                continue
+            if sim.lost_data:
+                excused += 1
+            state = sim.bookie.storage.ledgers.get(ledger_id)
+            if state is None:
+                continue
+            body = None
+            with contextlib.suppress(CorruptEntryError, OSError):
+                body = await sim.bookie.storage.read_entry(state, entry_id)
+            if body is not None:
+                copies[sim.node] = parse_entry(body).payload
+        if len(set(copies.values())) > 1:
+            history.violations.append(
+                f"I6 ledger {ledger_id} entry {entry_id}: copies differ: {copies}"
+            )
+        if len(copies) < metadata.ack_quorum - excused:
+            history.violations.append(
+                f"I3 ledger {ledger_id} entry {entry_id}: {len(copies)} copies in its write set "
+                f"({sorted(copies)}), AQ is {metadata.ack_quorum}"
+            )
+
+
+def _check_reads(history: History, final: dict[int, LedgerMetadata]) -> None:
+    """I8: no reader got an entry above the LAC it knew; what it got is the final value."""
+    finals: dict[tuple[int, int], bytes] = {}
+    for op in history.appends:
+        if op.result == "ok":
+            finals[(op.ledger_id, op.entry_id)] = op.value
+    for seen in history.reads:
+        if seen.entry_id > seen.known_lac:
+            history.violations.append(
+                f"I8 {seen.who} read {seen.ledger_id}/{seen.entry_id} above its LAC "
+                f"{seen.known_lac}"
+            )
+        metadata = final.get(seen.ledger_id)
+        last = metadata.last_entry_id if metadata is not None else None
+        if last is not None and seen.entry_id > last:
+            history.violations.append(
+                f"I8 {seen.who} read {seen.ledger_id}/{seen.entry_id}, beyond the final last "
+                f"entry {last}"
+            )
+        expected = finals.get((seen.ledger_id, seen.entry_id))
+        if expected is not None and expected != seen.value:
+            history.violations.append(
+                f"I6 {seen.who} read {seen.value!r} at {seen.ledger_id}/{seen.entry_id}, the "
+                f"writer was acknowledged {expected!r}"
+            )
+
+
+def _check_metadata_history(world: World, history: History) -> None:
+    """I4 (CLOSED once, its last entry never changes) and I7 (valid fragments) over every
+    version of every ledger's metadata the store ever held."""
+    keys = world.store().keys
+    closed: dict[int, tuple[int | None, int]] = {}
+    for event in world.kv._history:
+        if not event.key.startswith(keys.ledgers) or event.value is None:
+            continue
+        ledger_id = keys.ledger_id(event.key)
+        try:
+            metadata = LedgerMetadata.from_json(event.value)
+        except ValueError as exc:
+            history.violations.append(f"I7 ledger {ledger_id}: invalid metadata stored: {exc}")
+            continue
+        firsts = [f.first_entry_id for f in metadata.fragments]
+        if firsts != sorted(set(firsts)) or firsts[0] != 0:
+            history.violations.append(f"I7 ledger {ledger_id}: fragments start at {firsts}")
+        if ledger_id in closed:
+            if (
+                not metadata.is_closed
+                or (metadata.last_entry_id, metadata.length) != closed[ledger_id]
+            ):
+                history.violations.append(
+                    f"I4 ledger {ledger_id}: closed at {closed[ledger_id]}, later stored as "
+                    f"{metadata.state.name} {metadata.last_entry_id}"
+                )
+        elif metadata.is_closed:
+            closed[ledger_id] = (metadata.last_entry_id, metadata.length)

@@ -1,0 +1,142 @@
+"""The clients of a run: writers appending unique values with several appends in flight,
+tailing readers, and (as a fault) a second client recovering a ledger under a live writer.
+Every call is bounded in count and in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from client import LedgerHandle
+from protocol.errors import BKError
+from tests.sim.history import Append, History, Observed
+from tests.sim.world import World
+
+SHAPES = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (4, 2, 2), (3, 3, 3), (5, 3, 2))
+
+
+class Workload:
+    def __init__(self, world: World, history: History, rng: random.Random) -> None:
+        self.world = world
+        self.history = history
+        self.rng = rng
+        self.open_ledgers: list[int] = []
+        self.handles: dict[str, LedgerHandle] = {}  # writer -> the ledger it is writing
+
+    def trace(self, text: str) -> None:
+        self.world.trace(text)
+
+    async def writer(self, name: str, entries: int, in_flight: int, until: float) -> None:
+        """Append up to ``entries`` values, until virtual time ``until``."""
+        loop = asyncio.get_running_loop()
+        bk = await self.world.client(name)
+        lh: LedgerHandle | None = None
+        for _attempt in range(20):
+            shape = self.rng.choice(SHAPES)
+            try:
+                lh = await bk.create_ledger(*shape)
+                break
+            except BKError as exc:
+                self.trace(f"{name}: create_ledger failed: {type(exc).__name__}")
+                await asyncio.sleep(0.2)
+        if lh is None:
+            return
+        ledger_id = lh.ledger_id
+        meta = lh.metadata
+        self.history.ledgers[ledger_id] = (meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
+        self.open_ledgers.append(ledger_id)
+        self.handles[name] = lh
+        self.trace(
+            f"{name}: ledger {ledger_id} {meta.ensemble} WQ{meta.write_quorum} AQ{meta.ack_quorum}"
+        )
+        slots = asyncio.Semaphore(in_flight)
+        tasks: list[asyncio.Task[None]] = []
+        for index in range(entries):
+            if _failed(lh) or loop.time() > until:
+                break
+            await slots.acquire()
+            if _failed(lh):  # it may have failed while we waited for a slot
+                slots.release()
+                break
+            op = Append(ledger_id, f"{self.world.seed}:{ledger_id}:{index}".encode(),
+                        asyncio.get_running_loop().time())  # fmt: skip
+            self.history.appends.append(op)
+            tasks.append(asyncio.create_task(self._append(name, lh, op, slots)))
+            if self.rng.random() < 0.005:
+                stall = self.rng.uniform(0.2, 1.5)
+                self.trace(f"{name}: writer stalls {stall:.2f}s")
+                await asyncio.sleep(stall)
+            else:
+                await asyncio.sleep(self.rng.uniform(0, 0.004))
+        await asyncio.gather(*tasks)
+        self.handles.pop(name, None)
+        if lh.error is None and self.rng.random() < 0.6:
+            try:
+                await lh.close()
+                self.trace(f"{name}: closed ledger {ledger_id} at {lh.last_add_confirmed}")
+            except BKError as exc:
+                self.trace(f"{name}: close failed: {type(exc).__name__}: {exc}")
+        else:
+            self.trace(f"{name}: leaves ledger {ledger_id} open ({lh.error!r})")
+
+    async def _append(
+        self, name: str, lh: LedgerHandle, op: Append, slots: asyncio.Semaphore
+    ) -> None:
+        try:
+            op.entry_id = await lh.append(op.value)
+            op.result = "ok"
+            self.history.lac(name, lh.ledger_id, lh.last_add_confirmed)
+        except BKError as exc:
+            op.result = "unknown"
+            op.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            slots.release()
+
+    async def reader(self, name: str, rounds: int) -> None:
+        """Tails whichever ledger exists: LAC reads, long polls and bounded reads."""
+        bk = await self.world.client(name)
+        for round_ in range(rounds):
+            who = f"{name}#{round_}"  # one read handle per round: I9 holds per handle
+            await asyncio.sleep(self.rng.uniform(0.05, 0.4))
+            if not self.history.ledgers:
+                continue
+            ledger_id = self.rng.choice(sorted(self.history.ledgers))
+            try:
+                rh = await bk.open_ledger(ledger_id, recovery=False)
+                lac = await rh.read_last_add_confirmed()
+                self.history.lac(who, ledger_id, rh.last_add_confirmed)
+                if self.rng.random() < 0.3 and not rh.is_closed:
+                    lac = await rh.wait_for_lac(lac, timeout=0.5)
+                    self.history.lac(who, ledger_id, rh.last_add_confirmed)
+                if lac < 0:
+                    continue
+                first = max(0, lac - self.rng.randrange(8))
+                known = rh.last_add_confirmed
+                for entry in await rh.read(first, lac):
+                    self.history.reads.append(
+                        Observed(name, ledger_id, entry.entry_id, bytes(entry.data), known)
+                    )
+                await rh.close()
+            except BKError as exc:
+                self.trace(f"{name}: read of {ledger_id} failed: {type(exc).__name__}")
+
+    async def recover_one(self, name: str, ledger_id: int | None = None) -> None:
+        """A second client recovers (fences and closes) a ledger while its writer may be live."""
+        if ledger_id is None:
+            live = sorted(h.ledger_id for h in self.handles.values())
+            if not live and not self.open_ledgers:
+                return
+            ledger_id = self.rng.choice(live or self.open_ledgers)
+        bk = await self.world.client(name)
+        self.trace(f"{name}: recovering ledger {ledger_id}")
+        try:
+            rh = await bk.open_ledger(ledger_id, recovery=True)
+            self.trace(f"{name}: recovered ledger {ledger_id}, last entry {rh.last_add_confirmed}")
+            await rh.close()
+        except BKError as exc:
+            self.trace(f"{name}: recovery of {ledger_id} failed: {type(exc).__name__}: {exc}")
+
+
+def _failed(lh: LedgerHandle) -> bool:
+    return lh.error is not None

@@ -1,0 +1,228 @@
+"""One simulated cluster: bookies (the real ``bookie.Bookie``), clients (the real
+``client.BookKeeper``) and a memory metadata store, all on one virtual-time loop, wired through
+the simulated network and disks. Every source of randomness comes from the run's seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bookie import Bookie, BookieConfig
+from bookie.boot import Repairer
+from client import BookKeeper, ClientConfig
+from client.config import ProtocolSwitches
+from client.repair import BookieRepairer
+from metadata import MetadataStore
+from metadata.kv_memory import MemoryKV
+from tests.sim.disk import SimDisk
+from tests.sim.network import SimNetwork
+
+PORT = 3181
+
+_RUNS = itertools.count()
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The protection each tooth test switches off (RELIABILITY "Known protocol traps")."""
+
+    recovery_reads_fence: bool = True
+    boot_fence: bool = True
+    boot_limbo: bool = True
+    hold_acks_during_change: bool = True
+
+    def client(self) -> ProtocolSwitches:
+        return ProtocolSwitches(
+            recovery_reads_fence=self.recovery_reads_fence,
+            hold_acks_during_change=self.hold_acks_during_change,
+        )
+
+
+@dataclass
+class SimBookie:
+    node: str
+    config: BookieConfig
+    disk: SimDisk
+    bookie: Bookie | None = None
+    lost_data: bool = False  # wiped, or crashed while running without the journal
+    incarnation: int = 0
+    fenced_acked: set[int] = field(default_factory=set)  # fences it acknowledged
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{self.node}:{PORT}"
+
+    @property
+    def up(self) -> bool:
+        return self.bookie is not None
+
+
+class World:
+    def __init__(
+        self,
+        seed: int,
+        rng: random.Random,
+        *,
+        bookies: int,
+        journal_less: bool,
+        switches: Switches,
+        trace: Callable[[str], None],
+    ) -> None:
+        self.seed = seed
+        self.rng = rng
+        self.switches = switches
+        self.trace = trace
+        self.net = SimNetwork(rng, trace)
+        self.kv_name = f"sim-{seed}-{next(_RUNS)}"
+        self.kv = MemoryKV.shared(self.kv_name)
+        self.kv.hook = self._metadata_latency
+        self.metadata_delay = 0.003  # upper bound of one metadata write's latency
+        self.journal_less = journal_less
+        self.bookies: dict[str, SimBookie] = {}
+        self.clients: list[BookKeeper] = []
+        self.violations: list[str] = []
+        for index in range(1, bookies + 1):
+            node = f"10.0.0.{index}"
+            config = BookieConfig(
+                data_dir=f"/sim/{node}",
+                host=node,
+                port=PORT,
+                registration_ttl=3.0,
+                flush_interval=rng.choice((0.05, 0.3, 2.0)),
+                journal_write_data=not journal_less,
+                journal_max_file_size=rng.choice((8192, 65536, 1 << 20)),
+                journal_alignment=rng.choice((0, 512)),
+                entry_log_max_size=rng.choice((16384, 1 << 20)),
+                entry_log_write_buffer=rng.choice((1024, 65536)),
+                repair_retry_interval=0.3,
+                boot_fence=switches.boot_fence,
+                boot_limbo=switches.boot_limbo,
+            )
+            self.bookies[node] = SimBookie(node, config, SimDisk(rng, node))
+
+    async def _metadata_latency(self, op: str, key: bytes) -> None:
+        await asyncio.sleep(self.rng.uniform(1e-4, self.metadata_delay))
+
+    def store(self) -> MetadataStore:
+        return MetadataStore(self.kv, "aiobk", f"memory://{self.kv_name}")
+
+    def client_config(self, *, switches: bool = True) -> ClientConfig:
+        return ClientConfig(
+            add_timeout=1.0,
+            read_timeout=1.0,
+            speculative_read_timeout=0.2,
+            connect_timeout=0.5,
+            metadata_timeout=2.0,
+            long_poll_timeout=0.5,
+            reconnect_backoff_min=0.05,
+            reconnect_backoff_max=0.5,
+            bookie_list_ttl=0.5,
+            switches=self.switches.client() if switches else ProtocolSwitches(),
+        )
+
+    async def client(self, name: str, *, switches: bool = True) -> BookKeeper:
+        bk = await BookKeeper.connect(
+            self.store(),
+            self.client_config(switches=switches),
+            rng=random.Random(self.rng.getrandbits(64)),
+            connector=self.net.connector(name),
+            wall_clock=asyncio.get_running_loop().time,
+        )
+        self.clients.append(bk)
+        return bk
+
+    # ------------------------------------------------------------------ bookies
+
+    def _repairer(self, node: str) -> Callable[[MetadataStore, str], Repairer]:
+        def make(store: MetadataStore, bookie_id: str) -> Repairer:
+            return BookieRepairer(
+                store,
+                bookie_id,
+                self.client_config(),
+                connector=self.net.connector(node),
+                rng=random.Random(self.rng.getrandbits(64)),
+            )
+
+        return make
+
+    async def start_bookie(self, sim: SimBookie) -> bool:
+        """Start a bookie's next life; False (traced) when it refuses to boot."""
+        sim.incarnation += 1
+        bookie = Bookie(
+            sim.config.with_changes(allow_cookie_fix=sim.lost_data),
+            disk=sim.disk,
+            network=self.net.server_network(sim.node),
+            metadata=self.store(),
+            repairer=self._repairer(sim.node),
+            instance_ids=lambda: f"{self.rng.getrandbits(64):016x}",
+        )
+        try:
+            await bookie.start()
+        except Exception as exc:
+            self.trace(f"{sim.node}: boot refused: {type(exc).__name__}: {exc}")
+            return False
+        sim.bookie = bookie
+        await self._check_fences(sim, bookie)
+        self.trace(
+            f"{sim.node}: up (life {sim.incarnation}"
+            + (", unclean" if bookie.unclean_start else "")
+            + (f", limbo {bookie.limbo_ledgers}" if bookie.limbo_ledgers else "")
+            + ")"
+        )
+        return True
+
+    async def _check_fences(self, sim: SimBookie, bookie: Bookie) -> None:
+        """I11: every fence this bookie acknowledged is in force in its new life -- from its
+        journal, or after a lost disk from boot-time fencing of every ledger whose ensembles
+        hold it (closed ones too: bookie/boot.py)."""
+        store = self.store()
+        for ledger_id in sorted(sim.fenced_acked):
+            try:
+                metadata = await store.read_ledger(ledger_id)
+            except Exception:
+                continue
+            if sim.lost_data and sim.bookie_id not in metadata.bookies():
+                continue  # recovery moved it out of every fragment: phase one has no reason
+            state = bookie.storage.ledgers.get(ledger_id)
+            if state is None or not state.fenced:
+                self.violations.append(
+                    f"I11 {sim.node} acknowledged a fence of ledger {ledger_id} but booted "
+                    f"(life {sim.incarnation}) without it"
+                )
+
+    async def crash(self, sim: SimBookie, *, clean: bool) -> None:
+        bookie, sim.bookie = sim.bookie, None
+        if bookie is None:
+            return
+        if clean:
+            self.trace(f"{sim.node}: clean stop")
+            await bookie.stop()
+            return
+        self.trace(f"{sim.node}: crash")
+        self.net.crash(sim.node)
+        sim.disk.crash()
+        if self.journal_less:
+            sim.lost_data = True
+        with contextlib.suppress(Exception):
+            await bookie.crash()
+
+    async def wipe(self, sim: SimBookie) -> None:
+        await self.crash(sim, clean=False)
+        self.trace(f"{sim.node}: disk wiped")
+        sim.disk.wipe()
+        sim.lost_data = True
+
+    async def close(self) -> None:
+        for bk in self.clients:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(bk.close(), 5)
+        for sim in self.bookies.values():
+            if sim.bookie is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(sim.bookie.crash(), 5)
+        MemoryKV.forget(self.kv_name)
