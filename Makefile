@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := protocol bookie client metadata pipeline bench aiobk
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test lint unit-protocol run bench sim clean
+.PHONY: setup system-packages test lint unit-protocol run bench sim chaos clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(PACKAGES) tests
 	$(VENV)/bin/ruff format --check $(PACKAGES) tests
-	$(VENV)/bin/mypy $(PACKAGES) tests/sim
+	$(VENV)/bin/mypy $(PACKAGES) tests/sim tests/chaos
 
 # The pure codec must be fully covered by its own tests.
 unit-protocol: setup
@@ -56,6 +56,12 @@ FIRST ?= 0
 PROFILE ?= mixed
 sim: setup
 	PYTHONHASHSEED=0 $(PY) -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) --profile $(PROFILE) $(SIMARGS)
+
+# Real processes: etcd + 5 bookies behind fault-injecting proxies, with the journal and without.
+CHAOS_SECONDS ?= 60
+CHAOS_FAULTS ?= 30
+chaos: setup
+	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) --faults $(CHAOS_FAULTS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

@@ -65,11 +65,7 @@ async def fence_and_limbo(bookie: Bookie, store: MetadataStore) -> tuple[list[in
         touched.append(ledger_id)
         if state.limbo:
             chosen.append(ledger_id)
-    done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-    journal.barrier(done.set_result)
-    error = await done
-    if error is not None:
-        raise error
+    await _durable(bookie)
     if chosen:
         log.warning(
             "bookie %s may have lost data: fenced its ledgers, put %d open ones in limbo",
@@ -110,8 +106,15 @@ def _slot_holds(entry_id: int, slot: int, ensemble_size: int, write_quorum: int)
 
 
 async def _durable(bookie: Bookie) -> None:
+    """Until every journal record so far is synced. The waiter may be cancelled (a stopping
+    bookie cancels its repair), so the barrier resolves it only if still pending."""
     done: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-    bookie.journal.barrier(done.set_result)
+
+    def resolve(error: BaseException | None) -> None:
+        if not done.done():
+            done.set_result(error)
+
+    bookie.journal.barrier(resolve)
     error = await done
     if error is not None:
         raise error

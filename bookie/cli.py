@@ -72,6 +72,9 @@ def bookie_group() -> None:
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
 @click.option("--bookie-id", default=None, help="Identity in metadata (default host:port).")
 @click.option("--metadata", envvar="AIOBK_METADATA", default=None, help="Metadata service URI.")
+@click.option(
+    "--advertised-address", default=None, help="host:port clients dial (a proxy in front)."
+)
 def start_command(
     port: int | None,
     data_dir: str | None,
@@ -82,8 +85,10 @@ def start_command(
     metrics_port: int | None,
     bookie_id: str | None,
     metadata: str | None,
+    advertised_address: str | None,
 ) -> None:
     overrides: dict[str, Any] = {
+        "advertised_address": advertised_address,
         "port": port,
         "data_dir": data_dir,
         "journal_dir": journal_dir,

@@ -23,6 +23,8 @@ class BookieConfig:
     host: str = "127.0.0.1"  # loopback unless told otherwise
     journal_dir: str | None = None  # default: DATA_DIR/journal (a separate disk is faster)
     bookie_id: str | None = None  # default: the advertised host:port
+    # What clients dial, when something (a proxy, NAT) stands in front of host:port.
+    advertised_address: str | None = None
     metadata_uri: str | None = None  # etcd://... or memory://...; None runs unregistered
     registration_ttl: float = 10.0  # lease TTL: a dead bookie vanishes from the registry after it
     # BP-46: rewrite disagreeing cookies at boot (and then fence and recover) instead of refusing.
@@ -74,6 +76,12 @@ class BookieConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.advertised_address is not None:
+            host, _sep, port = self.advertised_address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise ConfigError(
+                    f"advertised_address must be host:port, got {self.advertised_address!r}"
+                )
         if self.journal_max_group_wait < 0:
             raise ConfigError("journal_max_group_wait must not be negative")
         if self.max_frame_size < 1024:

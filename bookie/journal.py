@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from bookie.disk import AppendFile, Disk
 from bookie.journal_format import (
@@ -47,6 +47,16 @@ PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites com
 
 def file_name(first_lsn: int) -> str:
     return f"{first_lsn:016x}{SUFFIX}"
+
+
+def _notify(callbacks: Iterable[Callback], error: BaseException | None) -> None:
+    """Run each callback; one that raises (say, setting a future its waiter cancelled) is
+    logged and must not stop the journal or the callbacks after it."""
+    for callback in callbacks:
+        try:
+            callback(error)
+        except Exception:
+            log.exception("journal callback failed")
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -321,8 +331,7 @@ class Journal:
             error = self._failed = JournalFailedError(f"journal write failed: {exc}")
         self.urgent = True
         try:
-            for callback in callbacks:
-                callback(error)
+            _notify(callbacks, error)
         finally:
             self.urgent = False
         return True
@@ -382,8 +391,7 @@ class Journal:
                     # larger and overlap with the sync stage instead.
                     handle.write_and_sync_now(data)
                     self._count(data, synced=True)
-                    for callback in callbacks:
-                        callback(None)
+                    _notify(callbacks, None)
                     continue
                 if written and len(data) <= INLINE_BYTES:
                     handle.write_now(data)  # volatile: into the page cache, answer at once
@@ -393,17 +401,14 @@ class Journal:
             except OSError as exc:
                 log.exception("journal write failed; no further adds will be acknowledged")
                 error = self._failed = JournalFailedError(f"journal write failed: {exc}")
-                for callback in (*written, *callbacks):
-                    callback(error)
+                _notify((*written, *callbacks), error)
                 continue
-            for early in written:
-                early(None)  # BP-14: volatile adds are answered once written
+            _notify(written, None)
             if self._sync_data:
                 self._sync_groups.append((handle, callbacks))
                 self._wake_syncer()
             else:
-                for callback in callbacks:
-                    callback(None)
+                _notify(callbacks, None)
 
     def _count(self, data: bytes, synced: bool) -> None:
         self.stats.journal_batches += 1
@@ -420,8 +425,7 @@ class Journal:
             self._sync_groups.append((None, callbacks))
             self._wake_syncer()
         else:
-            for callback in callbacks:
-                callback(self._failed)
+            _notify(callbacks, self._failed)
 
     def _wake_syncer(self) -> None:
         wakeup = self._sync_wakeup
@@ -459,8 +463,7 @@ class Journal:
             finally:
                 self._syncing = False
             for _handle, callbacks in groups:
-                for callback in callbacks:
-                    callback(error)
+                _notify(callbacks, error)
 
     async def _drain_syncs(self) -> None:
         if self._sync_busy():

@@ -123,7 +123,12 @@ class Bookie:
 
     @property
     def bookie_id(self) -> str:
-        return self.config.bookie_id or str(self.address)
+        return self.config.bookie_id or self.advertised_address
+
+    @property
+    def advertised_address(self) -> str:
+        """The address published for clients (``advertised_address`` or host:port)."""
+        return self.config.advertised_address or str(self.address)
 
     @property
     def running(self) -> bool:
@@ -287,7 +292,7 @@ class Bookie:
         self._published_free = free
         return BookieServiceInfo(
             self.bookie_id,
-            str(self.address),
+            self.advertised_address,
             WRITABLE,
             SOFTWARE_VERSION,
             free,

@@ -71,6 +71,7 @@ class LedgerRecovery:
         self._pool = pool
         self._config = config
         self._rng = rng
+        self._bad: set[str] = set()  # bookies that failed a write-back: never chosen again
 
     async def run(self, metadata: LedgerMetadata) -> LedgerMetadata:
         metadata = await self._mark_in_recovery(metadata)
@@ -284,10 +285,13 @@ class LedgerRecovery:
         self, first_entry: int, ensemble: list[str], failed: dict[int, str]
     ) -> list[str]:
         """Trap 3: recovery's ensemble changes reach the metadata only with the close."""
+        # Every bookie that failed so far stays excluded: excluding only this round's would
+        # let two failing bookies replace each other forever (found by the simulator).
+        self._bad.update(failed.values())
         candidates = await self._pool.writable_bookies(fresh=True)
         new = list(ensemble)
         for slot in sorted(failed):
-            new[slot] = choose_replacement(candidates, new, set(failed.values()), self._rng)
+            new[slot] = choose_replacement(candidates, new, self._bad, self._rng)
         self._local = self._local.with_fragment(first_entry, tuple(new))
         if not self._config.switches.recovery_changes_local:
             self._local = await self._store.write_ledger(self.ledger_id, self._local)

@@ -11,6 +11,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
+from tests.sim.scenarios import SCENARIOS
 from tests.sim.workload import Workload
 from tests.sim.world import SimBookie, World
 
@@ -19,16 +20,22 @@ PROFILES: dict[str, dict[str, float]] = {
     "mixed": {
         "crash": 3, "stop": 1, "pause": 2, "partition": 2, "partition_one_way": 2,
         "reset_request": 2, "reset_reply": 2, "wipe": 0.5, "recover": 2, "read_errors": 1,
-        "full_disk": 0.5, "slow": 1, "lagging_recover": 1, "change_race": 1,
+        "full_disk": 0.5, "slow": 1, "unfenced_read": 1, "change_race": 1,
+        "stale_writer": 0.5,
         "slow_metadata": 1,
     },
     # Racing recovery against live writers: fencing and ensemble-change faults.
     "race": {
         "recover": 3, "pause": 2, "partition_one_way": 3, "reset_reply": 1, "slow": 2,
-        "lagging_recover": 4, "change_race": 4, "slow_metadata": 2,
+        "unfenced_read": 4, "change_race": 4, "slow_metadata": 2,
     },
+    # One scenario at a time (tests.sim.scenarios), for the tooth tests.
+    "unfenced_read": {"unfenced_read": 1},
+    "stale_writer": {"stale_writer": 1},
+    "change_race": {"change_race": 1},
+    "lost_entry": {"lost_entry": 1},
     # Unclean crashes and restarts (journal-less runs lose data this way).
-    "crashes": {"crash": 6, "recover": 3, "pause": 1},
+    "crashes": {"crash": 6, "recover": 3, "pause": 1, "lost_entry": 2},
 }  # fmt: skip
 
 
@@ -89,8 +96,8 @@ class Nemesis:
                 asyncio.create_task(self.workload.recover_one(f"recoverer-{self._clients}"))
             )
             return
-        if kind in ("lagging_recover", "change_race"):
-            await self._race(kind)
+        if kind in SCENARIOS:
+            await self._scenario(kind)
             return
         if kind == "slow_metadata":
             world.metadata_delay = 0.5
@@ -190,60 +197,46 @@ class Nemesis:
             self.data_loss_used = self.data_loss_used or losing  # an unclean restart
             self._later(hold, free, node)
 
-    async def _race(self, kind: str) -> None:
-        """Recovery racing a live writer whose link to one bookie is cut.
-
-        ``lagging_recover``: the writer's adds to the bookie are held back and the recoverer's
-        first request to it (the fencing LAC read) is lost, so only recovery's entry reads can
-        fence it -- RELIABILITY trap 1. ``change_race``: the writer loses the bookie both ways
-        (its adds time out: an ensemble change) while the metadata store is slow and a
-        recoverer, which still reaches the bookie, starts around the change -- the case that
-        holding acknowledgements until the change's CAS lands protects.
-        """
-        world, rng = self.world, self.rng
+    async def _scenario(self, kind: str) -> None:
+        """A pattern from tests.sim.scenarios against a live writer's ledger."""
         live = sorted(self.workload.handles.items())
         if not live or len(self.faulty) >= self.max_faulty:
             return
-        writer, handle = rng.choice(live)
-        members = [
-            world.bookies[b.rsplit(":", 1)[0]]
-            for b in handle.metadata.ensemble
-            if b.rsplit(":", 1)[0] in world.bookies
-        ]
-        usable = [m for m in members if m.up and m.node not in self.faulty]
-        if not usable:
+        writer, handle = self.rng.choice(live)
+        nodes = [_node(b) for b in handle.metadata.ensemble]
+        if len(nodes) < 3 or any(n in self.faulty or not self.world.bookies[n].up for n in nodes):
             return
-        node = rng.choice(usable).node
-        self.faulty.add(node)
+        self.faulty.update(nodes)
         self._count(kind)
+
+        async def run() -> None:
+            try:
+                await SCENARIOS[kind](self, writer, handle, nodes)
+            finally:
+                self.faulty.difference_update(nodes)
+
+        self._tasks.append(asyncio.create_task(run()))
+
+    def new_recoverer(self) -> str:
         self._clients += 1
-        recoverer = f"recoverer-{self._clients}"
-        ledger_id = handle.ledger_id
-        hold = rng.uniform(0.3, 2.0)
-        links = [(writer, node)] if kind == "lagging_recover" else [(writer, node), (node, writer)]
+        return f"recoverer-{self._clients}"
+
+    def cut(self, links: list[tuple[str, str]], hold: float) -> None:
+        """Partition each (source, target) link for ``hold`` seconds."""
         for source, target in links:
-            world.net.partition(source, target)
-        if kind == "lagging_recover":
-            world.net.reset_next(recoverer, node)
-            start = rng.uniform(0.0, 0.05)
-        else:
-            world.metadata_delay = 0.3
-            start = rng.uniform(0.7, 1.4)  # around the writer's add timeout (1 s)
-        self.trace(f"{kind}: cut {links} for {hold:.2f}s, {recoverer} in {start:.2f}s")
-
-        async def recover_later() -> None:
-            await asyncio.sleep(start)
-            await self.workload.recover_one(recoverer, ledger_id)
-
-        self._tasks.append(asyncio.create_task(recover_later()))
+            self.world.net.partition(source, target)
 
         async def heal() -> None:
+            await asyncio.sleep(hold)
             for source, target in links:
-                world.net.heal_link(source, target)
-            world.metadata_delay = 0.003
+                self.world.net.heal_link(source, target)
             self.trace(f"net: healed {links}")
 
-        self._later(hold, heal, node)
+        self._tasks.append(asyncio.create_task(heal()))
 
     def _count(self, kind: str) -> None:
         self.injected[kind] = self.injected.get(kind, 0) + 1
+
+
+def _node(bookie_id: str) -> str:
+    return bookie_id.rsplit(":", 1)[0]

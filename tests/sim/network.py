@@ -10,6 +10,7 @@ before an earlier write on the same pipe (TCP's ordering). Faults:
 - ``reset_next(a, b)`` breaks the next connection that carries a write from a to b, at that
   write: the write and everything after it are lost and both ends see the connection drop.
   This is how a request (client to bookie) or a reply (bookie to client) gets lost on TCP.
+- ``lag[(a, b)]`` adds latency to everything a sends to b (a slow link, in order).
 - ``crash(node)`` resets every connection of the node and stops its listeners.
 
 ``tap`` (if set) sees every delivered write as (source, destination, bytes), for the checker.
@@ -100,7 +101,10 @@ class SimConnection:
             self.reset("injected reset")
             return
         loop = asyncio.get_running_loop()
-        at = max(pipe.last, loop.time() + self.net.latency())
+        at = max(
+            pipe.last,
+            loop.time() + self.net.latency() + self.net.lag.get((pipe.source, pipe.target), 0.0),
+        )
         pipe.last = at
         pipe.queue.append((at, data))
         self._schedule(side)
@@ -257,6 +261,7 @@ class SimNetwork:
         self.resets: dict[tuple[str, str], int] = {}
         self.tap: Tap | None = None
         self.slow = 0.0  # probability that one delivery takes 1-20 ms instead of microseconds
+        self.lag: dict[tuple[str, str], float] = {}  # extra one-way latency of a link
 
     def latency(self) -> float:
         if self.slow and self._rng.random() < self.slow:
@@ -293,6 +298,7 @@ class SimNetwork:
         self._kick()
 
     def heal(self) -> None:
+        self.lag.clear()
         self.cut.clear()
         self.paused.clear()
         self.resets.clear()

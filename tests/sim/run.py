@@ -37,6 +37,7 @@ class SimOptions:
     entries: int = 300  # at most, per writer; writers stop when the faults do
     faults: int = 8
     duration: float = 3.0  # virtual seconds of faults
+    stall_rate: float = 0.005  # per append: a writer pausing for 0.2-1.5 s
 
 
 @dataclass
@@ -141,7 +142,7 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         for sim in world.bookies.values():
             if not await world.start_bookie(sim):
                 history.violations.append(f"{sim.node} did not boot on a fresh disk")
-        workload = Workload(world, history, rng)
+        workload = Workload(world, history, rng, options.stall_rate)
         nemesis = Nemesis(world, rng, workload, options.profile, rng.choice((1, 2)))
         until = asyncio.get_running_loop().time() + options.duration
         jobs = [

@@ -10,6 +10,7 @@ import pytest
 from tests.sim.checker import _check_ledger
 from tests.sim.history import Append, History
 from tests.sim.run import SimOptions, run_seed
+from tests.sim.world import Switches
 
 CHUNK = 50
 CHUNKS = 6  # 300 seeds
@@ -49,3 +50,41 @@ def test_checker_flags_lost_and_phantom_writes() -> None:
     _check_ledger(history, 1, 1, {0: b"a", 1: b"x"})
     kinds = sorted(v.split()[0] for v in history.violations)
     assert kinds == ["I1", "I14", "I2"], history.violations
+
+
+# Each protection switched off, with the fault pattern it exists for: the checker must catch
+# the loss within a bounded number of seeds (RELIABILITY "Teeth"). With it on, the same seeds
+# hold (test_protections_on_hold_under_their_patterns).
+TEETH = {
+    "recovery_reads_fence": ("unfenced_read", False, "I1"),
+    "boot_fence": ("stale_writer", False, "I"),  # I11 (the lost fence) and often I1 as well
+    "boot_limbo": ("lost_entry", True, "I1"),
+}
+TEETH_SEEDS = 60
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("switch", sorted(TEETH))
+def test_checker_catches_each_protection_switched_off(switch: str) -> None:
+    profile, journal_less, kind = TEETH[switch]
+    options = SimOptions(
+        switches=Switches(**{switch: False}),
+        profile=profile,
+        journal_less=journal_less,
+        stall_rate=0.0,
+    )
+    for seed in range(TEETH_SEEDS):
+        result = run_seed(seed, options)
+        if not result.ok:
+            assert any(v.startswith(kind) for v in result.violations), result.report()
+            return
+    pytest.fail(f"{switch} off: no violation in {TEETH_SEEDS} seeds of profile {profile}")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("switch", sorted(TEETH))
+def test_protections_on_hold_under_their_patterns(switch: str) -> None:
+    profile, journal_less, _kind = TEETH[switch]
+    options = SimOptions(profile=profile, journal_less=journal_less, stall_rate=0.0)
+    failed = [r for r in (run_seed(s, options) for s in range(40)) if not r.ok]
+    assert not failed, _failures(failed)

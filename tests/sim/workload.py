@@ -17,12 +17,16 @@ SHAPES = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (4, 2, 2), (3, 3, 3), (5, 3, 2))
 
 
 class Workload:
-    def __init__(self, world: World, history: History, rng: random.Random) -> None:
+    def __init__(
+        self, world: World, history: History, rng: random.Random, stall_rate: float = 0.005
+    ) -> None:
         self.world = world
+        self.stall_rate = stall_rate  # chance, per append, that a writer stalls for a while
         self.history = history
         self.rng = rng
         self.open_ledgers: list[int] = []
         self.handles: dict[str, LedgerHandle] = {}  # writer -> the ledger it is writing
+        self.stalled: dict[str, float] = {}  # writer -> virtual time it resumes appending
 
     def trace(self, text: str) -> None:
         self.world.trace(text)
@@ -63,7 +67,10 @@ class Workload:
                         asyncio.get_running_loop().time())  # fmt: skip
             self.history.appends.append(op)
             tasks.append(asyncio.create_task(self._append(name, lh, op, slots)))
-            if self.rng.random() < 0.005:
+            resume = self.stalled.pop(name, 0.0)
+            if resume > loop.time():
+                await asyncio.sleep(resume - loop.time())  # the nemesis hung this writer
+            elif self.rng.random() < self.stall_rate:
                 stall = self.rng.uniform(0.2, 1.5)
                 self.trace(f"{name}: writer stalls {stall:.2f}s")
                 await asyncio.sleep(stall)
@@ -120,6 +127,16 @@ class Workload:
                 await rh.close()
             except BKError as exc:
                 self.trace(f"{name}: read of {ledger_id} failed: {type(exc).__name__}")
+
+    async def warm(self, name: str, ledger_id: int) -> None:
+        """A would-be recoverer first looks at the ledger (a LAC read): it then has a connection
+        to every bookie of the ensemble, so a fault can hit its next request on one."""
+        bk = await self.world.client(name)
+        try:
+            rh = await bk.open_ledger(ledger_id, recovery=False)
+            await rh.read_last_add_confirmed()
+        except BKError as exc:
+            self.trace(f"{name}: LAC read of {ledger_id} failed: {type(exc).__name__}")
 
     async def recover_one(self, name: str, ledger_id: int | None = None) -> None:
         """A second client recovers (fences and closes) a ledger while its writer may be live."""

@@ -86,6 +86,7 @@ class World:
         self.bookies: dict[str, SimBookie] = {}
         self.clients: list[BookKeeper] = []
         self.violations: list[str] = []
+        self._by_name: dict[str, BookKeeper] = {}
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
             config = BookieConfig(
@@ -126,7 +127,11 @@ class World:
         )
 
     async def client(self, name: str, *, switches: bool = True) -> BookKeeper:
-        bk = await BookKeeper.connect(
+        """The client running on node ``name`` (one per node, made on first use)."""
+        known = self._by_name.get(name)
+        if known is not None:
+            return known
+        bk = self._by_name[name] = await BookKeeper.connect(
             self.store(),
             self.client_config(switches=switches),
             rng=random.Random(self.rng.getrandbits(64)),

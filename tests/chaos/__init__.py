@@ -1,0 +1,1 @@
+"""Real-process chaos: etcd and bookies as subprocesses behind fault-injecting proxies."""
