@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := protocol bookie client metadata pipeline bench aiobk
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test lint unit-protocol run bench sim chaos clean
+.PHONY: setup system-packages test lint unit-protocol run bench sim chaos fuzz clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(PACKAGES) tests
 	$(VENV)/bin/ruff format --check $(PACKAGES) tests
-	$(VENV)/bin/mypy $(PACKAGES) tests/sim tests/chaos
+	$(VENV)/bin/mypy $(PACKAGES) tests/sim tests/chaos tests/fuzz
 
 # The pure codec must be fully covered by its own tests.
 unit-protocol: setup
@@ -62,6 +62,11 @@ CHAOS_SECONDS ?= 60
 CHAOS_FAULTS ?= 30
 chaos: setup
 	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) --faults $(CHAOS_FAULTS)
+
+# Coverage-guided fuzzing of every byte parser (frames, messages, entries, journal records).
+FUZZ_RUNS ?= 2000000
+fuzz: setup
+	$(PY) -m tests.fuzz.codec -runs=$(FUZZ_RUNS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results

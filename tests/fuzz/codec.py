@@ -1,0 +1,55 @@
+"""atheris target: arbitrary bytes through the frame decoder, the request and response decoders,
+the entry parser and the journal scanner. The only acceptable failures are the typed errors
+each documents (a malformed input is refused, never a crash, hang or other exception).
+
+    python -m tests.fuzz.codec -runs=200000          # make fuzz
+    python -m tests.fuzz.codec -max_total_time=600
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from bookie.journal_format import scan
+    from protocol import (
+        FrameDecoder,
+        FrameError,
+        MalformedEntryError,
+        MalformedMessageError,
+        decode_request,
+        decode_response,
+        parse_entry,
+    )
+
+MAX_FRAME = 1 << 16
+
+
+def one_input(data: bytes) -> None:
+    fdp = atheris.FuzzedDataProvider(data)
+    split = fdp.ConsumeIntInRange(0, len(data))
+    rest = fdp.ConsumeBytes(len(data))
+    decoder = FrameDecoder(MAX_FRAME)
+    try:
+        frames = decoder.feed(rest[:split]) + decoder.feed(rest[split:])
+    except FrameError:
+        frames = []
+    for payload in [*frames, rest]:
+        for decode in (decode_request, decode_response):
+            with contextlib.suppress(MalformedMessageError):
+                decode(payload, MAX_FRAME)
+        with contextlib.suppress(MalformedEntryError):
+            parse_entry(payload)
+    scan(rest)  # stops at the first damaged record; never raises
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
