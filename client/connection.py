@@ -183,6 +183,11 @@ class BookieConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if self._transport is None or not self._out:
             return
+        if self._closed_error is not None or self._transport.is_closing():
+            # Lost meanwhile (uvloop raises on a write to a closed transport); the pending
+            # requests have failed with the connection already.
+            self._out.clear()
+            return
         out, self._out = self._out, []
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))
 

@@ -46,8 +46,12 @@ class SimTransport(asyncio.Transport):
         self._side = side
         self._closing = False
         self.reading = True
+        self.handle_closed = False  # connection_lost delivered, or aborted here
 
     def write(self, data: Any) -> None:
+        if self.handle_closed:
+            # uvloop (production) raises on a closed handle rather than ignoring the write.
+            raise RuntimeError("unable to perform operation on a closed transport")
         if not self._closing:
             self._conn.send(self._side, bytes(data))
 
@@ -61,6 +65,7 @@ class SimTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._closing = True
+        self.handle_closed = True
         self._conn.reset("aborted by " + self._conn.nodes[self._side])
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
@@ -161,6 +166,10 @@ class SimConnection:
         self.dead = True
         self._lose_both(None)
 
+    def _deliver_loss(self, side: int, exc: Exception | None) -> None:
+        self.transports[side].handle_closed = True
+        self.protocols[side].connection_lost(exc)
+
     def reset(self, why: str) -> None:
         """Both ends see the connection drop; whatever was in flight is gone."""
         if self.dead:
@@ -179,7 +188,7 @@ class SimConnection:
             if not self.lost[side]:
                 self.lost[side] = True
                 self.transports[side]._closing = True
-                loop.call_later(self.net.latency(), self.protocols[side].connection_lost, exc)
+                loop.call_later(self.net.latency(), self._deliver_loss, side, exc)
         self.net.connections.discard(self)
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import traceback
 from dataclasses import dataclass, field
 
 import async_solipsism
@@ -103,6 +104,9 @@ def run_seed(seed: int, options: SimOptions | None = None) -> Result:
         result.violations.append("I13 hang: every task waits and no timer is due")
     except SpinError as exc:
         result.violations.append(f"I13 {exc}")
+    except Exception as exc:
+        result.violations.append(f"crash: {exc!r}")
+        note(f"crash: {traceback.format_exc()}")
     finally:
         root.handlers[:] = saved[1]
         root.setLevel(saved[0])
