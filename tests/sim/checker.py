@@ -88,9 +88,20 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
 def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int, bytes]) -> None:
     appends = [a for a in history.appends if a.ledger_id == ledger_id]
     invoked = {a.value for a in appends}
+    # BP-14: a volatile append is acknowledged once written, so a crash may take it; what must
+    # survive is everything up to the highest LAC anyone saw (I12) -- the LAC only moves over
+    # entries synced on an ack quorum.
+    durable_upto = history.max_lac(ledger_id) if ledger_id in history.volatile else None
+    if durable_upto is not None and durable_upto > last:
+        history.violations.append(
+            f"I12 volatile ledger {ledger_id}: a LAC of {durable_upto} was seen but the ledger "
+            f"closed at {last}"
+        )
     for op in appends:
         if op.result != "ok":
             continue
+        if durable_upto is not None and op.entry_id > durable_upto:
+            continue  # written, never synced under a LAC: may be lost
         if op.entry_id > last:  # I1 / I5
             history.violations.append(
                 f"I1 ledger {ledger_id}: entry {op.entry_id} was acknowledged but the ledger "

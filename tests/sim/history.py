@@ -49,7 +49,13 @@ class History:
     reads: list[Observed] = field(default_factory=list)
     lacs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     ledgers: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> E, WQ, AQ
+    volatile: set[int] = field(default_factory=set)  # BP-14 ledgers among them
     violations: list[str] = field(default_factory=list)
+
+    def max_lac(self, ledger_id: int) -> int:
+        """The highest LAC any writer or reader saw for the ledger."""
+        seen = [max(v) for (_who, lid), v in self.lacs.items() if lid == ledger_id and v]
+        return max(seen, default=-1)
 
     def lac(self, who: str, ledger_id: int, value: int) -> None:
         seen = self.lacs.setdefault((who, ledger_id), [])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from client import LedgerHandle
+from client import Durability, LedgerHandle
 from protocol.errors import BKError
 from tests.sim.history import Append, History, Observed
 from tests.sim.world import World
@@ -36,10 +36,15 @@ class Workload:
         loop = asyncio.get_running_loop()
         bk = await self.world.client(name)
         lh: LedgerHandle | None = None
+        volatile = self.rng.random() < 0.2  # BP-14: acknowledged once written
         for _attempt in range(20):
             shape = self.rng.choice(SHAPES)
+            if volatile:
+                shape = (shape[1], shape[1], shape[2])  # no striping for volatile ledgers
             try:
-                lh = await bk.create_ledger(*shape)
+                lh = await bk.create_ledger(
+                    *shape, durability=Durability.VOLATILE if volatile else Durability.PERSISTENT
+                )
                 break
             except BKError as exc:
                 self.trace(f"{name}: create_ledger failed: {type(exc).__name__}")
@@ -49,10 +54,13 @@ class Workload:
         ledger_id = lh.ledger_id
         meta = lh.metadata
         self.history.ledgers[ledger_id] = (meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
+        if volatile:
+            self.history.volatile.add(ledger_id)
         self.open_ledgers.append(ledger_id)
         self.handles[name] = lh
         self.trace(
             f"{name}: ledger {ledger_id} {meta.ensemble} WQ{meta.write_quorum} AQ{meta.ack_quorum}"
+            + (" volatile" if volatile else "")
         )
         slots = asyncio.Semaphore(in_flight)
         tasks: list[asyncio.Task[None]] = []
@@ -76,6 +84,8 @@ class Workload:
                 await asyncio.sleep(stall)
             else:
                 await asyncio.sleep(self.rng.uniform(0, 0.004))
+            if volatile and self.rng.random() < 0.05:
+                tasks.append(asyncio.create_task(self._force(name, lh)))
         await asyncio.gather(*tasks)
         self.handles.pop(name, None)
         if lh.error is None and self.rng.random() < 0.6:
@@ -86,6 +96,16 @@ class Workload:
                 self.trace(f"{name}: close failed: {type(exc).__name__}: {exc}")
         else:
             self.trace(f"{name}: leaves ledger {ledger_id} open ({lh.error!r})")
+
+    async def _force(self, name: str, lh: LedgerHandle) -> None:
+        """BP-14: everything acknowledged before force() began is synced on an ack quorum when
+        it returns; the LAC it returns is what the checker then holds the ledger to."""
+        try:
+            lac = await lh.force()
+        except BKError as exc:
+            self.trace(f"{name}: force() failed: {type(exc).__name__}")
+            return
+        self.history.lac(name, lh.ledger_id, lac)
 
     async def _append(
         self, name: str, lh: LedgerHandle, op: Append, slots: asyncio.Semaphore
