@@ -38,7 +38,16 @@ from client.config import ClientConfig
 from client.digest import Digester
 from client.pool import BookiePool
 from client.quorum import lac_from_last_add_synced, write_set
-from protocol import AddFlag, AddRequest, AddResponse, Durability, Response, StatusCode, encode
+from protocol import (
+    AddFlag,
+    AddRequest,
+    AddResponse,
+    Durability,
+    Response,
+    StatusCode,
+    WriteLacRequest,
+    encode,
+)
 from protocol.errors import (
     BKError,
     BookieUnavailableError,
@@ -116,6 +125,8 @@ class AddPipeline:
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sent_lac = lac  # the highest LAC that went out piggybacked on an add
+        self._lac_timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ adding
 
@@ -171,6 +182,7 @@ class AddPipeline:
         lac = self.lac
         if self._fixed_lac is not None and self._config.switches.recovery_frozen_lac:
             lac = self._fixed_lac
+        self._sent_lac = max(self._sent_lac, lac)
         body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
         txn_id = next(self._pool.txn_ids)
         request = AddRequest(
@@ -302,6 +314,33 @@ class AddPipeline:
             for waiter in idle:
                 if not waiter.done():
                     waiter.set_result(None)
+            self._arm_explicit_lac()
+
+    # ------------------------------------------------------------------ explicit LAC
+
+    def _arm_explicit_lac(self) -> None:
+        delay = self._config.explicit_lac_delay
+        if delay <= 0 or self._fixed_lac is not None or self._lac_timer is not None:
+            return  # recovery write-backs carry their frozen LAC and need no more
+        self._lac_timer = self._loop.call_later(delay, self._send_explicit_lac)
+
+    def _send_explicit_lac(self) -> None:
+        """Idle with a LAC no add has carried yet: tell the bookies (WRITE_LAC), so that a
+        reader's long poll wakes for the last entry too."""
+        self._lac_timer = None
+        if self.error is not None or self._pending or self.lac <= self._sent_lac:
+            return
+        lac = self._sent_lac = self.lac
+        for bookie in dict.fromkeys(self.ensemble):
+            self._spawn(self._write_lac(bookie, lac))
+
+    async def _write_lac(self, bookie: str, lac: int) -> None:
+        try:
+            conn = await self._pool.get(bookie)
+            request = WriteLacRequest(conn.next_txn_id(), self.ledger_id, self._key, lac)
+            await conn.send(request, self._config.add_timeout)
+        except BKError as exc:  # best effort: the next add carries the LAC anyway
+            log.debug("ledger %d: explicit LAC to %s failed: %s", self.ledger_id, bookie, exc)
 
     def fail(self, error: BKError) -> None:
         """Fail every pending and future add with ``error``."""
@@ -374,6 +413,9 @@ class AddPipeline:
             self._complete_ready()
 
     async def close(self) -> None:
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

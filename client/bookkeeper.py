@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import random
@@ -11,6 +12,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from client.config import ClientConfig
 from client.digest import Digester
 from client.ledger_handle import LedgerHandle
+from client.log_position import LogPosition
+from client.log_reader import LogReader, truncate_log
+from client.log_writer import LogWriter, LogWriterSettings, open_log_writer
 from client.net import Connector
 from client.placement import choose_ensemble
 from client.pool import BookiePool
@@ -19,7 +23,7 @@ from client.read_handle import ReadHandle
 from client.recovery import LedgerRecovery
 from metadata import Fragment, LedgerMetadata, MetadataStore, open_store
 from protocol import DigestType, Durability, master_key
-from protocol.errors import UnauthorizedError
+from protocol.errors import NoSuchLedgerError, UnauthorizedError
 
 
 def password_digest(password: bytes) -> bytes:
@@ -104,7 +108,10 @@ class BookKeeper:
             )
         kind = digest_type if digest_type is not None else self.config.digest_type
         bookies = await self.pool.writable_bookies(fresh=True)
-        ensemble = choose_ensemble(bookies, ensemble_size, (), self._rng)
+        avoid = self.pool.recently_failed()  # registered, but its lease has not run out yet
+        if len(set(bookies) - avoid) < ensemble_size:
+            avoid = set()
+        ensemble = choose_ensemble(bookies, ensemble_size, avoid, self._rng)
         ledger_id = await self.store.allocate_ledger_id()
         metadata = LedgerMetadata(
             ensemble_size,
@@ -167,3 +174,50 @@ class BookKeeper:
     async def list_ledgers(self) -> AsyncIterator[int]:
         async for ledger_id in self.store.list_ledgers():
             yield ledger_id
+
+    # ------------------------------------------------------------------ logs
+
+    async def open_log_writer(
+        self,
+        name: str,
+        *,
+        ensemble_size: int = 3,
+        write_quorum: int = 3,
+        ack_quorum: int = 2,
+        password: bytes = b"",
+        durability: Durability = Durability.PERSISTENT,
+        roll_bytes: int = 256 * 1024 * 1024,
+        roll_seconds: float | None = None,
+        create: bool = True,
+    ) -> LogWriter:
+        """Become the log's writer: fence the previous one, start a new ledger (protocol.md
+        "Opening a log"). The ledger rolls over past ``roll_bytes`` of payload or after
+        ``roll_seconds``. Every writer of one log must use the same password."""
+        settings = LogWriterSettings(
+            ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
+            roll_seconds, create,
+        )  # fmt: skip
+        return await open_log_writer(self, name, settings)
+
+    async def open_log_reader(
+        self, name: str, start: LogPosition = LogPosition.EARLIEST, password: bytes = b""
+    ) -> LogReader:
+        """Iterate the log from ``start`` (inclusive), following live appends."""
+        await self.store.read_log(name)  # NoSuchLogError now rather than at the first record
+        return LogReader(self, name, start, password)
+
+    async def truncate_log(self, name: str, before: LogPosition) -> list[int]:
+        """Drop (and delete) the log's ledgers wholly below ``before``; returns their ids."""
+        return await truncate_log(self, name, before)
+
+    async def list_logs(self) -> AsyncIterator[str]:
+        async for name in self.store.list_logs():
+            yield name
+
+    async def delete_log(self, name: str) -> None:
+        """Remove the log record and every ledger in it."""
+        record = await self.store.read_log(name)
+        await self.store.delete_log(name, record.version)
+        for ledger_id in record.ledgers:
+            with contextlib.suppress(NoSuchLedgerError):
+                await self.delete_ledger(ledger_id)

@@ -33,6 +33,10 @@ class ClientConfig:
     reconnect_backoff_max: float = 5.0  # ... doubling up to this
     read_concurrency: int = 64  # entries fetched in parallel by one read()
     long_poll_timeout: float = 10.0  # server-side wait of one long poll
+    # A writer that goes quiet sends its LAC explicitly (WRITE_LAC) this long after its last
+    # add completed, so tailing readers see the last entry too (BookKeeper's
+    # explicitLacInterval). 0 disables: the last entry then shows only with the next add.
+    explicit_lac_delay: float = 0.1
     recovery_read_window: int = 16  # recovery reads in flight at once
     metadata_retries: int = 20  # compare-and-set attempts before giving up
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused

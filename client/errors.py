@@ -17,6 +17,7 @@ from protocol.errors import (
     LedgerFencedError,
     LedgerRecoveryError,
     LogExistsError,
+    LogFencedError,
     MetadataStoreError,
     MetadataVersionError,
     NoSuchEntryError,
@@ -34,6 +35,7 @@ from protocol.errors import (
 __all__ = [
     "NoSuchLogError",
     "LogExistsError",
+    "LogFencedError",
     "LedgerExistsError",
     "CookieError",
     "BookieAlreadyRegisteredError",

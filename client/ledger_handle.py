@@ -92,6 +92,15 @@ class LedgerHandle:
     async def append(self, data: bytes) -> int:
         """Add ``data`` as the next entry; return its id once it and all before it are
         confirmed (PERSISTENT: on an ack quorum of fsynced copies)."""
+        _entry_id, confirmed = await self.submit(data)
+        # No shield needed: a caller that is cancelled cancels only its wait; the pipeline never
+        # sets a result on a future that is done, and the add itself carries on.
+        return await confirmed
+
+    async def submit(self, data: bytes) -> tuple[int, asyncio.Future[int]]:
+        """Start adding ``data``: its entry id now, and a future that resolves (to that id)
+        as ``append`` would return. For callers that must know which entry an add that later
+        fails was (the log writer resolves it against the recovered end of the ledger)."""
         if self._closed or self._closing is not None:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         pipeline = self._pipeline
@@ -100,9 +109,7 @@ class LedgerHandle:
             if self._closed or self._closing is not None:
                 raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         op = pipeline.add(bytes(data))
-        # No shield needed: a caller that is cancelled cancels only its wait; the pipeline never
-        # sets a result on a future that is done, and the add itself carries on.
-        return await op.future
+        return op.entry_id, op.future
 
     async def force(self) -> int:
         """Make the appended entries durable; return the new LAC.

@@ -60,6 +60,12 @@ class BookiePool:
         self._writable = (loop.time(), ids)
         return ids
 
+    def recently_failed(self) -> set[str]:
+        """Bookies whose last connection attempt failed and whose backoff has not run out:
+        placement avoids them while there are others."""
+        now = asyncio.get_running_loop().time()
+        return {b for b, until in self._down_until.items() if until > now}
+
     async def _address(self, bookie_id: str) -> tuple[str, int]:
         address = self._addresses.get(bookie_id)
         if address is None:

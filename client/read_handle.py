@@ -11,7 +11,7 @@ from client.lac import long_poll_lac, read_lac_quorum
 from client.pool import BookiePool
 from client.read import EntryReader
 from metadata import LedgerMetadata, MetadataStore
-from protocol.errors import NoSuchEntryError
+from protocol.errors import BKError, NoSuchEntryError
 
 READ_FROM_BATCH = 256  # entries fetched per step of read_from
 
@@ -110,18 +110,54 @@ class ReadHandle:
 
     async def read_from(self, first: int = 0) -> AsyncIterator[Entry]:
         """Every entry from ``first`` on, following the tail with long polls until the ledger
-        is closed and fully read."""
+        is closed and fully read. The ledger's metadata is watched meanwhile, so a close (a
+        log rolling to its next ledger, a recovery) ends the wait at once rather than after
+        a long poll times out."""
         next_entry = first
-        while True:
-            if next_entry <= self._lac:
-                last = min(self._lac, next_entry + READ_FROM_BATCH - 1)
-                for entry in await self._reader.read_range(self.metadata, next_entry, last):
-                    yield entry
-                next_entry = last + 1
-                continue
-            if self.is_closed:
-                return
-            await self.wait_for_lac(next_entry - 1, self._config.long_poll_timeout)
+        closed = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch_close(closed))
+        try:
+            while True:
+                if next_entry <= self._lac:
+                    last = min(self._lac, next_entry + READ_FROM_BATCH - 1)
+                    for entry in await self._reader.read_range(self.metadata, next_entry, last):
+                        yield entry
+                    next_entry = last + 1
+                    continue
+                if self.is_closed:
+                    return
+                await self._wait_or_close(next_entry - 1, closed)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _watch_close(self, closed: asyncio.Event) -> None:
+        try:
+            async for metadata in self._store.watch_ledger(self.ledger_id):
+                if metadata is not None and metadata.is_closed:
+                    self.metadata = metadata
+                    if metadata.last_entry_id is not None:
+                        self._advance(metadata.last_entry_id)
+                    closed.set()
+                    return
+        except BKError:
+            return  # no watch: the long polls still notice the close, only later
+
+    async def _wait_or_close(self, previous: int, closed: asyncio.Event) -> None:
+        poll = asyncio.ensure_future(self.wait_for_lac(previous, self._config.long_poll_timeout))
+        if closed.is_set():
+            await poll
+            return
+        closing = asyncio.ensure_future(closed.wait())
+        try:
+            await asyncio.wait({poll, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (poll, closing):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(poll, closing, return_exceptions=True)
+        if poll.done() and not poll.cancelled() and poll.exception() is not None:
+            raise poll.exception()  # type: ignore[misc]
 
     async def close(self) -> None:
         """Nothing to release on the bookies; present for symmetry with LedgerHandle."""

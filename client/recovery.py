@@ -34,6 +34,7 @@ from metadata import LedgerMetadata, LedgerState, MetadataStore
 from protocol import (
     LAC_ENTRY_ID,
     AddFlag,
+    Durability,
     MalformedEntryError,
     ReadFlag,
     ReadRequest,
@@ -229,7 +230,10 @@ class LedgerRecovery:
             lac=start,
             length=length,
             flags=AddFlag.RECOVERY_ADD,
-            durability=metadata.durability,
+            # Always synced, even for a volatile ledger: the close that follows promises every
+            # entry up to the last is on an ack quorum (I3), and a write-back may change the
+            # ensemble locally, which BP-14's no-change rule is not about (it binds writers).
+            durability=Durability.PERSISTENT,
             fixed_lac=start,
         )
         try:

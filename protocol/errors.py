@@ -74,6 +74,12 @@ class LedgerFencedError(BKError):
     default_message = "ledger is fenced: another client is recovering or has closed it"
 
 
+class LogFencedError(LedgerFencedError):
+    """Another writer opened the log: this writer's next append (and every later one) fails."""
+
+    default_message = "log is fenced: another writer has taken it over"
+
+
 class ReadOnlyBookieError(BKError):
     code = StatusCode.EREADONLY
     retriable = True

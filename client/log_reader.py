@@ -1,0 +1,100 @@
+"""Reading a log: its closed ledgers in order, then the open one followed with long polls; when
+that ledger is closed and a next one appears in the log record (watched), reading moves on.
+
+Positions are exact, so a reader that saved the position of the last record it processed
+resumes with ``start=position.next()`` and sees neither a gap nor a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from client.entry import Entry
+from client.log_position import LogEntry, LogPosition
+from metadata import LogRecord
+from protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
+
+if TYPE_CHECKING:
+    from client.bookkeeper import BookKeeper
+
+
+class LogReader:
+    def __init__(
+        self, bk: BookKeeper, name: str, start: LogPosition, password: bytes = b""
+    ) -> None:
+        self._bk = bk
+        self.name = name
+        self.position = start  # the next position to read
+        self._password = password
+
+    def __aiter__(self) -> AsyncIterator[LogEntry]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[LogEntry]:
+        store = self._bk.store
+        watch = store.watch_log(self.name)
+        try:
+            record = await anext(watch)
+            while True:
+                if record is None:
+                    raise NoSuchLogError(f"log {self.name!r} does not exist")
+                ledger_id = self._next_ledger(record)
+                if ledger_id is None:
+                    record = await anext(watch)  # wait for a writer to add a ledger
+                    continue
+                first = self.position.entry_id if ledger_id == self.position.ledger_id else 0
+                async for entry in self._ledger(ledger_id, max(first, 0)):
+                    self.position = LogPosition(ledger_id, entry.entry_id + 1)
+                    yield LogEntry(LogPosition(ledger_id, entry.entry_id), entry.data)
+                # Done with this ledger (closed and read, or truncated away).
+                self.position = LogPosition(ledger_id + 1, 0)
+                record = await store.read_log(self.name)
+        finally:
+            closer = getattr(watch, "aclose", None)  # an async generator's
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+    def _next_ledger(self, record: LogRecord) -> int | None:
+        """The first ledger of the log at or after the read position."""
+        for ledger_id in record.ledgers:
+            if ledger_id >= self.position.ledger_id:
+                return ledger_id
+        return None
+
+    async def _ledger(self, ledger_id: int, first: int) -> AsyncIterator[Entry]:
+        try:
+            handle = await self._bk.open_ledger(ledger_id, self._password, recovery=False)
+            async for entry in handle.read_from(first):
+                yield entry
+        except NoSuchLedgerError:
+            return  # truncated away under the reader
+
+
+async def truncate_log(bk: BookKeeper, name: str, before: LogPosition) -> list[int]:
+    """Remove from the log every ledger wholly below ``before`` (never its last ledger, which
+    a writer may be using), by CAS, then delete those ledgers. Returns their ids."""
+    store = bk.store
+    for _attempt in range(bk.config.metadata_retries):
+        record = await store.read_log(name)
+        keep_from = len(record.ledgers) - 1
+        for index, ledger_id in enumerate(record.ledgers):
+            if ledger_id >= before.ledger_id:
+                keep_from = min(index, keep_from)
+                break
+        removed = record.ledgers[:keep_from]
+        if not removed:
+            return []
+        try:
+            await store.write_log(record.with_ledgers(record.ledgers[keep_from:]))
+        except MetadataVersionError:
+            await asyncio.sleep(0)
+            continue
+        for ledger_id in removed:
+            with contextlib.suppress(NoSuchLedgerError):
+                await bk.delete_ledger(ledger_id)
+        return list(removed)
+    raise MetadataVersionError(f"log {name!r}: truncation kept losing races")

@@ -1,0 +1,227 @@
+"""Logs on ledgers (API.md "Logs"; protocol.md "Opening a log") on real in-process bookies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from client import BookKeeper, Durability, LogEntry, LogPosition, LogReader
+from client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
+from tests.cluster import Cluster, forget, start_cluster
+
+
+@pytest.fixture
+async def logs_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    cluster = await start_cluster(tmp_path, 4)
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def take(reader: LogReader, count: int, timeout: float = 20.0) -> list[LogEntry]:
+    """The next ``count`` records of a (tailing) reader."""
+    out: list[LogEntry] = []
+
+    async def run() -> None:
+        async for record in reader:
+            out.append(record)
+            if len(out) == count:
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+async def test_append_then_read_back_in_order(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("orders")
+        positions = [await writer.append(b"r%d" % i) for i in range(50)]
+        assert positions == sorted(positions)
+        assert len({p.ledger_id for p in positions}) == 1
+        await writer.close()
+        records = await take(await bk.open_log_reader("orders"), 50)
+        assert [r.data for r in records] == [b"r%d" % i for i in range(50)]
+        assert [r.position for r in records] == positions
+        assert [name async for name in bk.list_logs()] == ["orders"]
+
+
+async def test_reader_tails_across_rolls(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("tail", roll_bytes=600)
+        reader = await bk.open_log_reader("tail")
+        reading = asyncio.ensure_future(take(reader, 120))
+        positions = []
+        for i in range(120):
+            positions.append(await writer.append(b"record-%04d" % i))  # 11 bytes
+            if i % 10 == 0:
+                await asyncio.sleep(0.01)
+        records = await reading
+        assert [r.data for r in records] == [b"record-%04d" % i for i in range(120)]
+        assert [r.position for r in records] == positions
+        assert len({p.ledger_id for p in positions}) >= 2  # it rolled, invisibly
+        record = await bk.store.read_log("tail")
+        assert list(record.ledgers) == sorted({p.ledger_id for p in positions})
+        await writer.close()
+
+
+async def test_resume_from_a_saved_position(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("resume", roll_bytes=100)
+        for i in range(40):
+            await writer.append(b"v%02d" % i)
+        await writer.close()
+        first = await take(await bk.open_log_reader("resume"), 17)
+        saved = str(first[-1].position)  # what a consumer would store
+        rest = await take(
+            await bk.open_log_reader("resume", start=LogPosition.parse(saved).next()), 23
+        )
+        assert [r.data for r in first + rest] == [b"v%02d" % i for i in range(40)]
+
+
+async def test_a_second_writer_fences_the_first(logs_cluster: Cluster) -> None:
+    async with (
+        await BookKeeper.connect(logs_cluster.uri) as bk1,
+        await BookKeeper.connect(logs_cluster.uri) as bk2,
+    ):
+        w1 = await bk1.open_log_writer("race")
+        acked = [await w1.append(b"w1-%d" % i) for i in range(10)]
+        w2 = await bk2.open_log_writer("race")
+        with pytest.raises(LogFencedError):
+            await w1.append(b"too late")
+        with pytest.raises(LedgerFencedError):  # and it stays fenced (same family)
+            await w1.append(b"still too late")
+        acked += [await w2.append(b"w2-%d" % i) for i in range(10)]
+        await w2.close()
+        records = await take(await bk2.open_log_reader("race"), 20)
+        assert [r.position for r in records] == acked
+        assert [r.data for r in records] == [b"w1-%d" % i for i in range(10)] + [
+            b"w2-%d" % i for i in range(10)
+        ]
+
+
+async def test_writers_opening_at_once_leave_one_working_writer(logs_cluster: Cluster) -> None:
+    clients = [await BookKeeper.connect(logs_cluster.uri) for _ in range(3)]
+    try:
+        opened = await asyncio.gather(
+            *(bk.open_log_writer("crowd") for bk in clients), return_exceptions=True
+        )
+        writers = [w for w in opened if not isinstance(w, BaseException)]
+        assert all(isinstance(e, LogFencedError) for e in opened if isinstance(e, BaseException))
+        working = []
+        for writer in writers:
+            with contextlib.suppress(LedgerFencedError):
+                working.append((writer, await writer.append(b"x")))
+        assert len(working) == 1  # exactly one writer can complete appends
+        records = await take(await clients[0].open_log_reader("crowd"), 1)
+        assert records[0].position == working[0][1]
+    finally:
+        for bk in clients:
+            await bk.close()
+
+
+async def test_truncation_drops_whole_ledgers_below(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("trunc", roll_bytes=30)
+        positions = [await writer.append(b"t%02d" % i) for i in range(40)]
+        ledgers = sorted({p.ledger_id for p in positions})
+        assert len(ledgers) >= 3
+        cut = next(p for p in positions if p.ledger_id == ledgers[2])
+        removed = await bk.truncate_log("trunc", before=cut)
+        assert removed == ledgers[:2]
+        assert list((await bk.store.read_log("trunc")).ledgers) == ledgers[2:]
+        remaining = [i async for i in bk.list_ledgers()]
+        assert not set(removed) & set(remaining)
+        kept = [p for p in positions if p.ledger_id >= ledgers[2]]
+        records = await take(await bk.open_log_reader("trunc"), len(kept))
+        assert [r.position for r in records] == kept
+        # Never the last ledger, which the writer is using.
+        current = (await bk.store.read_log("trunc")).ledgers  # it may have rolled once more
+        assert await bk.truncate_log("trunc", before=LogPosition(10**12, 0)) == list(current[:-1])
+        assert await writer.append(b"after") > positions[-1]
+        await writer.close()
+
+
+async def test_a_killed_writer_is_taken_over_without_losing_acked_records(
+    logs_cluster: Cluster,
+) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        doomed = await BookKeeper.connect(logs_cluster.uri)
+        writer = await doomed.open_log_writer("takeover")
+        acked: list[LogPosition] = []
+
+        async def write() -> None:
+            for i in range(10_000):
+                acked.append(await writer.append(b"a%05d" % i))
+
+        task = asyncio.ensure_future(write())
+        while len(acked) < 200:
+            await asyncio.sleep(0.01)
+        task.cancel()  # the process dies: no close, connections just drop
+        await doomed.pool.close()
+        successor = await bk.open_log_writer("takeover")
+        after = await successor.append(b"next")
+        assert after > acked[-1]
+        # Appends in flight when it died may have made it too: read up to the successor's.
+        records: list[LogEntry] = []
+
+        async def until_after() -> None:
+            async for record in await bk.open_log_reader("takeover"):
+                records.append(record)
+                if record.position == after:
+                    return
+
+        await asyncio.wait_for(until_after(), 20)
+        got = {r.position: r.data for r in records}
+        assert len(got) == len(records)  # no position twice
+        assert all(got[p] == b"a%05d" % i for i, p in enumerate(acked))
+        assert got[after] == b"next"
+        data = [r.data for r in records[:-1]]
+        assert data == [b"a%05d" % i for i in range(len(data))]  # a prefix: no gap, no dup
+        await successor.close()
+        await doomed.close()
+
+
+async def test_a_failed_ledger_rolls_over_without_loss_or_duplicates(
+    logs_cluster: Cluster,
+) -> None:
+    """A volatile ledger cannot change its ensemble: losing a bookie fails it. The writer
+    recovers it, resolves its in-flight appends against the recovered end, and goes on in a
+    new ledger; the appender sees only positions."""
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("failover", durability=Durability.VOLATILE)
+        first_ledger = writer.ledger_id
+        metadata = (await bk.store.read_ledger(first_ledger)).ensemble
+        victim = logs_cluster.by_id(metadata[0])
+        results = []
+
+        async def append(i: int) -> None:
+            results.append((i, await writer.append(b"f%03d" % i)))
+
+        tasks = [asyncio.ensure_future(append(i)) for i in range(30)]
+        await asyncio.sleep(0)
+        await victim.crash()
+        tasks += [asyncio.ensure_future(append(i)) for i in range(30, 60)]
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        assert writer.ledger_id != first_ledger
+        by_position = sorted((p, i) for i, p in results)
+        assert len({p for p, _ in by_position}) == 60  # no two records at one position
+        await writer.close()
+        records = await take(await bk.open_log_reader("failover"), 60)
+        assert sorted(r.data for r in records) == sorted(b"f%03d" % i for i in range(60))
+        assert {r.position: r.data for r in records} == {p: b"f%03d" % i for p, i in by_position}
+
+
+async def test_unknown_log(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        with pytest.raises(NoSuchLogError):
+            await bk.open_log_reader("nope")
+        with pytest.raises(NoSuchLogError):
+            await bk.open_log_writer("nope", create=False)
+        with pytest.raises(ValueError, match="LEDGER:ENTRY"):
+            LogPosition.parse("12")
