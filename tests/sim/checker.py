@@ -9,11 +9,13 @@ import asyncio
 import contextlib
 
 from bookie.entrylog import CorruptEntryError
+from client import BookKeeper
 from client.quorum import write_set
 from metadata import LedgerMetadata
 from protocol import parse_entry
 from protocol.errors import BKError
 from tests.sim.history import History
+from tests.sim.workload import LOG
 from tests.sim.world import World
 
 RECOVERY_ATTEMPTS = 12
@@ -81,8 +83,61 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
         _check_ledger(history, ledger_id, last, values)
         await _check_copies(world, history, ledger_id, metadata)
     _check_reads(history, final)
+    await _check_log(world, history, bk)
     _check_metadata_history(world, history)
     return final
+
+
+async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
+    """I14 over the log: every acknowledged append at its position, nothing twice, nothing
+    never appended, positions in order. Each of its ledgers is recovered (closing one a dead
+    writer left open) and read whole."""
+    if not history.log_appends:
+        return
+    try:
+        record = await bk.store.read_log(LOG)
+    except BKError as exc:
+        history.violations.append(f"I14 log {LOG} unreadable: {exc!r}")
+        return
+    if list(record.ledgers) != sorted(record.ledgers):
+        history.violations.append(f"I14 log {LOG}: ledgers out of order {record.ledgers}")
+    found: dict[tuple[int, int], bytes] = {}
+    for ledger_id in record.ledgers:
+        handle = None
+        for _attempt in range(RECOVERY_ATTEMPTS):
+            try:
+                handle = await bk.open_ledger(ledger_id, recovery=True)
+                break
+            except BKError as exc:
+                world.trace(f"checker: log ledger {ledger_id}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
+        if handle is None:
+            history.violations.append(f"I13 log ledger {ledger_id} cannot be recovered")
+            continue
+        last = handle.last_add_confirmed
+        if last >= 0:
+            try:
+                for entry in await handle.read(0, last):
+                    found[(ledger_id, entry.entry_id)] = bytes(entry.data)
+            except BKError as exc:
+                history.violations.append(f"I2 log ledger {ledger_id} unreadable: {exc!r}")
+        await _check_copies(world, history, ledger_id, handle.metadata)
+    invoked = {op.value for op in history.log_appends}
+    seen: dict[bytes, tuple[int, int]] = {}
+    for position, value in sorted(found.items()):
+        if value not in invoked:
+            history.violations.append(f"I14 log: {value!r} at {position} was never appended")
+        if value in seen:
+            history.violations.append(
+                f"I14 log: {value!r} at {seen[value]} and again at {position}"
+            )
+        seen[value] = position
+    for op in history.log_appends:
+        if op.result == "ok" and found.get(op.position) != op.value:
+            history.violations.append(
+                f"I14 log: acknowledged {op.value!r} at {op.position} reads back as "
+                f"{found.get(op.position)!r}"
+            )
 
 
 def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int, bytes]) -> None:

@@ -33,6 +33,17 @@ class Append:
 
 
 @dataclass
+class LogAppend:
+    """One append to a log: invoke, then ok (with its position) or unknown."""
+
+    writer: str
+    value: bytes
+    result: str = "pending"
+    position: tuple[int, int] = (-1, -1)
+    error: str = ""
+
+
+@dataclass
 class Observed:
     """An entry a reader was handed, with the LAC that reader knew then."""
 
@@ -50,6 +61,8 @@ class History:
     lacs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     ledgers: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> E, WQ, AQ
     volatile: set[int] = field(default_factory=set)  # BP-14 ledgers among them
+    log_appends: list[LogAppend] = field(default_factory=list)
+    log_ledgers: set[int] = field(default_factory=set)  # ledgers that belong to the log
     violations: list[str] = field(default_factory=list)
 
     def max_lac(self, ledger_id: int) -> int:

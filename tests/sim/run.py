@@ -154,6 +154,10 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             for i in range(options.writers)
         ]
         jobs.append(workload.reader("reader-0", rounds=12))
+        jobs.append(workload.log_writer("logwriter-1", until))
+        if rng.random() < 0.7:  # a second writer takes the log over mid-run
+            takeover = rng.uniform(0.2, options.duration)
+            jobs.append(workload.log_writer("logwriter-2", until, start=takeover))
         jobs.append(nemesis.run(options.duration, options.faults))
         try:
             await asyncio.wait_for(asyncio.gather(*jobs), WORKLOAD_LIMIT)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import random
 
-from client import Durability, LedgerHandle
-from protocol.errors import BKError
-from tests.sim.history import Append, History, Observed
+from client import Durability, LedgerHandle, LogWriter
+from protocol.errors import BKError, LogFencedError
+from tests.sim.history import Append, History, LogAppend, Observed
 from tests.sim.world import World
+
+LOG = "events"  # the run's one log
 
 SHAPES = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (4, 2, 2), (3, 3, 3), (5, 3, 2))
 
@@ -27,6 +29,7 @@ class Workload:
         self.open_ledgers: list[int] = []
         self.handles: dict[str, LedgerHandle] = {}  # writer -> the ledger it is writing
         self.stalled: dict[str, float] = {}  # writer -> virtual time it resumes appending
+        self.fenced_log_writers: set[str] = set()
 
     def trace(self, text: str) -> None:
         self.world.trace(text)
@@ -147,6 +150,51 @@ class Workload:
                 await rh.close()
             except BKError as exc:
                 self.trace(f"{name}: read of {ledger_id} failed: {type(exc).__name__}")
+
+    async def log_writer(self, name: str, until: float, start: float = 0.0) -> None:
+        """Appends to the run's log until ``until``; a later log writer takes the log over
+        (fencing this one, whose appends then fail) -- that is the point."""
+        await asyncio.sleep(start)
+        loop = asyncio.get_running_loop()
+        bk = await self.world.client(name)
+        try:
+            writer = await bk.open_log_writer(LOG, roll_bytes=self.rng.choice((200, 2000, 1 << 20)))
+        except BKError as exc:
+            self.trace(f"{name}: cannot open log writer: {type(exc).__name__}: {exc}")
+            return
+        self.trace(f"{name}: writing log {LOG} (ledger {writer.ledger_id})")
+        slots = asyncio.Semaphore(self.rng.choice((1, 8)))
+        tasks: list[asyncio.Task[None]] = []
+        index = 0
+        while loop.time() < until:
+            await slots.acquire()
+            op = LogAppend(name, f"{self.world.seed}:{name}:{index}".encode())
+            index += 1
+            self.history.log_appends.append(op)
+            tasks.append(asyncio.create_task(self._log_append(writer, op, slots)))
+            self.history.log_ledgers.add(writer.ledger_id)
+            if name in self.fenced_log_writers:
+                break  # another writer took the log
+            await asyncio.sleep(self.rng.uniform(0, 0.01))
+        await asyncio.gather(*tasks)
+        try:
+            await writer.close()
+        except BKError as exc:
+            self.trace(f"{name}: log writer close: {type(exc).__name__}")
+
+    async def _log_append(self, writer: LogWriter, op: LogAppend, slots: asyncio.Semaphore) -> None:
+        try:
+            position = await writer.append(op.value)
+            op.result = "ok"
+            op.position = (position.ledger_id, position.entry_id)
+            self.history.log_ledgers.add(position.ledger_id)
+        except BKError as exc:
+            op.result = "unknown"
+            op.error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, LogFencedError):
+                self.fenced_log_writers.add(op.writer)
+        finally:
+            slots.release()
 
     async def warm(self, name: str, ledger_id: int) -> None:
         """A would-be recoverer first looks at the ledger (a LAC read): it then has a connection
