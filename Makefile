@@ -7,7 +7,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PACKAGES := protocol bookie client metadata pipeline bench aiobk
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test lint unit-protocol run bench sim chaos fuzz clean
+.PHONY: setup system-packages test lint unit-protocol run bench sim chaos fuzz pipeline-demo clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -26,6 +26,10 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark]'
+	@# Spark's Python workers must run the venv's interpreter, not the system one.
+	grep -q PYSPARK_PYTHON $(VENV)/bin/activate || \
+		printf '\nexport PYSPARK_PYTHON="%s"\nexport PYSPARK_DRIVER_PYTHON="%s"\n' \
+		"$$(pwd)/$(PY)" "$$(pwd)/$(PY)" >> $(VENV)/bin/activate
 	touch $@
 
 lint: setup
@@ -39,7 +43,7 @@ unit-protocol: setup
 
 # PYTHONHASHSEED=0: a simulator seed that fails here replays the same way under `make sim`.
 test: lint unit-protocol
-	PYTHONHASHSEED=0 $(PY) -m pytest -q tests --ignore=tests/protocol $(PYTEST_ARGS)
+	PYTHONHASHSEED=0 PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q tests --ignore=tests/protocol $(PYTEST_ARGS)
 
 run: setup
 	$(VENV)/bin/aiobk standalone
@@ -68,5 +72,9 @@ FUZZ_RUNS ?= 2000000
 fuzz: setup
 	$(PY) -m tests.fuzz.codec -runs=$(FUZZ_RUNS)
 
+# The example Spark job: JSON events in a log -> totals per kind -> Parquet (demo-output/).
+pipeline-demo: setup
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pipeline.demo
+
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output

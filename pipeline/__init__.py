@@ -1,3 +1,5 @@
-"""The PySpark data source over aiobk logs (optional extra ``spark``); built with the Log API."""
+"""The PySpark data source over aiobk logs (optional extra ``spark``; API.md "Spark")."""
 
-__all__: list[str] = []
+from pipeline.source import AiobkDataSource, local_session, register
+
+__all__ = ["AiobkDataSource", "local_session", "register"]

@@ -1,0 +1,5 @@
+"""``python -m aiobk``: the same as the ``aiobk`` command."""
+
+from aiobk.cli import main
+
+main()
