@@ -52,6 +52,7 @@ bench: setup
 	$(PY) -m bench.journal
 	$(PY) -m bench.metadata
 	$(PY) -m bench.add
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.spark
 
 # Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim
 # SEEDS=10000` runs a campaign (FIRST=, PROFILE=mixed|race|crashes, SIMARGS= for more).

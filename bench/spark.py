@@ -1,0 +1,119 @@
+"""Spark data source throughput next to a plain client doing the same work.
+
+Starts etcd and three bookies as processes on loopback (data on the project's disk), then, for
+N records of S bytes (default 100,000 x 1 KiB):
+
+- client write: one log writer, appends pipelined (512 in flight);
+- Spark write: a DataFrame of the same records in 4 partitions, ``df.write.format("aiobk")``;
+- client read: one reader over the log, ledgers read in ranges;
+- Spark read: ``spark.read.format("aiobk")`` summing the payload lengths (every row is read).
+
+Rows/s for each, and the Spark/client ratio. ``python -m bench.spark --records 100000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.add import _stop, start_bookies
+from client import BookKeeper
+from metadata import EtcdProcess
+
+
+async def client_write(uri: str, log: str, records: int, size: int) -> float:
+    payload = b"x" * size
+    async with await BookKeeper.connect(uri) as bk:
+        writer = await bk.open_log_writer(log)
+        started = time.perf_counter()
+        window: list[asyncio.Future[object]] = []
+        for i in range(records):
+            window.append(asyncio.ensure_future(writer.append(payload)))
+            if len(window) >= 512 or i == records - 1:
+                await asyncio.gather(*window)
+                window.clear()
+        await writer.close()
+        return records / (time.perf_counter() - started)
+
+
+async def client_read(uri: str, log: str, records: int) -> float:
+    async with await BookKeeper.connect(uri) as bk:
+        started = time.perf_counter()
+        count = 0
+        for ledger_id in (await bk.store.read_log(log)).ledgers:
+            handle = await bk.open_ledger(ledger_id, recovery=False)
+            last = handle.last_add_confirmed
+            for lo in range(0, last + 1, 1000):
+                count += len(await handle.read(lo, min(last, lo + 999)))
+        assert count == records, (count, records)
+        return records / (time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import functions as F
+
+    from pipeline import local_session
+
+    base = tempfile.mkdtemp(prefix="aiobk-bench-spark-", dir=os.getcwd())
+    etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
+    procs: list[subprocess.Popen[bytes]] = []
+    results: dict[str, float] = {}
+    try:
+        uri = etcd.uri("bench-spark")
+        procs = start_bookies(3, base, uri)
+        results["client write"] = asyncio.run(client_write(uri, "plain", args.records, args.size))
+        results["client read"] = asyncio.run(client_read(uri, "plain", args.records))
+        spark = local_session("aiobk-bench")
+        try:
+            df = spark.range(args.records, numPartitions=4).select(
+                F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("data")
+            )
+            df.cache().count()  # generated before the clock starts
+            started = time.perf_counter()
+            df.write.format("aiobk").option("metadata", uri).option("log", "spark").mode(
+                "append"
+            ).save()
+            results["Spark write"] = args.records / (time.perf_counter() - started)
+            reader = spark.read.format("aiobk").option("metadata", uri).option("log", "spark")
+            started = time.perf_counter()
+            total = reader.option("split", "25000").load().agg(F.sum(F.length("data"))).first()
+            results["Spark read"] = args.records / (time.perf_counter() - started)
+            assert total is not None
+            assert total[0] == args.records * args.size
+        finally:
+            spark.stop()
+    finally:
+        _stop(procs)
+        etcd.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    table = Table(title=f"{args.records} records of {args.size} B, 3 bookies, local[2] Spark")
+    for column in ("path", "rows/s", "vs client"):
+        table.add_column(column, justify="right")
+    for name in ("client write", "Spark write", "client read", "Spark read"):
+        plain = results["client " + name.split()[1]]
+        table.add_row(name, f"{results[name]:.0f}", f"{results[name] / plain:.2f}")
+    Console().print(table)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
