@@ -225,3 +225,16 @@ async def test_unknown_log(logs_cluster: Cluster) -> None:
             await bk.open_log_writer("nope", create=False)
         with pytest.raises(ValueError, match="LEDGER:ENTRY"):
             LogPosition.parse("12")
+
+
+async def test_the_writer_rolls_by_age(logs_cluster: Cluster) -> None:
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("aged", roll_seconds=0.2)
+        first = await writer.append(b"old")
+        await asyncio.sleep(0.3)
+        await writer.append(b"due")  # this append finds the ledger too old: a roll starts
+        later = await writer.append(b"new")
+        assert later.ledger_id > first.ledger_id
+        await writer.close()
+        records = await take(await bk.open_log_reader("aged"), 3)
+        assert [r.data for r in records] == [b"old", b"due", b"new"]
