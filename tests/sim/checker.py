@@ -66,6 +66,7 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
             history.violations.append(f"I13 ledger {ledger_id} cannot be recovered after healing")
             continue
         handles[ledger_id] = handle
+    await _close_log_ledgers(world, bk)  # before the repairs: they may wait for these closes
     await wait_repaired(world)
     for ledger_id, handle in handles.items():
         metadata = handle.metadata
@@ -86,6 +87,24 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     await _check_log(world, history, bk)
     _check_metadata_history(world, history)
     return final
+
+
+async def _close_log_ledgers(world: World, bk: BookKeeper) -> None:
+    """Recover every ledger of the log, as the next writer would. A bookie that lost a ledger's
+    master key (it crashed before any add of it was durable) can only finish its boot repair
+    once someone with the password has closed that ledger."""
+    try:
+        record = await bk.store.read_log(LOG)
+    except BKError:
+        return
+    for ledger_id in record.ledgers:
+        for _attempt in range(RECOVERY_ATTEMPTS):
+            try:
+                await bk.open_ledger(ledger_id, recovery=True)
+                break
+            except BKError as exc:
+                world.trace(f"checker: log ledger {ledger_id}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(0.5)
 
 
 async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
