@@ -59,3 +59,5 @@ class ClientConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be positive")
+        if self.explicit_lac_delay < 0:
+            raise ValueError("ClientConfig.explicit_lac_delay must not be negative (0 disables)")

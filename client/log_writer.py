@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -182,8 +183,8 @@ class LogWriter:
         age = asyncio.get_running_loop().time() - self._opened_at
         return s.roll_seconds is not None and age >= s.roll_seconds
 
-    def _start_roll(self, step: object) -> asyncio.Future[None]:
-        assert callable(step)
+    def _start_roll(self, step: Callable[[], Awaitable[None]]) -> asyncio.Future[None]:
+        """Run ``step`` (a roll or a failover) while appends wait for it."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._rolling = done
