@@ -65,7 +65,6 @@ class LogWriter:
         self.name = name
         self._settings = settings
         self._handle: LedgerHandle | None = None
-        self._record: LogRecord | None = None
         self._opened_at = 0.0
         self._bytes = 0
         self._rolling: asyncio.Future[None] | None = None
@@ -107,9 +106,7 @@ class LogWriter:
             custom_metadata={"log": self.name.encode()},
         )
         try:
-            self._record = await self._bk.store.write_log(
-                record.with_ledgers((*record.ledgers, handle.ledger_id))
-            )
+            await self._bk.store.write_log(record.with_ledgers((*record.ledgers, handle.ledger_id)))
         except MetadataVersionError:
             await self._discard(handle)
             error = LogFencedError(f"log {self.name!r}: another writer took it over")
@@ -210,7 +207,6 @@ class LogWriter:
         """By size or age: close the current ledger (after its appends), start the next."""
         old = self._handle
         assert old is not None
-        assert self._record is not None
         await old.close()
         await self._add_ledger(await self._bk.store.read_log(self.name))
 

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 
 from bookie.entrylog import CorruptEntryError
-from client import BookKeeper
+from client import BookKeeper, ReadHandle
 from client.quorum import write_set
 from metadata import LedgerMetadata
 from protocol import parse_entry
@@ -47,6 +47,17 @@ async def wait_repaired(world: World) -> None:
                 world.violations.append(f"I13 {sim.node}: boot repair did not finish: {exc!r}")
 
 
+async def _recover(world: World, bk: BookKeeper, ledger_id: int) -> ReadHandle | None:
+    """Open with recovery, retrying while bookies come back; None if it never succeeds."""
+    for _attempt in range(RECOVERY_ATTEMPTS):
+        try:
+            return await bk.open_ledger(ledger_id, recovery=True)
+        except BKError as exc:
+            world.trace(f"checker: recovery of {ledger_id}: {type(exc).__name__}: {exc}")
+            await asyncio.sleep(0.5)
+    return None
+
+
 async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     """Recover and read every ledger; append violations to ``history``. Returns the final
     metadata of each ledger that could be recovered."""
@@ -54,14 +65,7 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     final: dict[int, LedgerMetadata] = {}
     handles = {}
     for ledger_id in sorted(history.ledgers):
-        handle = None
-        for _attempt in range(RECOVERY_ATTEMPTS):
-            try:
-                handle = await bk.open_ledger(ledger_id, recovery=True)
-                break
-            except BKError as exc:
-                world.trace(f"checker: recovery of {ledger_id}: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.5)
+        handle = await _recover(world, bk, ledger_id)
         if handle is None:
             history.violations.append(f"I13 ledger {ledger_id} cannot be recovered after healing")
             continue
@@ -98,13 +102,7 @@ async def _close_log_ledgers(world: World, bk: BookKeeper) -> None:
     except BKError:
         return
     for ledger_id in record.ledgers:
-        for _attempt in range(RECOVERY_ATTEMPTS):
-            try:
-                await bk.open_ledger(ledger_id, recovery=True)
-                break
-            except BKError as exc:
-                world.trace(f"checker: log ledger {ledger_id}: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.5)
+        await _recover(world, bk, ledger_id)
 
 
 async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
@@ -122,14 +120,7 @@ async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
         history.violations.append(f"I14 log {LOG}: ledgers out of order {record.ledgers}")
     found: dict[tuple[int, int], bytes] = {}
     for ledger_id in record.ledgers:
-        handle = None
-        for _attempt in range(RECOVERY_ATTEMPTS):
-            try:
-                handle = await bk.open_ledger(ledger_id, recovery=True)
-                break
-            except BKError as exc:
-                world.trace(f"checker: log ledger {ledger_id}: {type(exc).__name__}: {exc}")
-                await asyncio.sleep(0.5)
+        handle = await _recover(world, bk, ledger_id)
         if handle is None:
             history.violations.append(f"I13 log ledger {ledger_id} cannot be recovered")
             continue
