@@ -25,7 +25,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
+from bench.floors import (
+    fdatasync_floor,
+    loopback_rtt_floor,
+    new_histogram,
+    quorum_fdatasync_floor,
+)
 from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
 from protocol import GetBookieInfoRequest, GetBookieInfoResponse
@@ -186,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sync = fdatasync_floor(base, 2000)
         rtt = loopback_rtt_floor(3000)
+        quorum = quorum_fdatasync_floor(base, writers=3, kth=2, count=1500)
         results: list[Level] = []
         for index, mode in enumerate(modes):
             extra = ("--no-journal-write-data",) if mode == "journal-less" else ()
@@ -207,9 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     sync_p50 = sync.get_value_at_percentile(50)
     rtt_p50 = rtt.get_value_at_percentile(50)
     floor_us = sync_p50 + rtt_p50
+    quorum_p50 = quorum.get_value_at_percentile(50)
+    quorum_floor_us = quorum_p50 + rtt_p50
     table = Table(
         title=f"appends, E3 WQ3 AQ2, {args.entry_size} B, {args.bookies} bookies, "
-        f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} + RTT {rtt_p50})"
+        f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} "
+        f"+ RTT {rtt_p50}; quorum floor {quorum_floor_us} us = 2nd of 3 concurrent "
+        f"fdatasyncs {quorum_p50} + RTT)"
     )
     for column in (
         "mode",
@@ -219,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99 us",
         "p99.9 us",
         "p50 / floor",
+        "p50 / quorum floor",
         "fdatasync/s",
         "errors",
     ):
@@ -226,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         table.add_row(
             r.mode, str(r.in_flight), f"{r.appends_per_s:.0f}", str(r.p50_us), str(r.p99_us),
-            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", f"{r.fdatasyncs_per_s:.0f}",
+            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", f"{r.p50_us / quorum_floor_us:.2f}",
+            f"{r.fdatasyncs_per_s:.0f}",
             str(r.errors),
         )  # fmt: skip
     console.print(table)
@@ -235,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1 in by_level:
         ratio = by_level[1].p50_us / floor_us
         checks.append({"target": "1 in flight: p50 <= 2x floor", "ratio": round(ratio, 2),
+                       "quorum_floor_ratio": round(by_level[1].p50_us / quorum_floor_us, 2),
                        "pass": ratio <= 2.0})  # fmt: skip
     if 512 in by_level:
         rate = by_level[512].appends_per_s
@@ -253,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             "floor_us": floor_us,
             "fdatasync_p50_us": sync_p50,
             "loopback_rtt_p50_us": rtt_p50,
+            "quorum_fdatasync_p50_us": quorum_p50,
+            "quorum_floor_us": quorum_floor_us,
             "levels": [asdict(r) for r in results],
             "checks": checks,
         }
