@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -58,8 +59,12 @@ from protocol.errors import (
 
 log = logging.getLogger(__name__)
 
-# (first entry of the new fragment, current ensemble, failed slot -> bookie) -> new ensemble
-EnsembleChanger = Callable[[int, list[str], dict[int, str]], Awaitable[list[str]]]
+# Called with the new ensemble once the replacements are chosen, before the change is durable.
+ReplacementsChosen = Callable[[list[str]], None]
+# (first entry of the new fragment, current ensemble, failed slot -> bookie, chosen) -> new ensemble
+EnsembleChanger = Callable[
+    [int, list[str], dict[int, str], ReplacementsChosen | None], Awaitable[list[str]]
+]
 
 
 class PendingAdd:
@@ -120,6 +125,7 @@ class AddPipeline:
         self._queued: list[PendingAdd] = []
         self._failed: dict[int, str] = {}
         self.changing = False
+        self._sent_early = False  # replace_after_cas off: this change already sends to the new
         self.error: BKError | None = None
         self._room: deque[asyncio.Future[None]] = deque()
         self._idle: list[asyncio.Future[None]] = []
@@ -171,7 +177,7 @@ class AddPipeline:
     def _start(self, entry_id: int, payload: bytes, length: int) -> PendingAdd:
         op = PendingAdd(entry_id, payload, length, self._loop.create_future())
         self._pending.append(op)
-        if self.changing:
+        if self.changing and not self._sent_early:
             op.queued = True
             self._queued.append(op)
         else:
@@ -386,17 +392,19 @@ class AddPipeline:
                     mask |= 1 << slot
                 for op in self._pending:
                     op.acks &= ~mask  # a replaced bookie's acks above the LAC do not count
-                new_ensemble = await self._change_ensemble(first_entry, list(self.ensemble), failed)
+                chosen = None
+                if not self._config.switches.replace_after_cas:
+                    chosen = functools.partial(self._send_early, failed)
+                new_ensemble = await self._change_ensemble(
+                    first_entry, list(self.ensemble), failed, chosen
+                )
                 self.ensemble = list(new_ensemble)
                 for slot, bookie in failed.items():
                     if self._failed.get(slot) == bookie:
                         del self._failed[slot]
-                for op in list(self._pending):
-                    if op.queued:
-                        continue
-                    slots = [s for s in write_set(op.entry_id, self.e, self.wq) if s in failed]
-                    if slots:
-                        self._send(op, slots)
+                if not self._sent_early:
+                    self._resend(failed)
+                self._sent_early = False
         except BKError as exc:
             self.fail(exc)
         except Exception as exc:  # pragma: no cover - a bug must not leave adds hanging
@@ -404,6 +412,7 @@ class AddPipeline:
             self.fail(BKError(f"ensemble change failed: {exc!r}"))
         finally:
             self.changing = False
+            self._sent_early = False
         if self.error is None:
             queued, self._queued = self._queued, []
             for op in queued:
@@ -411,6 +420,27 @@ class AddPipeline:
                 if not op.done:
                     self._send(op, write_set(op.entry_id, self.e, self.wq))
             self._complete_ready()
+
+    def _resend(self, failed: dict[int, str]) -> None:
+        """Every unacknowledged entry of the replaced slots goes to the replacements."""
+        for op in list(self._pending):
+            if op.queued:
+                continue
+            slots = [s for s in write_set(op.entry_id, self.e, self.wq) if s in failed]
+            if slots:
+                self._send(op, slots)
+
+    def _send_early(self, failed: dict[int, str], new_ensemble: list[str]) -> None:
+        """``replace_after_cas`` off: write to the replacements before the CAS lands."""
+        if self.error is not None:
+            return
+        self.ensemble = list(new_ensemble)
+        self._sent_early = True
+        self._resend(failed)
+        queued, self._queued = self._queued, []
+        for op in queued:
+            op.queued = False
+            self._send(op, write_set(op.entry_id, self.e, self.wq))
 
     async def close(self) -> None:
         if self._lac_timer is not None:

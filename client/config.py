@@ -18,6 +18,12 @@ class ProtocolSwitches:
     recovery_changes_local: bool = True  # trap 3: recovery ensemble changes wait for the close
     recovery_frozen_lac: bool = True  # trap 4: write-backs carry the LAC frozen at the start
     hold_acks_during_change: bool = True  # acks wait for an ensemble change's CAS
+    # A second line of defence behind the one above: the replacement gets its first entry only
+    # once the new fragment is in the metadata, so before the CAS no ack can come from a bookie
+    # the metadata does not name. Off, it is sent to as soon as it is chosen (a client optimising
+    # the change's latency would); the hold above then is all that keeps such an ack from
+    # acknowledging an entry that recovery, reading the old ensemble, can find absent.
+    replace_after_cas: bool = True
 
 
 @dataclass(frozen=True, slots=True)

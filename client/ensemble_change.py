@@ -19,6 +19,7 @@ from metadata import LedgerState
 from protocol.errors import LedgerFencedError, MetadataStoreError, MetadataVersionError
 
 if TYPE_CHECKING:
+    from client.add import ReplacementsChosen
     from client.ledger_handle import LedgerHandle
 
 
@@ -28,12 +29,15 @@ async def change_ensemble(
     ensemble: list[str],
     failed: dict[int, str],
     rng: random.Random,
+    chosen: ReplacementsChosen | None = None,
 ) -> list[str]:
     handle.bad_bookies.update(failed.values())
     candidates = await handle.pool.writable_bookies(fresh=True)
     new = list(ensemble)
     for slot in sorted(failed):
         new[slot] = choose_replacement(candidates, new, handle.bad_bookies, rng)
+    if chosen is not None:  # ProtocolSwitches.replace_after_cas off: write before the CAS
+        chosen(list(new))
     store = handle.store
     metadata = handle.metadata
     retries = handle.config.metadata_retries

@@ -7,7 +7,7 @@ import contextlib
 import random
 from typing import TYPE_CHECKING
 
-from client.add import AddPipeline
+from client.add import AddPipeline, ReplacementsChosen
 from client.close import close_as_writer
 from client.config import ClientConfig
 from client.connection import status_error
@@ -61,9 +61,13 @@ class LedgerHandle:
         )
 
     async def _change_ensemble(
-        self, first_entry: int, ensemble: list[str], failed: dict[int, str]
+        self,
+        first_entry: int,
+        ensemble: list[str],
+        failed: dict[int, str],
+        chosen: ReplacementsChosen | None,
     ) -> list[str]:
-        return await change_ensemble(self, first_entry, ensemble, failed, self._rng)
+        return await change_ensemble(self, first_entry, ensemble, failed, self._rng, chosen)
 
     # ------------------------------------------------------------------ state
 

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import random
 
-from client.add import AddPipeline
+from client.add import AddPipeline, ReplacementsChosen
 from client.config import ClientConfig
 from client.digest import Digester
 from client.placement import choose_replacement
@@ -286,9 +286,14 @@ class LedgerRecovery:
             await asyncio.gather(*reads.values(), return_exceptions=True)
 
     async def _change_locally(
-        self, first_entry: int, ensemble: list[str], failed: dict[int, str]
+        self,
+        first_entry: int,
+        ensemble: list[str],
+        failed: dict[int, str],
+        chosen: ReplacementsChosen | None,
     ) -> list[str]:
-        """Trap 3: recovery's ensemble changes reach the metadata only with the close."""
+        """Trap 3: recovery's ensemble changes reach the metadata only with the close. (No CAS
+        to wait for, so ``chosen`` has nothing to be early for: the return is the moment.)"""
         # Every bookie that failed so far stays excluded: excluding only this round's would
         # let two failing bookies replace each other forever (found by the simulator).
         self._bad.update(failed.values())

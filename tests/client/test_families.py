@@ -277,6 +277,44 @@ async def test_acks_are_held_until_the_change_lands(world, hold: bool) -> None:
     assert await asyncio.wait_for(append, 10) == 1
 
 
+@pytest.mark.parametrize("hold", [True, False], ids=["fix-on", "fix-off"])
+async def test_early_replacement_ack_is_held_until_the_change_lands(world, hold: bool) -> None:
+    """The trap the hold exists for: the writer sends to the replacement before its CAS
+    (``replace_after_cas`` off), the replacement and one old bookie ack e1, and a recovery
+    moves the ledger to IN_RECOVERY before the CAS. Recovery reads the old ensemble, finds e1
+    on one bookie and absent on two (QC), and closes at e0. Held, e1 was never acknowledged;
+    not held, the writer acknowledged an entry the closed ledger does not contain (I1)."""
+    b1, b2, b3 = await world.bookies(3)
+    switches = ProtocolSwitches(hold_acks_during_change=hold, replace_after_cas=False)
+    writer = await world.client(seed=1, switches=switches)
+    lh = await writer.create_ledger(3, 3, 2)
+    (b4,) = await world.bookies(1, first_port=9004)
+    await lh.append(b"e0")
+    by_slot = {bid: i for i, bid in enumerate(lh.metadata.ensemble)}
+    slow = next(b for b in (b1, b2, b3) if by_slot[b.bookie_id] == 1)
+    failing = next(b for b in (b1, b2, b3) if by_slot[b.bookie_id] == 2)
+    slow.hold(is_add(1))  # never answers in this test
+    failing.fail(is_add(1))
+    gate = hold_ledger_cas(world, world.store.keys.ledger(lh.ledger_id))
+    append = asyncio.ensure_future(lh.append(b"e1"))
+    await gate.arrived.wait()
+    await until(lambda: b4.has(lh.ledger_id, 1))  # the replacement has it before the CAS
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert append.done() is not hold
+    world.store.kv.hook = None
+    await world.store.update_ledger(lh.ledger_id, lambda md: md.in_recovery())
+    recoverer = await world.client(seed=2, read_timeout=1.0)
+    rh = await recoverer.open_ledger(lh.ledger_id)  # fences b1 (and the slow one's reads)
+    assert rh.metadata.last_entry_id == 0  # e1: on one of three, absent on two
+    gate.release()
+    (outcome,) = await asyncio.gather(asyncio.wait_for(append, 10), return_exceptions=True)
+    if hold:
+        assert isinstance(outcome, LedgerFencedError)  # never acknowledged: nothing lost
+    else:
+        assert outcome == 1  # acknowledged, yet the ledger ended at 0: the loss the rule stops
+
+
 async def test_ensemble_change_losing_to_recovery_stops_the_writer(world) -> None:
     b1, b2, b3 = await world.bookies(3)
     writer = await world.client(seed=1)

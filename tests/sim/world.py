@@ -35,11 +35,13 @@ class Switches:
     boot_fence: bool = True
     boot_limbo: bool = True
     hold_acks_during_change: bool = True
+    replace_after_cas: bool = True
 
     def client(self) -> ProtocolSwitches:
         return ProtocolSwitches(
             recovery_reads_fence=self.recovery_reads_fence,
             hold_acks_during_change=self.hold_acks_during_change,
+            replace_after_cas=self.replace_after_cas,
         )
 
 
