@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if result.ok else 1
     failed = []
     started = time.monotonic()
-    acknowledged = faults = 0
+    acknowledged = refused = unknown = faults = 0
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.first, args.first + args.seeds):
             result = run_seed(seed, options)
             acknowledged += result.acknowledged
+            refused += result.refused
+            unknown += result.unknown
             faults += sum(result.faults.values())
             if not result.ok:
                 failed.append(result)
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     console.print(
         f"{args.seeds} seeds in {elapsed:.0f}s ({60 * args.seeds / elapsed:.0f} seeds/min): "
-        f"{acknowledged} acknowledged appends, {faults} faults, {len(failed)} failing",
+        f"appends {acknowledged} ok, {refused} failed, {unknown} unknown; {faults} faults; "
+        f"{len(failed)} failing",
         highlight=False,
     )
     for result in failed[:3]:

@@ -177,11 +177,17 @@ def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int,
                 f"I2 ledger {ledger_id}: acknowledged entry {op.entry_id} = {op.value!r} reads "
                 f"back as {values.get(op.entry_id)!r}"
             )
+    failed = {a.value for a in appends if a.result == "fail"}
     seen: dict[bytes, int] = {}
     for entry_id, value in sorted(values.items()):
         if value not in invoked:
             history.violations.append(
                 f"I14 ledger {ledger_id}: entry {entry_id} holds {value!r}, never appended"
+            )
+        elif value in failed:
+            history.violations.append(
+                f"I14 ledger {ledger_id}: entry {entry_id} holds {value!r}, an append that "
+                "failed before it was sent"
             )
         if value in seen:
             history.violations.append(
@@ -233,7 +239,12 @@ def _check_reads(history: History, final: dict[int, LedgerMetadata]) -> None:
     for op in history.appends:
         if op.result == "ok":
             finals[(op.ledger_id, op.entry_id)] = op.value
+    refused = {op.value for op in history.appends if op.result == "fail"}
     for seen in history.reads:
+        if seen.value in refused:
+            history.violations.append(
+                f"I14 {seen.who} read {seen.value!r}, an append that failed before it was sent"
+            )
         if seen.entry_id > seen.known_lac:
             history.violations.append(
                 f"I8 {seen.who} read {seen.ledger_id}/{seen.entry_id} above its LAC "

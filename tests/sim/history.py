@@ -27,7 +27,9 @@ class Append:
     ledger_id: int
     value: bytes
     invoked: float
-    result: str = "pending"  # ok | unknown (an error: may or may not be stored)
+    # ok | fail (refused before it was sent: must never be read) | unknown (failed after it
+    # was sent: may or may not be stored)
+    result: str = "pending"
     entry_id: int = -1
     error: str = ""
 

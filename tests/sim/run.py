@@ -49,6 +49,8 @@ class Result:
     trace: list[str]
     appends: int = 0
     acknowledged: int = 0
+    refused: int = 0  # appends that failed before being sent ("fail")
+    unknown: int = 0  # appends that failed after being sent
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     virtual_seconds: float = 0.0
@@ -179,6 +181,8 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
     result.violations.extend(history.violations)
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")
+    result.refused = sum(1 for a in history.appends if a.result == "fail")
+    result.unknown = sum(1 for a in history.appends if a.result == "unknown")
     result.ledgers = len(history.ledgers)
 
 

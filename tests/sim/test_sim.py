@@ -52,6 +52,21 @@ def test_checker_flags_lost_and_phantom_writes() -> None:
     assert kinds == ["I1", "I14", "I2"], history.violations
 
 
+def test_checker_flags_a_refused_append_that_shows_up() -> None:
+    history = History()
+    history.appends = [
+        Append(1, b"a", 0.0, "ok", 0),
+        Append(1, b"b", 0.0, "fail"),  # refused before it was sent
+        Append(1, b"c", 0.0, "unknown", 1),  # sent, then failed: may be there
+    ]
+    _check_ledger(history, 1, 2, {0: b"a", 1: b"c", 2: b"b"})
+    assert len(history.violations) == 1, history.violations
+    assert (
+        history.violations[0].startswith("I14")
+        and "failed before it was sent" in (history.violations[0])
+    )
+
+
 # Each protection switched off, with the fault pattern it exists for: the checker must catch
 # the loss within a bounded number of seeds (RELIABILITY "Teeth"). With it on, the same seeds
 # hold (test_protections_on_hold_under_their_patterns).

@@ -89,6 +89,13 @@ class Workload:
                 await asyncio.sleep(self.rng.uniform(0, 0.004))
             if volatile and self.rng.random() < 0.05:
                 tasks.append(asyncio.create_task(self._force(name, lh)))
+        if _failed(lh) and self.rng.random() < 0.5:
+            # An application that has not noticed: its next append must be refused unsent,
+            # and its value never read (a definite failure in the history).
+            await slots.acquire()
+            op = Append(ledger_id, f"{self.world.seed}:{ledger_id}:late".encode(), loop.time())
+            self.history.appends.append(op)
+            tasks.append(asyncio.create_task(self._append(name, lh, op, slots)))
         await asyncio.gather(*tasks)
         self.handles.pop(name, None)
         if lh.error is None and self.rng.random() < 0.6:
@@ -114,12 +121,20 @@ class Workload:
         self, name: str, lh: LedgerHandle, op: Append, slots: asyncio.Semaphore
     ) -> None:
         try:
-            op.entry_id = await lh.append(op.value)
-            op.result = "ok"
-            self.history.lac(name, lh.ledger_id, lh.last_add_confirmed)
-        except BKError as exc:
-            op.result = "unknown"
-            op.error = f"{type(exc).__name__}: {exc}"
+            try:
+                entry_id, done = await lh.submit(op.value)
+            except BKError as exc:  # refused before anything was sent: a definite failure
+                op.result = "fail"
+                op.error = f"{type(exc).__name__}: {exc}"
+                return
+            op.entry_id = entry_id
+            try:
+                await done
+                op.result = "ok"
+                self.history.lac(name, lh.ledger_id, lh.last_add_confirmed)
+            except BKError as exc:  # sent, so it may be stored
+                op.result = "unknown"
+                op.error = f"{type(exc).__name__}: {exc}"
         finally:
             slots.release()
 
