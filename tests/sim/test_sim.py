@@ -60,11 +60,9 @@ def test_checker_flags_a_refused_append_that_shows_up() -> None:
         Append(1, b"c", 0.0, "unknown", 1),  # sent, then failed: may be there
     ]
     _check_ledger(history, 1, 2, {0: b"a", 1: b"c", 2: b"b"})
-    assert len(history.violations) == 1, history.violations
-    assert (
-        history.violations[0].startswith("I14")
-        and "failed before it was sent" in (history.violations[0])
-    )
+    (violation,) = history.violations
+    assert violation.startswith("I14"), violation
+    assert "failed before it was sent" in violation, violation
 
 
 # Each protection switched off, with the fault pattern it exists for: the checker must catch
