@@ -51,6 +51,9 @@ class BookieConfig:
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)
     index_full_snapshot_every: int = 32  # checkpoints between full index snapshots
+    # Seconds between garbage collection passes that reclaim deleted ledgers' disk
+    # (BookKeeper's gcWaitTime); 0 turns it off. Needs the metadata store.
+    gc_interval: float = 300.0
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     max_inflight_per_connection: int = 10_000  # pause reading a client beyond this
     max_long_poll_timeout: float = 120.0  # caps a client's long-poll wait
@@ -82,6 +85,8 @@ class BookieConfig:
                 raise ConfigError(
                     f"advertised_address must be host:port, got {self.advertised_address!r}"
                 )
+        if self.gc_interval < 0:
+            raise ConfigError("gc_interval must not be negative (0 turns collection off)")
         if self.journal_max_group_wait < 0:
             raise ConfigError("journal_max_group_wait must not be negative")
         if self.max_frame_size < 1024:

@@ -232,6 +232,33 @@ class EntryLogger:
             self._readers[log_id] = reader
         return reader
 
+    async def complete_logs(self) -> list[int]:
+        """Entry logs on disk that take no more appends and hold no buffered bytes."""
+        active = self._active
+        assert active is not None
+        busy = {chunk.log_id for chunk in self._chunks}
+        if self._writing is not None:
+            busy.add(self._writing.log_id)
+        busy.update(self._writers)
+        names = await self._disk.listdir(self._dir)
+        ids = (int(name[:-4], 16) for name in names if _is_log(name))
+        return sorted(i for i in ids if i < active.log_id and i not in busy)
+
+    async def remove_log(self, log_id: int) -> int:
+        """Delete a complete entry log (garbage collection); return its size in bytes."""
+        if log_id in self._writers or self._active is None or log_id >= self._active.log_id:
+            raise ValueError(f"entry log {log_id:x} is still being written")
+        path = os.path.join(self._dir, log_name(log_id))
+        reader = self._readers.pop(log_id, None)
+        if reader is None:
+            reader = await self._disk.open_read(path)
+        try:
+            size = await reader.size()
+        finally:
+            await reader.close()
+        await self._disk.remove(path)
+        return size
+
     async def close(self) -> None:
         for writer in self._writers.values():
             await writer.close()

@@ -208,6 +208,10 @@ class IndexStore:
             self._segments.append(name)
             self._since_full += 1
 
+    def require_full(self) -> None:
+        """The next segment must hold everything (a ledger was dropped: a delta cannot say so)."""
+        self._force_full = True
+
     def abandon(self) -> None:
         """A captured snapshot will not be written: the next one must be full."""
         self._force_full = True

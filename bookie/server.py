@@ -20,6 +20,7 @@ from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
 from bookie.disk import Disk, OsDisk
+from bookie.gc import GcResult, collect
 from bookie.journal import Journal
 from bookie.journal_format import (
     ADD_PREFIX,
@@ -109,6 +110,8 @@ class Bookie:
         self.limbo_ledgers: list[int] = []
         self._to_repair: list[int] = []
         self._repair_task: asyncio.Task[None] | None = None
+        self._gc_task: asyncio.Task[None] | None = None
+        self._gc_lock = asyncio.Lock()
         self._metadata = metadata
         self._owns_metadata = False
         self.registration: Registration | None = None
@@ -173,6 +176,10 @@ class Bookie:
         if self._to_repair and self._metadata is not None and self.config.boot_repair:
             self._repair_task = asyncio.get_running_loop().create_task(
                 self._repair(self._metadata, list(self._to_repair)), name="bookie-repair"
+            )
+        if self.config.gc_interval > 0 and self._metadata is not None:
+            self._gc_task = asyncio.get_running_loop().create_task(
+                self._gc_loop(), name="bookie-gc"
             )
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
@@ -268,17 +275,24 @@ class Bookie:
         finally:
             await repairer.close()
 
+    @property
+    def repairing(self) -> bool:
+        """The boot-time repair (BP-46 phase two) is still running."""
+        return self._repair_task is not None and not self._repair_task.done()
+
     async def wait_repaired(self) -> None:
         """For tests and operators: until the boot-time repair (if any) has finished."""
         if self._repair_task is not None:
             await asyncio.shield(self._repair_task)
 
     async def _cancel_checkpoints(self) -> None:
-        repair_task, self._repair_task = self._repair_task, None
-        if repair_task is not None:
-            repair_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await repair_task
+        for name in ("_repair_task", "_gc_task"):
+            background: asyncio.Task[None] | None = getattr(self, name)
+            setattr(self, name, None)
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         task, self._checkpoint_task = self._checkpoint_task, None
         if task is not None:
             task.cancel()
@@ -371,6 +385,26 @@ class Bookie:
             await self.storage.checkpoint(mark)
             if release:
                 await self.journal.release(mark)
+
+    # ------------------------------------------------------------------ garbage collection
+
+    async def _gc_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.gc_interval)
+            try:
+                result = await self.collect_garbage()
+            except OSError:
+                log.exception("garbage collection failed; trying again next time")
+                continue
+            if result.skipped:
+                log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
+
+    async def collect_garbage(self) -> GcResult:
+        """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store."""
+        if self._metadata is None:
+            raise ConfigError("garbage collection needs a metadata store")
+        async with self._gc_lock:
+            return await collect(self, self._metadata)
 
     # ------------------------------------------------------------------ replay
 

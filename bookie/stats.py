@@ -24,6 +24,9 @@ class BookieStats:
     entry_log_flushes: int = 0
     storage_syncs: int = 0  # entry log fsyncs (checkpoints, FORCE on journal-less bookies)
     corrupt_reads: int = 0
+    gc_ledgers_deleted: int = 0
+    gc_logs_removed: int = 0
+    gc_bytes_freed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

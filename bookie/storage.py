@@ -46,6 +46,19 @@ class LedgerStorage:
         state = self.ledgers[ledger_id] = LedgerState(ledger_id, master_key)
         return state
 
+    def delete_ledger(self, ledger_id: int) -> bool:
+        """Forget a deleted ledger (garbage collection). Long polls on it end; the next index
+        segment is a full one, so that no older segment brings it back after a restart."""
+        state = self.ledgers.pop(ledger_id, None)
+        if state is None:
+            return False
+        waiters, state.waiters = state.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.index.require_full()
+        return True
+
     def add_entry(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         state.set_location(entry_id, self.entry_logger.append(state.ledger_id, entry_id, body))
 

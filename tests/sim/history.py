@@ -63,6 +63,7 @@ class History:
     lacs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     ledgers: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> E, WQ, AQ
     volatile: set[int] = field(default_factory=set)  # BP-14 ledgers among them
+    deleted: set[int] = field(default_factory=set)  # closed, then deleted (or tried to be)
     log_appends: list[LogAppend] = field(default_factory=list)
     log_ledgers: set[int] = field(default_factory=set)  # ledgers that belong to the log
     violations: list[str] = field(default_factory=list)

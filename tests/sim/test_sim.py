@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import bookie.gc as bookie_gc
 from tests.sim.checker import _check_ledger
 from tests.sim.history import Append, History
 from tests.sim.run import SimOptions, run_seed
@@ -63,6 +64,19 @@ def test_checker_flags_a_refused_append_that_shows_up() -> None:
     (violation,) = history.violations
     assert violation.startswith("I14"), violation
     assert "failed before it was sent" in violation, violation
+
+
+def test_checker_catches_a_gc_that_removes_live_entry_logs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Garbage collection runs in every simulated bookie; one that removed every complete
+    entry log, referenced or not, must not go unnoticed."""
+    monkeypatch.setattr(bookie_gc, "removable_logs", lambda complete, _referenced: complete)
+    for seed in range(500, 520):
+        result = run_seed(seed)
+        if not result.ok:
+            return
+    pytest.fail("a gc that removes live entry logs went unnoticed for 20 seeds")
 
 
 # Each protection switched off, with the fault pattern it exists for: the checker must catch

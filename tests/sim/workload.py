@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from client import Durability, LedgerHandle, LogWriter
+from client import BookKeeper, Durability, LedgerHandle, LogWriter
 from protocol.errors import BKError, LogFencedError
 from tests.sim.history import Append, History, LogAppend, Observed
 from tests.sim.world import World
@@ -104,8 +104,21 @@ class Workload:
                 self.trace(f"{name}: closed ledger {ledger_id} at {lh.last_add_confirmed}")
             except BKError as exc:
                 self.trace(f"{name}: close failed: {type(exc).__name__}: {exc}")
+            else:
+                if self.rng.random() < 0.2:
+                    await self._delete(name, bk, ledger_id)
         else:
             self.trace(f"{name}: leaves ledger {ledger_id} open ({lh.error!r})")
+
+    async def _delete(self, name: str, bk: BookKeeper, ledger_id: int) -> None:
+        """Delete a closed ledger: the bookies' garbage collection must reclaim it and nothing
+        else. Recorded before the call: a delete that fails may still have happened."""
+        self.history.deleted.add(ledger_id)
+        try:
+            await bk.delete_ledger(ledger_id)
+            self.trace(f"{name}: deleted ledger {ledger_id}")
+        except BKError as exc:
+            self.trace(f"{name}: delete of {ledger_id} failed: {type(exc).__name__}")
 
     async def _force(self, name: str, lh: LedgerHandle) -> None:
         """BP-14: everything acknowledged before force() began is synced on an ack quorum when

@@ -88,6 +88,8 @@ class World:
         self.bookies: dict[str, SimBookie] = {}
         self.clients: list[BookKeeper] = []
         self.violations: list[str] = []
+        self.gc_ledgers = 0  # deleted ledgers dropped by bookies' garbage collection
+        self.gc_logs = 0  # entry logs it removed
         self._by_name: dict[str, BookKeeper] = {}
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
@@ -103,6 +105,7 @@ class World:
                 entry_log_max_size=rng.choice((16384, 1 << 20)),
                 entry_log_write_buffer=rng.choice((1024, 65536)),
                 repair_retry_interval=0.3,
+                gc_interval=rng.choice((0.5, 2.0)),
                 boot_fence=switches.boot_fence,
                 boot_limbo=switches.boot_limbo,
             )
@@ -202,10 +205,16 @@ class World:
                     f"(life {sim.incarnation}) without it"
                 )
 
+    def _retire(self, bookie: Bookie) -> None:
+        """Keep what a bookie life's garbage collection did, for the run's summary."""
+        self.gc_ledgers += bookie.stats.gc_ledgers_deleted
+        self.gc_logs += bookie.stats.gc_logs_removed
+
     async def crash(self, sim: SimBookie, *, clean: bool) -> None:
         bookie, sim.bookie = sim.bookie, None
         if bookie is None:
             return
+        self._retire(bookie)
         if clean:
             self.trace(f"{sim.node}: clean stop")
             await bookie.stop()
@@ -230,6 +239,7 @@ class World:
                 await asyncio.wait_for(bk.close(), 5)
         for sim in self.bookies.values():
             if sim.bookie is not None:
+                self._retire(sim.bookie)
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(sim.bookie.crash(), 5)
         MemoryKV.forget(self.kv_name)

@@ -1,0 +1,166 @@
+"""Garbage collection of deleted ledgers: the pure decisions, then real bookies and stores."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from bookie import Bookie
+from bookie.entrylog import OFFSET_BITS
+from bookie.gc import garbage_candidates, page_logs, removable_logs
+from client import BookKeeper, LedgerHandle
+from metadata import EtcdProcess
+from tests.cluster import Cluster, forget, start_cluster
+
+SMALL_LOGS = {"entry_log_max_size": 16 * 1024, "entry_log_write_buffer": 4096, "gc_interval": 0}
+PAYLOAD = 1000
+
+
+def test_candidates_are_held_but_not_listed() -> None:
+    assert garbage_candidates([1, 2, 3, 7], [2, 3, 4]) == {1, 7}
+    assert garbage_candidates([], [1]) == set()
+
+
+def test_only_complete_unreferenced_logs_go() -> None:
+    assert removable_logs([0, 1, 2, 3], {1, 3}) == [0, 2]
+    assert removable_logs([], {1}) == []
+
+
+def test_page_logs_ignores_absent_slots() -> None:
+    page = [-1, (2 << OFFSET_BITS) | 12, (2 << OFFSET_BITS) | 900, (5 << OFFSET_BITS) | 12, -1]
+    assert page_logs(page) == {2, 5}
+
+
+def _log_bytes(bookie: Bookie) -> int:
+    directory = os.path.join(bookie.config.ledgers_path, "entries")
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+
+
+async def _fill(lh: LedgerHandle, tag: bytes, count: int) -> None:
+    await asyncio.gather(*(lh.append(tag + b"%06d" % i + b"." * PAYLOAD) for i in range(count)))
+
+
+async def _check(lh_id: int, bk: BookKeeper, count: int, tag: bytes) -> None:
+    rh = await bk.open_ledger(lh_id)
+    entries = await rh.read(0, count - 1)
+    assert [e.data[: len(tag) + 6] for e in entries] == [tag + b"%06d" % i for i in range(count)]
+
+
+async def _two_ledgers(bk: BookKeeper) -> tuple[LedgerHandle, LedgerHandle]:
+    """``keep`` has entries in the first and the last logs; ``doomed`` fills the ones between."""
+    keep = await bk.create_ledger(1, 1, 1)
+    doomed = await bk.create_ledger(1, 1, 1)
+    await _fill(keep, b"k", 20)
+    await _fill(doomed, b"d", 120)
+    for i in range(20, 40):
+        await keep.append(b"k%06d" % i + b"." * PAYLOAD)
+    await keep.close()
+    await doomed.close()
+    return keep, doomed
+
+
+async def test_gc_reclaims_a_deleted_ledger_and_keeps_the_live_one(tmp_path: Path) -> None:
+    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _two_ledgers(bk)
+            bookie = cluster.bookies[0]
+            await bookie.checkpoint()
+            before = _log_bytes(bookie)
+            nothing = await bookie.collect_garbage()
+            assert nothing.ledgers_deleted == []
+            assert nothing.logs_removed == []
+            await bk.delete_ledger(doomed.ledger_id)
+            result = await bookie.collect_garbage()
+            assert result.skipped == ""
+            assert result.ledgers_deleted == [doomed.ledger_id]
+            assert len(result.logs_removed) >= 4  # 120 KiB of it in 16 KiB logs
+            assert result.bytes_freed >= 60 * 1024
+            assert before - _log_bytes(bookie) == result.bytes_freed
+            assert doomed.ledger_id not in bookie.storage.ledgers
+            assert bookie.stats.gc_bytes_freed == result.bytes_freed
+            await _check(keep.ledger_id, bk, 40, b"k")
+            again = await bookie.collect_garbage()
+            assert again.ledgers_deleted == []
+            assert again.logs_removed == []
+
+            await bookie.stop()  # the deletion survives a restart ...
+            bookie = await cluster.restart(bookie)
+            assert doomed.ledger_id not in bookie.storage.ledgers
+            await _check(keep.ledger_id, bk, 40, b"k")
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_gc_then_a_crash_brings_nothing_back(tmp_path: Path) -> None:
+    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _two_ledgers(bk)
+            bookie = cluster.bookies[0]
+            await bk.delete_ledger(doomed.ledger_id)
+            result = await bookie.collect_garbage()
+            assert result.logs_removed
+            await bookie.crash()  # ... and a crash right after it
+            bookie = await cluster.restart(bookie)
+            assert doomed.ledger_id not in bookie.storage.ledgers
+            await _check(keep.ledger_id, bk, 40, b"k")
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_periodic_gc_runs_on_its_own(tmp_path: Path) -> None:
+    cluster = await start_cluster(tmp_path, 1, **{**SMALL_LOGS, "gc_interval": 0.1})
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _two_ledgers(bk)
+            bookie = cluster.bookies[0]
+            await bk.delete_ledger(doomed.ledger_id)
+            for _ in range(100):
+                if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
+                    break
+                await asyncio.sleep(0.1)
+            assert doomed.ledger_id not in bookie.storage.ledgers
+            assert bookie.stats.gc_logs_removed >= 4
+            await _check(keep.ledger_id, bk, 40, b"k")
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+@pytest.mark.timeout(120)
+async def test_gc_with_etcd_down_deletes_nothing_then_resumes(tmp_path: Path) -> None:
+    etcd = EtcdProcess(data_dir=str(tmp_path / "etcd")).start()
+    cluster = Cluster(tmp_path, etcd.uri("gc"), settings=SMALL_LOGS)
+    try:
+        await cluster.add_bookie()
+        bookie = cluster.bookies[0]
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _two_ledgers(bk)
+            await bk.delete_ledger(doomed.ledger_id)
+        before = _log_bytes(bookie)
+        etcd.stop(remove_data=False)
+        result = await asyncio.wait_for(bookie.collect_garbage(), 60)
+        assert result.skipped.startswith("metadata store")
+        assert result.ledgers_deleted == []
+        assert result.logs_removed == []
+        assert doomed.ledger_id in bookie.storage.ledgers
+        assert _log_bytes(bookie) == before
+        etcd.start()
+        for _ in range(20):  # the store's connection comes back within a few passes
+            result = await asyncio.wait_for(bookie.collect_garbage(), 60)
+            if not result.skipped:
+                break
+            await asyncio.sleep(0.5)
+        assert result.ledgers_deleted == [doomed.ledger_id], result.skipped
+        assert result.logs_removed
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            await _check(keep.ledger_id, bk, 40, b"k")
+    finally:
+        await cluster.stop()
+        etcd.stop()
