@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -39,6 +39,9 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from client import LedgerHandle
 
 SCHEMA = "log string, ledger_id long, entry_id long, data binary"
 DEFAULT_SPLIT = 100_000
@@ -246,10 +249,16 @@ class _Written(WriterCommitMessage):
 
 
 class _Writer(DataSourceWriter):
+    """One per job, made on the driver and shipped to the tasks. Every ledger a task creates
+    carries the job's token; ``commit`` and ``abort`` delete the job's ledgers that are not
+    published, including those of task attempts that were killed before they could clean up."""
+
     def __init__(self, opts: _Options, schema: StructType) -> None:
         self.opts = opts
         if "data" not in schema.fieldNames():
             raise ValueError("writing to aiobk needs a 'data' column (binary or string)")
+        self.job = os.urandom(8).hex()
+        self.first_id = _run(_allocate_id(opts))  # the job's ledgers all come after it
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         from pyspark import TaskContext  # noqa: PLC0415
@@ -263,21 +272,21 @@ class _Writer(DataSourceWriter):
             async with await BookKeeper.connect(self.opts.metadata) as bk:
                 lh = await bk.create_ledger(
                     password=self.opts.password,
-                    custom_metadata={"log": self.opts.log.encode(), "spark": b"pending"},
+                    custom_metadata={
+                        "log": self.opts.log.encode(),
+                        "spark": b"pending",
+                        "spark_job": self.job.encode(),
+                    },
                 )
-                pending: list[asyncio.Future[int]] = []
-                count = 0
-                for row in iterator:
-                    value = row["data"]
-                    data = value.encode() if isinstance(value, str) else bytes(value)
-                    _entry, done = await lh.submit(data)
-                    pending.append(done)
-                    count += 1
-                    if len(pending) >= 1000:
-                        await asyncio.gather(*pending)
-                        pending.clear()
-                await asyncio.gather(*pending)
-                await lh.close()
+                try:
+                    count = await _write_rows(lh, iterator)
+                    await lh.close()
+                except BaseException:
+                    # A failed attempt (its rows, the bookies or a retry of the task) leaves
+                    # no ledger behind; the job's commit publishes successful attempts only.
+                    with contextlib.suppress(Exception):
+                        await bk.delete_ledger(lh.ledger_id)
+                    raise
                 return _Written(partition, lh.ledger_id, count)
 
         return _run(store())
@@ -286,11 +295,28 @@ class _Writer(DataSourceWriter):
         written = sorted(
             (m for m in messages if isinstance(m, _Written)), key=lambda m: m.partition
         )
-        _run(_publish(self.opts, [m.ledger_id for m in written if m.count]))
-        _run(_delete(self.opts, [m.ledger_id for m in written if not m.count]))
+        published = [m.ledger_id for m in written if m.count]
+        _run(_publish(self.opts, published))
+        _run(_sweep(self.opts, self.job, self.first_id, keep=set(published)))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _run(_delete(self.opts, [m.ledger_id for m in messages if isinstance(m, _Written)]))
+        _run(_sweep(self.opts, self.job, self.first_id, keep=set()))
+
+
+async def _write_rows(lh: LedgerHandle, rows: Iterator[Any]) -> int:
+    pending: list[asyncio.Future[int]] = []
+    count = 0
+    for row in rows:
+        value = row["data"]
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        _entry, done = await lh.submit(data)
+        pending.append(done)
+        count += 1
+        if len(pending) >= 1000:
+            await asyncio.gather(*pending)
+            pending.clear()
+    await asyncio.gather(*pending)
+    return count
 
 
 async def _publish(opts: _Options, ledger_ids: list[int]) -> None:
@@ -331,16 +357,30 @@ async def _publish(opts: _Options, ledger_ids: list[int]) -> None:
         raise MetadataVersionError(f"log {opts.log!r}: could not append the job's ledgers")
 
 
-async def _delete(opts: _Options, ledger_ids: list[int]) -> None:
+async def _allocate_id(opts: _Options) -> int:
+    from client import BookKeeper  # noqa: PLC0415
+
+    async with await BookKeeper.connect(opts.metadata) as bk:
+        return await bk.store.allocate_ledger_id()
+
+
+async def _sweep(opts: _Options, job: str, first_id: int, keep: set[int]) -> None:
+    """Delete the job's ledgers (ids after ``first_id``, tagged with ``job``) not in ``keep``:
+    empty ones, and those of failed, killed or superseded task attempts."""
     from client import BookKeeper  # noqa: PLC0415
     from client.errors import NoSuchLedgerError  # noqa: PLC0415
 
-    if not ledger_ids:
-        return
+    token = job.encode()
     async with await BookKeeper.connect(opts.metadata) as bk:
-        for ledger_id in ledger_ids:
-            with contextlib.suppress(NoSuchLedgerError):
-                await bk.delete_ledger(ledger_id)
+        async for ledger_id in bk.list_ledgers():
+            if ledger_id <= first_id or ledger_id in keep:
+                continue
+            try:
+                metadata = await bk.store.read_ledger(ledger_id)
+                if metadata.custom_metadata.get("spark_job") == token:
+                    await bk.delete_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue
 
 
 def register(spark: Any) -> None:

@@ -76,6 +76,28 @@ def test_batch_write_then_read_10000_records(spark: Any, cluster_uri: str) -> No
     assert by_id.load().count() == sum(1 for r in rows if r.ledger_id == one)
 
 
+def test_a_failed_write_job_leaves_no_ledger_behind(spark: Any, cluster_uri: str) -> None:
+    from pyspark.sql import functions as f
+
+    bad = f.when(f.col("id") == 3000, f.raise_error(f.lit("row 3000 is bad")))
+    data = bad.otherwise(f.concat(f.lit("v"), f.col("id").cast("string"))).cast("binary")
+    df = spark.range(4000).repartition(2).select(data.alias("data"))
+    writer = df.write.format("aiobk").option("metadata", cluster_uri).option("log", "failing")
+    with pytest.raises(Exception, match="row 3000 is bad"):
+        writer.mode("append").save()
+
+    async def leftovers() -> list[int]:
+        async with await BookKeeper.connect(cluster_uri) as bk:
+            found = []
+            async for ledger_id in bk.list_ledgers():
+                metadata = await bk.store.read_ledger(ledger_id)
+                if metadata.custom_metadata.get("log") == b"failing":
+                    found.append(ledger_id)
+            return found
+
+    assert asyncio.run(leftovers()) == []  # the good partition's ledger went with the abort
+
+
 def _wait_for(spark: Any, path: Path, count: int, timeout: float = 180.0) -> int:
     deadline = time.monotonic() + timeout
     seen = 0
