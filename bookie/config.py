@@ -54,6 +54,9 @@ class BookieConfig:
     # Seconds between garbage collection passes that reclaim deleted ledgers' disk
     # (BookKeeper's gcWaitTime); 0 turns it off. Needs the metadata store.
     gc_interval: float = 300.0
+    # Compact a complete entry log whose live entries are under this share of its records
+    # (their copies go to the active log, then the log goes); 0 turns compaction off.
+    gc_compaction_threshold: float = 0.5
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     max_inflight_per_connection: int = 10_000  # pause reading a client beyond this
     max_long_poll_timeout: float = 120.0  # caps a client's long-poll wait
@@ -85,6 +88,8 @@ class BookieConfig:
                 raise ConfigError(
                     f"advertised_address must be host:port, got {self.advertised_address!r}"
                 )
+        if not 0 <= self.gc_compaction_threshold < 1:
+            raise ConfigError("gc_compaction_threshold must be in [0, 1)")
         if self.gc_interval < 0:
             raise ConfigError("gc_interval must not be negative (0 turns collection off)")
         if self.journal_max_group_wait < 0:

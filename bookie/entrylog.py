@@ -10,6 +10,10 @@ checkpoint; reads are served from the buffer while the bytes are not in the file
 checkpoint fsyncs: until then the journal holds what the buffer would lose in a crash (or, for
 journal-less bookies, BP-46's boot-time fencing and limbo cover it).
 
+Once a log is complete, garbage collection may want its number of records (compaction's
+denominator): counted while appending, or by walking the file once, then kept beside it in
+``XXXXXXXX.cnt``.
+
 Every read checks the record's CRC and ids; a mismatch raises ``CorruptEntryError`` so that the
 bookie answers EIO instead of serving bad bytes.
 """
@@ -37,6 +41,8 @@ FILE_MAGIC = b"AIOBKLOG\x00\x00\x00\x01"  # 12 bytes: magic and format version
 SUFFIX = ".log"
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
+LENGTH = struct.Struct(">I")
+SCAN_BLOCK = 1 << 20  # bytes read at a time when counting a log's records
 
 
 class CorruptEntryError(Exception):
@@ -53,6 +59,10 @@ def unpack_location(location: int) -> tuple[int, int]:
 
 def log_name(log_id: int) -> str:
     return f"{log_id:08x}{SUFFIX}"
+
+
+def count_name(log_id: int) -> str:
+    return f"{log_id:08x}.cnt"
 
 
 @dataclass(slots=True)
@@ -90,6 +100,8 @@ class EntryLogger:
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._active: _Chunk | None = None
+        self._appended: dict[int, int] = {}  # records appended to each log in this life
+        self._counts: dict[int, int] = {}  # records in complete logs, as far as known
 
     async def open(self) -> None:
         """Start a new entry log after every existing one (a restart never appends to old logs)."""
@@ -112,6 +124,7 @@ class EntryLogger:
             self._chunks.append(active)
             self._active = active
             offset = len(FILE_MAGIC)
+        self._appended[active.log_id] = self._appended.get(active.log_id, 0) + 1
         ids = IDS.pack(ledger_id, entry_id)
         crc = crc32c.crc32c(body, crc32c.crc32c(ids))
         data = active.data
@@ -246,8 +259,7 @@ class EntryLogger:
 
     async def remove_log(self, log_id: int) -> int:
         """Delete a complete entry log (garbage collection); return its size in bytes."""
-        if log_id in self._writers or self._active is None or log_id >= self._active.log_id:
-            raise ValueError(f"entry log {log_id:x} is still being written")
+        self._check_complete(log_id)
         path = os.path.join(self._dir, log_name(log_id))
         reader = self._readers.pop(log_id, None)
         if reader is None:
@@ -257,7 +269,57 @@ class EntryLogger:
         finally:
             await reader.close()
         await self._disk.remove(path)
+        count_path = os.path.join(self._dir, count_name(log_id))
+        if await self._disk.exists(count_path):
+            await self._disk.remove(count_path)
+        self._counts.pop(log_id, None)
+        self._appended.pop(log_id, None)
         return size
+
+    async def record_count(self, log_id: int) -> int:
+        """How many records a complete entry log holds (compaction's denominator): counted
+        while appending in this life, else from its ``.cnt`` file, else by scanning it once
+        (then kept in a ``.cnt`` file; a log never changes once complete)."""
+        self._check_complete(log_id)
+        count = self._counts.get(log_id)
+        if count is not None:
+            return count
+        path = os.path.join(self._dir, count_name(log_id))
+        if await self._disk.exists(path):
+            text = (await self._disk.read_file(path)).decode(errors="replace")
+            count = int(text) if text.isdigit() else None
+        if count is None:
+            count = self._appended.get(log_id)
+            if count is None:
+                count = await self._scan_count(log_id)
+            await self._disk.write_file_atomic(path, str(count).encode())
+        self._counts[log_id] = count
+        return count
+
+    async def _scan_count(self, log_id: int) -> int:
+        """Count the records of a log by walking their length fields, a block at a time; a
+        torn tail (a crash mid-write) ends the count."""
+        reader = await self._reader(log_id)
+        size = await reader.size()
+        offset, count = len(FILE_MAGIC), 0
+        block, block_start = b"", offset
+        while offset + RECORD_HEAD.size <= size:
+            at = offset - block_start
+            if at + 4 > len(block):
+                block, block_start, at = await reader.pread(offset, SCAN_BLOCK), offset, 0
+                if len(block) < 4:
+                    break
+            (length,) = LENGTH.unpack_from(block, at)
+            end = offset + 8 + length
+            if length < IDS.size or end > size:
+                break
+            count += 1
+            offset = end
+        return count
+
+    def _check_complete(self, log_id: int) -> None:
+        if log_id in self._writers or self._active is None or log_id >= self._active.log_id:
+            raise ValueError(f"entry log {log_id:x} is still being written")
 
     async def close(self) -> None:
         for writer in self._writers.values():

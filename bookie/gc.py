@@ -1,5 +1,5 @@
 """Garbage collection: reclaim the disk of deleted ledgers (BookKeeper's GarbageCollectorThread
-with its scan-and-compare collector; entry-log compaction is not done yet).
+with its scan-and-compare collector, and compaction).
 
 ``delete_ledger`` only removes a ledger's metadata; each bookie notices later. One pass:
 
@@ -17,21 +17,20 @@ with its scan-and-compare collector; entry-log compaction is not done yet).
    nothing points into. Appends only ever go to the newest log, so after the look no index
    location can move *into* a complete log: the durable segment points into none of them
    but those noted.
-
-An entry log is removed whole, once every ledger with entries in it is gone; a log shared
-with a live ledger stays (compaction, which would copy the live entries out, is future work).
+5. Compaction (``bookie.compaction``, when ``gc_compaction_threshold`` > 0): complete logs
+   that still hold live entries, but under that share of their records, have those entries
+   copied to the active log; the emptied logs are removed as in step 4.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bookie.entrylog import OFFSET_BITS
-from bookie.ledger import LedgerState
+from bookie.compaction import compaction_candidates, live_entries, relocate
 from metadata import MetadataStore
 from protocol.errors import BKError, NoSuchLedgerError
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PAGES_PER_YIELD = 16  # ~2 ms of work between yields to the event loop
+COMPACT_LOGS_PER_PASS = 8  # bounds the copying one pass does
 
 
 @dataclass
@@ -48,7 +47,9 @@ class GcResult:
     """What one pass did."""
 
     ledgers_deleted: list[int] = field(default_factory=list)
-    logs_removed: list[int] = field(default_factory=list)
+    logs_removed: list[int] = field(default_factory=list)  # compacted ones included
+    logs_compacted: list[int] = field(default_factory=list)
+    entries_moved: int = 0
     bytes_freed: int = 0
     skipped: str = ""  # why the pass stopped early, if it did
 
@@ -61,24 +62,6 @@ def garbage_candidates(held: Iterable[int], listed: Iterable[int]) -> set[int]:
 def removable_logs(complete: Iterable[int], referenced: set[int]) -> list[int]:
     """Complete entry logs that no ledger's index points into, oldest first."""
     return sorted(set(complete) - referenced)
-
-
-def page_logs(page: Iterable[int]) -> set[int]:
-    """The entry logs the locations of one index page point into (-1: no entry)."""
-    return {location >> OFFSET_BITS for location in page if location >= 0}
-
-
-async def referenced_logs(ledgers: Iterable[LedgerState]) -> set[int]:
-    """Every entry log some ledger's index points into, yielding to the loop as it goes."""
-    logs: set[int] = set()
-    pages = 0
-    for state in list(ledgers):
-        for page in list(state.pages.values()):
-            logs |= page_logs(page)
-            pages += 1
-            if pages % PAGES_PER_YIELD == 0:
-                await asyncio.sleep(0)
-    return logs
 
 
 async def collect(bookie: Bookie, store: MetadataStore) -> GcResult:
@@ -106,27 +89,62 @@ async def collect(bookie: Bookie, store: MetadataStore) -> GcResult:
     try:
         await bookie.checkpoint()  # writes out buffered logs, so that they can be complete
         complete = await storage.entry_logger.complete_logs()
-        referenced = await referenced_logs(storage.ledgers.values())
-        await bookie.checkpoint()  # a full segment: durable references are within `referenced`
+        live = await live_entries(storage.ledgers.values())
+        await bookie.checkpoint()  # a full segment: durable references are within `live`
     except OSError as exc:
         result.skipped = f"checkpoint failed: {exc}"
         return result
-    for log_id in removable_logs(complete, referenced):
+    await _remove(bookie, result, removable_logs(complete, set(live)))
+    threshold = bookie.config.gc_compaction_threshold
+    if threshold > 0:
         try:
-            result.bytes_freed += await storage.entry_logger.remove_log(log_id)
+            await _compact(bookie, result, [i for i in complete if live[i]], live, threshold)
+        except OSError as exc:
+            result.skipped = f"compaction failed: {exc}"
+    stats = bookie.stats
+    stats.gc_ledgers_deleted += len(result.ledgers_deleted)
+    stats.gc_logs_removed += len(result.logs_removed)
+    stats.gc_bytes_freed += result.bytes_freed
+    stats.gc_entries_moved += result.entries_moved
+    stats.gc_logs_compacted += len(result.logs_compacted)
+    if result.ledgers_deleted or result.logs_removed:
+        log.info(
+            "bookie %s: gc deleted %d ledger(s), removed %d entry log(s) (%d compacted, %d "
+            "entries moved), %d bytes",
+            bookie.bookie_id,
+            len(result.ledgers_deleted),
+            len(result.logs_removed),
+            len(result.logs_compacted),
+            result.entries_moved,
+            result.bytes_freed,
+        )
+    return result
+
+
+async def _remove(bookie: Bookie, result: GcResult, logs: list[int]) -> None:
+    for log_id in logs:
+        try:
+            result.bytes_freed += await bookie.storage.entry_logger.remove_log(log_id)
         except OSError as exc:
             log.warning("bookie %s: cannot remove entry log %x: %s", bookie.bookie_id, log_id, exc)
             continue
         result.logs_removed.append(log_id)
-    bookie.stats.gc_ledgers_deleted += len(result.ledgers_deleted)
-    bookie.stats.gc_logs_removed += len(result.logs_removed)
-    bookie.stats.gc_bytes_freed += result.bytes_freed
-    if result.ledgers_deleted or result.logs_removed:
-        log.info(
-            "bookie %s: gc deleted %d ledger(s), removed %d entry log(s), %d bytes",
-            bookie.bookie_id,
-            len(result.ledgers_deleted),
-            len(result.logs_removed),
-            result.bytes_freed,
-        )
-    return result
+
+
+async def _compact(
+    bookie: Bookie, result: GcResult, shared: list[int], live: Counter[int], threshold: float
+) -> None:
+    """Copy the live entries out of the emptiest shared logs, then remove those logs (see
+    ``bookie.compaction``). Counts of records come from the logs themselves."""
+    storage = bookie.storage
+    records = {log_id: await storage.entry_logger.record_count(log_id) for log_id in shared}
+    chosen = compaction_candidates(live, records, threshold, COMPACT_LOGS_PER_PASS)
+    if not chosen:
+        return
+    moved = await relocate(storage, set(chosen), bookie.config.entry_log_write_buffer)
+    result.entries_moved += moved.moved
+    still = await live_entries(storage.ledgers.values())  # before the checkpoint: see above
+    await bookie.checkpoint()  # the copies, and the index naming them, durable together
+    done = [i for i in chosen if not still[i] and i not in moved.stuck]
+    result.logs_compacted.extend(done)
+    await _remove(bookie, result, done)

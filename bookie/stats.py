@@ -27,6 +27,8 @@ class BookieStats:
     gc_ledgers_deleted: int = 0
     gc_logs_removed: int = 0
     gc_bytes_freed: int = 0
+    gc_entries_moved: int = 0  # live entries compaction copied out of mostly-dead logs
+    gc_logs_compacted: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

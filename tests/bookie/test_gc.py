@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bookie import Bookie
-from bookie.entrylog import OFFSET_BITS
-from bookie.gc import garbage_candidates, page_logs, removable_logs
+from bookie.compaction import compaction_candidates
+from bookie.gc import garbage_candidates, removable_logs
 from client import BookKeeper, LedgerHandle
 from metadata import EtcdProcess
 from tests.cluster import Cluster, forget, start_cluster
 
-SMALL_LOGS = {"entry_log_max_size": 16 * 1024, "entry_log_write_buffer": 4096, "gc_interval": 0}
+# Small logs, gc on demand only, compaction off unless a test turns it on.
+SMALL_LOGS = {
+    "entry_log_max_size": 16 * 1024,
+    "entry_log_write_buffer": 4096,
+    "gc_interval": 0,
+    "gc_compaction_threshold": 0.0,
+}
 PAYLOAD = 1000
 
 
@@ -29,14 +36,19 @@ def test_only_complete_unreferenced_logs_go() -> None:
     assert removable_logs([], {1}) == []
 
 
-def test_page_logs_ignores_absent_slots() -> None:
-    page = [-1, (2 << OFFSET_BITS) | 12, (2 << OFFSET_BITS) | 900, (5 << OFFSET_BITS) | 12, -1]
-    assert page_logs(page) == {2, 5}
+def test_compaction_picks_the_emptiest_logs_under_the_threshold() -> None:
+    live = Counter({1: 10, 2: 60, 3: 1, 4: 0, 5: 49})
+    records = {1: 100, 2: 100, 3: 100, 4: 100, 5: 100}
+    assert compaction_candidates(live, records, 0.5, 8) == [3, 1, 5]  # 4: removed, not moved
+    assert compaction_candidates(live, records, 0.5, 2) == [3, 1]
+    assert compaction_candidates(live, records, 0.05, 8) == [3]
+    assert compaction_candidates(live, {1: 0}, 0.5, 8) == []
 
 
 def _log_bytes(bookie: Bookie) -> int:
     directory = os.path.join(bookie.config.ledgers_path, "entries")
-    return sum(os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory))
+    names = [n for n in os.listdir(directory) if n.endswith(".log")]
+    return sum(os.path.getsize(os.path.join(directory, n)) for n in names)
 
 
 async def _fill(lh: LedgerHandle, tag: bytes, count: int) -> None:
@@ -164,3 +176,54 @@ async def test_gc_with_etcd_down_deletes_nothing_then_resumes(tmp_path: Path) ->
     finally:
         await cluster.stop()
         etcd.stop()
+
+
+async def _interleaved(bk: BookKeeper) -> tuple[LedgerHandle, LedgerHandle]:
+    """Every entry log gets some of ``keep`` (one in five entries) and ``doomed``."""
+    keep = await bk.create_ledger(1, 1, 1)
+    doomed = await bk.create_ledger(1, 1, 1)
+    for i in range(30):
+        await keep.append(b"k%06d" % i + b"." * PAYLOAD)
+        await _fill(doomed, b"d%03d" % i, 4)
+    await keep.close()
+    await doomed.close()
+    return keep, doomed
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.0], ids=["compaction", "no-compaction"])
+async def test_compaction_frees_logs_shared_with_a_live_ledger(
+    tmp_path: Path, threshold: float
+) -> None:
+    settings = {**SMALL_LOGS, "gc_compaction_threshold": threshold}
+    cluster = await start_cluster(tmp_path, 1, **settings)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _interleaved(bk)
+            bookie = cluster.bookies[0]
+            await bookie.stop()  # counts of the old logs must now come from the logs themselves
+            bookie = await cluster.restart(bookie)
+            await bk.delete_ledger(doomed.ledger_id)
+            result = await bookie.collect_garbage()
+            assert result.ledgers_deleted == [doomed.ledger_id]
+            if threshold == 0:
+                assert result.logs_removed == []  # every log holds some of `keep`
+                assert result.entries_moved == 0
+            else:
+                assert len(result.logs_compacted) >= 5
+                assert result.logs_removed == result.logs_compacted
+                assert 20 <= result.entries_moved <= 30
+                assert bookie.stats.gc_entries_moved == result.entries_moved
+                entries = os.path.join(bookie.config.ledgers_path, "entries")
+                assert not {n for n in os.listdir(entries) if n.endswith(".cnt")} & {
+                    f"{i:08x}.cnt" for i in result.logs_compacted
+                }
+            await _check(keep.ledger_id, bk, 30, b"k")
+            await bookie.crash()  # right after: the copies and the index are durable
+            bookie = await cluster.restart(bookie)
+            await _check(keep.ledger_id, bk, 30, b"k")
+            again = await bookie.collect_garbage()
+            assert again.entries_moved == 0 or threshold > 0
+            await _check(keep.ledger_id, bk, 30, b"k")
+    finally:
+        await cluster.stop()
+        forget(cluster)

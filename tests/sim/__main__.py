@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if result.ok else 1
     failed = []
     started = time.monotonic()
-    acknowledged = refused = unknown = faults = gc_ledgers = gc_logs = 0
+    acknowledged = refused = unknown = faults = gc_ledgers = gc_logs = gc_moved = 0
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             unknown += result.unknown
             gc_ledgers += result.gc_ledgers
             gc_logs += result.gc_logs
+            gc_moved += result.gc_moved
             faults += sum(result.faults.values())
             if not result.ok:
                 failed.append(result)
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"{args.seeds} seeds in {elapsed:.0f}s ({60 * args.seeds / elapsed:.0f} seeds/min): "
         f"appends {acknowledged} ok, {refused} failed, {unknown} unknown; {faults} faults; "
-        f"gc dropped {gc_ledgers} ledger copies and {gc_logs} entry logs; {len(failed)} failing",
+        f"gc dropped {gc_ledgers} ledger copies and {gc_logs} entry logs, moving {gc_moved} "
+        f"entries; {len(failed)} failing",
         highlight=False,
     )
     for result in failed[:3]:

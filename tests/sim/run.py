@@ -53,6 +53,7 @@ class Result:
     unknown: int = 0  # appends that failed after being sent
     gc_ledgers: int = 0  # deleted ledgers the bookies' garbage collection dropped
     gc_logs: int = 0  # entry logs it removed
+    gc_moved: int = 0  # live entries its compaction copied
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     virtual_seconds: float = 0.0
@@ -180,7 +181,11 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
     finally:
         await world.close()
     result.violations.extend(world.violations)
-    result.gc_ledgers, result.gc_logs = world.gc_ledgers, world.gc_logs
+    result.gc_ledgers, result.gc_logs, result.gc_moved = (
+        world.gc_ledgers,
+        world.gc_logs,
+        world.gc_moved,
+    )
     result.violations.extend(history.violations)
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")

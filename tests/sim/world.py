@@ -90,6 +90,7 @@ class World:
         self.violations: list[str] = []
         self.gc_ledgers = 0  # deleted ledgers dropped by bookies' garbage collection
         self.gc_logs = 0  # entry logs it removed
+        self.gc_moved = 0  # live entries its compaction copied
         self._by_name: dict[str, BookKeeper] = {}
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
@@ -106,6 +107,7 @@ class World:
                 entry_log_write_buffer=rng.choice((1024, 65536)),
                 repair_retry_interval=0.3,
                 gc_interval=rng.choice((0.5, 2.0)),
+                gc_compaction_threshold=rng.choice((0.0, 0.5, 0.9)),
                 boot_fence=switches.boot_fence,
                 boot_limbo=switches.boot_limbo,
             )
@@ -209,6 +211,7 @@ class World:
         """Keep what a bookie life's garbage collection did, for the run's summary."""
         self.gc_ledgers += bookie.stats.gc_ledgers_deleted
         self.gc_logs += bookie.stats.gc_logs_removed
+        self.gc_moved += bookie.stats.gc_entries_moved
 
     async def crash(self, sim: SimBookie, *, clean: bool) -> None:
         bookie, sim.bookie = sim.bookie, None
