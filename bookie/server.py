@@ -403,6 +403,8 @@ class Bookie:
         """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store."""
         if self._metadata is None:
             raise ConfigError("garbage collection needs a metadata store")
+        if not self._running:
+            raise BookieStateError("the bookie is not running")
         async with self._gc_lock:
             return await collect(self, self._metadata)
 
