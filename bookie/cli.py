@@ -235,3 +235,51 @@ def cookie_fix(
 
 
 bookie_group.add_command(cookie_group)
+
+
+@bookie_group.command("gc", help="Run a garbage collection pass on a running bookie now.")
+@click.argument("address")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def gc_command(address: str, timeout: float, as_json: bool) -> None:
+    """Deleted ledgers are dropped and their entry logs removed or compacted (see the README,
+    "Deleting ledgers and reclaiming disk"); the bookie runs one pass every ``gc_interval``."""
+    from client import BookieConnection  # noqa: PLC0415 - the client layer, for one command
+    from protocol import GcRequest, GcResponse, StatusCode  # noqa: PLC0415
+
+    host, _sep, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {address!r}", param_hint="ADDRESS")
+
+    async def run() -> GcResponse:
+        conn = await BookieConnection.open(host, int(port), timeout=min(timeout, 10.0))
+        try:
+            response = await conn.send(GcRequest(conn.next_txn_id()), timeout)
+        finally:
+            conn.close()
+        assert isinstance(response, GcResponse)
+        return response
+
+    try:
+        response = uvloop.run(run())
+    except BKError as exc:
+        raise click.ClickException(str(exc)) from None
+    if response.status is not StatusCode.EOK:
+        raise click.ClickException(f"{address}: {response.status.name}: {response.detail}")
+    figures = {
+        "ledgers_deleted": response.ledgers_deleted,
+        "logs_removed": response.logs_removed,
+        "entries_moved": response.entries_moved,
+        "bytes_freed": response.bytes_freed,
+        "skipped": response.detail,
+    }
+    if as_json:
+        click.echo(json.dumps(figures))
+    else:
+        click.echo(
+            f"{address}: {response.ledgers_deleted} deleted ledger(s) dropped, "
+            f"{response.logs_removed} entry log(s) removed, {response.entries_moved} entries "
+            f"moved, {response.bytes_freed} bytes freed"
+        )
+    if response.detail:
+        raise click.ClickException(f"{address}: the pass stopped early: {response.detail}")

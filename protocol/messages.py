@@ -39,6 +39,7 @@ class OpCode(IntEnum):
     WRITE_LAC = 5
     FORCE = 6
     GET_BOOKIE_INFO = 7
+    GC = 8  # operators: run a garbage collection pass now
 
 
 class AddFlag(IntFlag):
@@ -182,6 +183,13 @@ class GetBookieInfoRequest(Request):
     _wire = ()
 
 
+@dataclass(frozen=True, slots=True)
+class GcRequest(Request):
+    op = OpCode.GC
+    tag = OpCode.GC
+    _wire = ()
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -270,6 +278,20 @@ class GetBookieInfoResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class GcResponse(Response):
+    """What the pass did; ``detail`` says why it stopped early or could not run."""
+
+    op = OpCode.GC
+    tag = OpCode.GC | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _INT, _INT, _STR)
+    ledgers_deleted: int = 0
+    logs_removed: int = 0
+    entries_moved: int = 0
+    bytes_freed: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorResponse(Response):
     """Answer to a request the bookie could not decode (always EBADREQ) or an unknown op."""
 
@@ -288,6 +310,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         WriteLacRequest,
         ForceRequest,
         GetBookieInfoRequest,
+        GcRequest,
     )
 }
 RESPONSE_TYPES: dict[int, type[Response]] = {
@@ -300,6 +323,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         WriteLacResponse,
         ForceResponse,
         GetBookieInfoResponse,
+        GcResponse,
         ErrorResponse,
     )
 }

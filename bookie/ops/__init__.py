@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bookie.ops.add import handle_add
-from bookie.ops.admin import handle_bookie_info, handle_force, handle_handshake
+from bookie.ops.admin import handle_bookie_info, handle_force, handle_gc, handle_handshake
 from bookie.ops.lac import handle_read_lac, handle_write_lac
 from bookie.ops.read import handle_read
 from protocol import OpCode
@@ -25,6 +25,7 @@ HANDLERS: dict[OpCode, Handler] = {
     OpCode.WRITE_LAC: handle_write_lac,
     OpCode.FORCE: handle_force,
     OpCode.GET_BOOKIE_INFO: handle_bookie_info,
+    OpCode.GC: handle_gc,
 }
 
 __all__ = ["HANDLERS", "Handler"]

@@ -1,4 +1,4 @@
-"""HANDSHAKE, FORCE and GET_BOOKIE_INFO."""
+"""HANDSHAKE, FORCE, GET_BOOKIE_INFO and GC."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from protocol import (
     PROTOCOL_VERSION,
     ForceRequest,
     ForceResponse,
+    GcRequest,
+    GcResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     HandshakeRequest,
@@ -75,3 +77,32 @@ def handle_bookie_info(
         )
 
     conn.spawn(answer())
+
+
+def handle_gc(bookie: Bookie, request: GcRequest, conn: ServerConnection) -> None:
+    """Run a garbage collection pass now (``aiobk bookie gc``); answer with what it did."""
+    from bookie.config import ConfigError  # noqa: PLC0415
+    from bookie.server import BookieStateError  # noqa: PLC0415
+
+    async def run() -> None:
+        try:
+            result = await bookie.collect_garbage()
+        except (ConfigError, BookieStateError) as exc:
+            conn.reply(GcResponse(request.txn_id, StatusCode.EBADREQ, detail=str(exc)))
+            return
+        except OSError as exc:
+            conn.reply(GcResponse(request.txn_id, StatusCode.EIO, detail=str(exc)))
+            return
+        conn.reply(
+            GcResponse(
+                request.txn_id,
+                StatusCode.EOK,
+                len(result.ledgers_deleted),
+                len(result.logs_removed),
+                result.entries_moved,
+                result.bytes_freed,
+                result.skipped,
+            )
+        )
+
+    conn.spawn(run())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -227,3 +229,45 @@ async def test_compaction_frees_logs_shared_with_a_live_ledger(
     finally:
         await cluster.stop()
         forget(cluster)
+
+
+async def _aiobk(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiobk", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_operator_triggers_a_pass_from_the_cli(tmp_path: Path) -> None:
+    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            keep, doomed = await _two_ledgers(bk)
+            await bk.delete_ledger(doomed.ledger_id)
+            address = str(cluster.bookies[0].address)
+            code, out, err = await _aiobk("bookie", "gc", address, "--json")
+            assert code == 0, err
+            figures = json.loads(out)
+            assert figures["ledgers_deleted"] == 1
+            assert figures["logs_removed"] >= 4
+            assert figures["skipped"] == ""
+            assert doomed.ledger_id not in cluster.bookies[0].storage.ledgers
+            await _check(keep.ledger_id, bk, 40, b"k")
+            code, out, err = await _aiobk("bookie", "gc", "nonsense")
+            assert code != 0
+            assert "HOST:PORT" in err
+            assert len(err.strip().splitlines()) == 1
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_gc_needs_a_metadata_store(start_bookie) -> None:
+    bookie = await start_bookie()  # no metadata store
+    code, _out, err = await _aiobk("bookie", "gc", str(bookie.address))
+    assert code != 0
+    assert "EBADREQ" in err
+    assert "metadata store" in err

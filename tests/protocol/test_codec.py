@@ -23,6 +23,8 @@ from protocol import (
     ForceResponse,
     FrameDecoder,
     FrameTooLargeError,
+    GcRequest,
+    GcResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     HandshakeRequest,
@@ -64,6 +66,7 @@ requests = st.one_of(
     st.builds(WriteLacRequest, i64, i64, small, i64),
     st.builds(ForceRequest, i64, i64, small),
     st.builds(GetBookieInfoRequest, i64),
+    st.builds(GcRequest, i64),
 )
 responses = st.one_of(
     st.builds(HandshakeResponse, i64, status, i64, st.text(max_size=20)),
@@ -80,6 +83,7 @@ responses = st.one_of(
         i64,
         st.dictionaries(st.text(max_size=8), i64, max_size=4),
     ),
+    st.builds(GcResponse, i64, status, i64, i64, i64, i64, st.text(max_size=20)),
     st.builds(ErrorResponse, i64, status, st.integers(0, 255)),
 )
 
