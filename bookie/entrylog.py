@@ -100,7 +100,8 @@ class EntryLogger:
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._active: _Chunk | None = None
-        self._appended: dict[int, int] = {}  # records appended to each log in this life
+        self._active_records = 0  # records appended to the active log in this life
+        self._appended: dict[int, int] = {}  # records of the logs this life completed
         self._counts: dict[int, int] = {}  # records in complete logs, as far as known
 
     async def open(self) -> None:
@@ -120,11 +121,13 @@ class EntryLogger:
         size = RECORD_HEAD.size + len(body)
         offset = active.start + len(active.data)
         if offset + size > self._max_log_size and offset > len(FILE_MAGIC):
+            self._appended[active.log_id] = self._active_records  # complete: its count is final
+            self._active_records = 0
             active = _Chunk(active.log_id + 1, 0, bytearray(FILE_MAGIC))
             self._chunks.append(active)
             self._active = active
             offset = len(FILE_MAGIC)
-        self._appended[active.log_id] = self._appended.get(active.log_id, 0) + 1
+        self._active_records += 1
         ids = IDS.pack(ledger_id, entry_id)
         crc = crc32c.crc32c(body, crc32c.crc32c(ids))
         data = active.data

@@ -414,11 +414,7 @@ class AddPipeline:
             self.changing = False
             self._sent_early = False
         if self.error is None:
-            queued, self._queued = self._queued, []
-            for op in queued:
-                op.queued = False
-                if not op.done:
-                    self._send(op, write_set(op.entry_id, self.e, self.wq))
+            self._send_queued()
             self._complete_ready()
 
     def _resend(self, failed: dict[int, str]) -> None:
@@ -437,10 +433,15 @@ class AddPipeline:
         self.ensemble = list(new_ensemble)
         self._sent_early = True
         self._resend(failed)
+        self._send_queued()
+
+    def _send_queued(self) -> None:
+        """First sends of the adds that waited for the change, to the current ensemble."""
         queued, self._queued = self._queued, []
         for op in queued:
             op.queued = False
-            self._send(op, write_set(op.entry_id, self.e, self.wq))
+            if not op.done:
+                self._send(op, write_set(op.entry_id, self.e, self.wq))
 
     async def close(self) -> None:
         if self._lac_timer is not None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +50,18 @@ def test_compaction_picks_the_emptiest_logs_under_the_threshold() -> None:
     assert compaction_candidates(live, {1: 0}, 0.5, 8) == []
 
 
+@contextlib.asynccontextmanager
+async def _one_bookie(tmp_path: Path, **settings: Any) -> AsyncIterator[tuple[Cluster, BookKeeper]]:
+    """One in-process bookie on a memory store, and a client of it."""
+    cluster = await start_cluster(tmp_path, 1, **settings)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            yield cluster, bk
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
 def _log_bytes(bookie: Bookie) -> int:
     directory = os.path.join(bookie.config.ledgers_path, "entries")
     names = [n for n in os.listdir(directory) if n.endswith(".log")]
@@ -77,74 +92,59 @@ async def _two_ledgers(bk: BookKeeper) -> tuple[LedgerHandle, LedgerHandle]:
 
 
 async def test_gc_reclaims_a_deleted_ledger_and_keeps_the_live_one(tmp_path: Path) -> None:
-    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
-    try:
-        async with await BookKeeper.connect(cluster.uri) as bk:
-            keep, doomed = await _two_ledgers(bk)
-            bookie = cluster.bookies[0]
-            await bookie.checkpoint()
-            before = _log_bytes(bookie)
-            nothing = await bookie.collect_garbage()
-            assert nothing.ledgers_deleted == []
-            assert nothing.logs_removed == []
-            await bk.delete_ledger(doomed.ledger_id)
-            result = await bookie.collect_garbage()
-            assert result.skipped == ""
-            assert result.ledgers_deleted == [doomed.ledger_id]
-            assert len(result.logs_removed) >= 4  # 120 KiB of it in 16 KiB logs
-            assert result.bytes_freed >= 60 * 1024
-            assert before - _log_bytes(bookie) == result.bytes_freed
-            assert doomed.ledger_id not in bookie.storage.ledgers
-            assert bookie.stats.gc_bytes_freed == result.bytes_freed
-            await _check(keep.ledger_id, bk, 40, b"k")
-            again = await bookie.collect_garbage()
-            assert again.ledgers_deleted == []
-            assert again.logs_removed == []
+    async with _one_bookie(tmp_path, **SMALL_LOGS) as (cluster, bk):
+        keep, doomed = await _two_ledgers(bk)
+        bookie = cluster.bookies[0]
+        await bookie.checkpoint()
+        before = _log_bytes(bookie)
+        nothing = await bookie.collect_garbage()
+        assert nothing.ledgers_deleted == []
+        assert nothing.logs_removed == []
+        await bk.delete_ledger(doomed.ledger_id)
+        result = await bookie.collect_garbage()
+        assert result.skipped == ""
+        assert result.ledgers_deleted == [doomed.ledger_id]
+        assert len(result.logs_removed) >= 4  # 120 KiB of it in 16 KiB logs
+        assert result.bytes_freed >= 60 * 1024
+        assert before - _log_bytes(bookie) == result.bytes_freed
+        assert doomed.ledger_id not in bookie.storage.ledgers
+        assert bookie.stats.gc_bytes_freed == result.bytes_freed
+        await _check(keep.ledger_id, bk, 40, b"k")
+        again = await bookie.collect_garbage()
+        assert again.ledgers_deleted == []
+        assert again.logs_removed == []
 
-            await bookie.stop()  # the deletion survives a restart ...
-            bookie = await cluster.restart(bookie)
-            assert doomed.ledger_id not in bookie.storage.ledgers
-            await _check(keep.ledger_id, bk, 40, b"k")
-    finally:
-        await cluster.stop()
-        forget(cluster)
+        await bookie.stop()  # the deletion survives a restart ...
+        bookie = await cluster.restart(bookie)
+        assert doomed.ledger_id not in bookie.storage.ledgers
+        await _check(keep.ledger_id, bk, 40, b"k")
 
 
 async def test_gc_then_a_crash_brings_nothing_back(tmp_path: Path) -> None:
-    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
-    try:
-        async with await BookKeeper.connect(cluster.uri) as bk:
-            keep, doomed = await _two_ledgers(bk)
-            bookie = cluster.bookies[0]
-            await bk.delete_ledger(doomed.ledger_id)
-            result = await bookie.collect_garbage()
-            assert result.logs_removed
-            await bookie.crash()  # ... and a crash right after it
-            bookie = await cluster.restart(bookie)
-            assert doomed.ledger_id not in bookie.storage.ledgers
-            await _check(keep.ledger_id, bk, 40, b"k")
-    finally:
-        await cluster.stop()
-        forget(cluster)
+    async with _one_bookie(tmp_path, **SMALL_LOGS) as (cluster, bk):
+        keep, doomed = await _two_ledgers(bk)
+        bookie = cluster.bookies[0]
+        await bk.delete_ledger(doomed.ledger_id)
+        result = await bookie.collect_garbage()
+        assert result.logs_removed
+        await bookie.crash()  # ... and a crash right after it
+        bookie = await cluster.restart(bookie)
+        assert doomed.ledger_id not in bookie.storage.ledgers
+        await _check(keep.ledger_id, bk, 40, b"k")
 
 
 async def test_periodic_gc_runs_on_its_own(tmp_path: Path) -> None:
-    cluster = await start_cluster(tmp_path, 1, **{**SMALL_LOGS, "gc_interval": 0.1})
-    try:
-        async with await BookKeeper.connect(cluster.uri) as bk:
-            keep, doomed = await _two_ledgers(bk)
-            bookie = cluster.bookies[0]
-            await bk.delete_ledger(doomed.ledger_id)
-            for _ in range(100):
-                if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
-                    break
-                await asyncio.sleep(0.1)
-            assert doomed.ledger_id not in bookie.storage.ledgers
-            assert bookie.stats.gc_logs_removed >= 4
-            await _check(keep.ledger_id, bk, 40, b"k")
-    finally:
-        await cluster.stop()
-        forget(cluster)
+    async with _one_bookie(tmp_path, **{**SMALL_LOGS, "gc_interval": 0.1}) as (cluster, bk):
+        keep, doomed = await _two_ledgers(bk)
+        bookie = cluster.bookies[0]
+        await bk.delete_ledger(doomed.ledger_id)
+        for _ in range(100):
+            if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
+                break
+            await asyncio.sleep(0.1)
+        assert doomed.ledger_id not in bookie.storage.ledgers
+        assert bookie.stats.gc_logs_removed >= 4
+        await _check(keep.ledger_id, bk, 40, b"k")
 
 
 @pytest.mark.timeout(120)
@@ -197,38 +197,33 @@ async def test_compaction_frees_logs_shared_with_a_live_ledger(
     tmp_path: Path, threshold: float
 ) -> None:
     settings = {**SMALL_LOGS, "gc_compaction_threshold": threshold}
-    cluster = await start_cluster(tmp_path, 1, **settings)
-    try:
-        async with await BookKeeper.connect(cluster.uri) as bk:
-            keep, doomed = await _interleaved(bk)
-            bookie = cluster.bookies[0]
-            await bookie.stop()  # counts of the old logs must now come from the logs themselves
-            bookie = await cluster.restart(bookie)
-            await bk.delete_ledger(doomed.ledger_id)
-            result = await bookie.collect_garbage()
-            assert result.ledgers_deleted == [doomed.ledger_id]
-            if threshold == 0:
-                assert result.logs_removed == []  # every log holds some of `keep`
-                assert result.entries_moved == 0
-            else:
-                assert len(result.logs_compacted) >= 5
-                assert result.logs_removed == result.logs_compacted
-                assert 20 <= result.entries_moved <= 30
-                assert bookie.stats.gc_entries_moved == result.entries_moved
-                entries = os.path.join(bookie.config.ledgers_path, "entries")
-                assert not {n for n in os.listdir(entries) if n.endswith(".cnt")} & {
-                    f"{i:08x}.cnt" for i in result.logs_compacted
-                }
-            await _check(keep.ledger_id, bk, 30, b"k")
-            await bookie.crash()  # right after: the copies and the index are durable
-            bookie = await cluster.restart(bookie)
-            await _check(keep.ledger_id, bk, 30, b"k")
-            again = await bookie.collect_garbage()
-            assert again.entries_moved == 0 or threshold > 0
-            await _check(keep.ledger_id, bk, 30, b"k")
-    finally:
-        await cluster.stop()
-        forget(cluster)
+    async with _one_bookie(tmp_path, **settings) as (cluster, bk):
+        keep, doomed = await _interleaved(bk)
+        bookie = cluster.bookies[0]
+        await bookie.stop()  # counts of the old logs must now come from the logs themselves
+        bookie = await cluster.restart(bookie)
+        await bk.delete_ledger(doomed.ledger_id)
+        result = await bookie.collect_garbage()
+        assert result.ledgers_deleted == [doomed.ledger_id]
+        if threshold == 0:
+            assert result.logs_removed == []  # every log holds some of `keep`
+            assert result.entries_moved == 0
+        else:
+            assert len(result.logs_compacted) >= 5
+            assert result.logs_removed == result.logs_compacted
+            assert 20 <= result.entries_moved <= 30
+            assert bookie.stats.gc_entries_moved == result.entries_moved
+            entries = os.path.join(bookie.config.ledgers_path, "entries")
+            assert not {n for n in os.listdir(entries) if n.endswith(".cnt")} & {
+                f"{i:08x}.cnt" for i in result.logs_compacted
+            }
+        await _check(keep.ledger_id, bk, 30, b"k")
+        await bookie.crash()  # right after: the copies and the index are durable
+        bookie = await cluster.restart(bookie)
+        await _check(keep.ledger_id, bk, 30, b"k")
+        again = await bookie.collect_garbage()
+        assert again.entries_moved == 0 or threshold > 0
+        await _check(keep.ledger_id, bk, 30, b"k")
 
 
 async def _aiobk(*args: str) -> tuple[int, str, str]:
@@ -242,27 +237,22 @@ async def _aiobk(*args: str) -> tuple[int, str, str]:
 
 
 async def test_operator_triggers_a_pass_from_the_cli(tmp_path: Path) -> None:
-    cluster = await start_cluster(tmp_path, 1, **SMALL_LOGS)
-    try:
-        async with await BookKeeper.connect(cluster.uri) as bk:
-            keep, doomed = await _two_ledgers(bk)
-            await bk.delete_ledger(doomed.ledger_id)
-            address = str(cluster.bookies[0].address)
-            code, out, err = await _aiobk("bookie", "gc", address, "--json")
-            assert code == 0, err
-            figures = json.loads(out)
-            assert figures["ledgers_deleted"] == 1
-            assert figures["logs_removed"] >= 4
-            assert figures["skipped"] == ""
-            assert doomed.ledger_id not in cluster.bookies[0].storage.ledgers
-            await _check(keep.ledger_id, bk, 40, b"k")
-            code, out, err = await _aiobk("bookie", "gc", "nonsense")
-            assert code != 0
-            assert "HOST:PORT" in err
-            assert len(err.strip().splitlines()) == 1
-    finally:
-        await cluster.stop()
-        forget(cluster)
+    async with _one_bookie(tmp_path, **SMALL_LOGS) as (cluster, bk):
+        keep, doomed = await _two_ledgers(bk)
+        await bk.delete_ledger(doomed.ledger_id)
+        address = str(cluster.bookies[0].address)
+        code, out, err = await _aiobk("bookie", "gc", address, "--json")
+        assert code == 0, err
+        figures = json.loads(out)
+        assert figures["ledgers_deleted"] == 1
+        assert figures["logs_removed"] >= 4
+        assert figures["skipped"] == ""
+        assert doomed.ledger_id not in cluster.bookies[0].storage.ledgers
+        await _check(keep.ledger_id, bk, 40, b"k")
+        code, out, err = await _aiobk("bookie", "gc", "nonsense")
+        assert code != 0
+        assert "HOST:PORT" in err
+        assert len(err.strip().splitlines()) == 1
 
 
 async def test_gc_needs_a_metadata_store(start_bookie) -> None:

@@ -22,7 +22,7 @@ from protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
 from protocol.errors import BKError
 from tests.chaos.proxy import Proxy
 from tests.procs import BookieProcess
-from tests.sim.checker import _check_ledger, _check_reads
+from tests.sim.checker import _check_ledger, _check_reads, read_closed
 from tests.sim.history import Append, History, Observed
 
 
@@ -277,13 +277,7 @@ async def _check(bk: BookKeeper, history: History, note: object) -> None:
             history.violations.append(f"I13 ledger {ledger_id} cannot be recovered after healing")
             continue
         metadata = final[ledger_id] = handle.metadata
-        last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
-        values: dict[int, bytes] = {}
-        if last >= 0:
-            try:
-                values = {e.entry_id: bytes(e.data) for e in await handle.read(0, last)}
-            except BKError as exc:
-                history.violations.append(f"I2 ledger {ledger_id}: 0..{last} unreadable: {exc!r}")
+        last, values = await read_closed(history, handle)
         _check_ledger(history, ledger_id, last, values)
         await _check_copies(bk, history, ledger_id, metadata)
     _check_reads(history, final)

@@ -77,15 +77,7 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     for ledger_id, handle in handles.items():
         metadata = handle.metadata
         final[ledger_id] = metadata
-        last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
-        values: dict[int, bytes] = {}
-        if last >= 0:
-            try:
-                values = {e.entry_id: bytes(e.data) for e in await handle.read(0, last)}
-            except BKError as exc:
-                history.violations.append(
-                    f"I2 ledger {ledger_id}: entries 0..{last} do not read back: {exc!r}"
-                )
+        last, values = await read_closed(history, handle)
         await handle.close()
         _check_ledger(history, ledger_id, last, values)
         await _check_copies(world, history, ledger_id, metadata)
@@ -93,6 +85,21 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     await _check_log(world, history, bk)
     _check_metadata_history(world, history)
     return final
+
+
+async def read_closed(history: History, handle: ReadHandle) -> tuple[int, dict[int, bytes]]:
+    """A recovered ledger's last entry and every value up to it (I2 if they do not read)."""
+    metadata = handle.metadata
+    last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
+    values: dict[int, bytes] = {}
+    if last >= 0:
+        try:
+            values = {e.entry_id: bytes(e.data) for e in await handle.read(0, last)}
+        except BKError as exc:
+            history.violations.append(
+                f"I2 ledger {handle.ledger_id}: entries 0..{last} do not read back: {exc!r}"
+            )
+    return last, values
 
 
 async def _deleted(bk: BookKeeper, history: History) -> set[int]:
