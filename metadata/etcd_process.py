@@ -18,11 +18,21 @@ class EtcdNotFoundError(RuntimeError):
     """The etcd binary is not on PATH (``make setup`` installs it)."""
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on now, and that this process has not handed out before: the
+    kernel may offer a just-released port again, and two bookies given one port would start
+    as one identity (seen: the second refused at its cookie)."""
+    for _attempt in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no fresh loopback port after 100 tries")
 
 
 @dataclass
