@@ -30,6 +30,7 @@ from metadata import free_port
 from protocol import (
     AddRequest,
     DigestType,
+    Durability,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     Response,
@@ -60,7 +61,12 @@ async def _stats(conn: BookieConnection) -> dict[str, int]:
 
 
 async def run_level(
-    conn: BookieConnection, ledger_id: int, in_flight: int, seconds: float, entry_size: int
+    conn: BookieConnection,
+    ledger_id: int,
+    in_flight: int,
+    seconds: float,
+    entry_size: int,
+    durability: Durability = Durability.PERSISTENT,
 ) -> LevelResult:
     """Keep ``in_flight`` adds outstanding for ``seconds`` (bounded by time and count)."""
     loop = asyncio.get_running_loop()
@@ -79,7 +85,9 @@ async def run_level(
         state["next"] = entry + 1
         state["outstanding"] += 1
         body = digest.encode(ledger_id, entry, entry - 1, (entry + 1) * entry_size, payload)
-        request = AddRequest(conn.next_txn_id(), ledger_id, entry, master_key=key, body=body)
+        request = AddRequest(
+            conn.next_txn_id(), ledger_id, entry, durability=durability, master_key=key, body=body
+        )
         started = time.perf_counter_ns()
         future = conn.send(request, 30)
         future.add_done_callback(lambda f: on_done(f, started))
@@ -136,14 +144,19 @@ def start_bookie_process(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
 
 
 async def bench_bookie(
-    port: int, levels: list[int], seconds: float, size: int
+    port: int,
+    levels: list[int],
+    seconds: float,
+    size: int,
+    durability: Durability = Durability.PERSISTENT,
 ) -> list[LevelResult]:
     conn = await BookieConnection.open("127.0.0.1", port)
     try:
         results = []
         for index, level in enumerate(levels):
-            await run_level(conn, 1000 + index, level, min(1.0, seconds), size)  # warm-up
-            results.append(await run_level(conn, 2000 + index, level, seconds, size))
+            warm_up = min(1.0, seconds)
+            await run_level(conn, 1000 + index, level, warm_up, size, durability)
+            results.append(await run_level(conn, 2000 + index, level, seconds, size, durability))
         return results
     finally:
         conn.close()
@@ -194,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="per in-flight level")
     parser.add_argument("--entry-size", type=int, default=1024)
     parser.add_argument("--in-flight", default="1,16,256")
+    parser.add_argument(
+        "--durability",
+        choices=("persistent", "volatile"),
+        default="persistent",
+        help="volatile (BP-14): adds are answered once written, synced later",
+    )
     parser.add_argument("--data-dir", default=None, help="where the bookie and floor write")
     parser.add_argument("--json", default=None, help="result file (default bench/results/)")
     args = parser.parse_args(argv)
@@ -209,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         rtt_p50 = rtt.get_value_at_percentile(50)
         process, port = start_bookie_process(os.path.join(base, "bookie"))
         try:
-            results = uvloop.run(bench_bookie(port, levels, args.seconds, args.entry_size))
+            durability = Durability[args.durability.upper()]
+            results = uvloop.run(
+                bench_bookie(port, levels, args.seconds, args.entry_size, durability)
+            )
         finally:
             process.terminate()
             process.wait(30)
@@ -232,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{1e6 / mean:.0f}",
         )
     console.print(floor)
-    table = Table(title=f"bookie adds, {args.entry_size} B entries, {args.seconds:g} s per level")
+    table = Table(
+        title=f"bookie adds ({args.durability}), {args.entry_size} B entries, "
+        f"{args.seconds:g} s per level"
+    )
     columns = ("in flight", "adds/s", "p50 us", "p99 us", "p99.9 us", "fdatasync/s", "adds/sync")
     for column in columns:
         table.add_column(column, justify="right")
@@ -255,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "entry_size": args.entry_size,
+        "durability": args.durability,
         "seconds_per_level": args.seconds,
         "floors": {
             "fdatasync_p50_us": sync_p50,

@@ -47,6 +47,9 @@ class BookieConfig:
     journal_max_file_size: int = 512 * 1024 * 1024  # roll journal files at this size
     journal_sync_data: bool = True  # fdatasync the journal (false only for experiments)
     journal_alignment: int = 4096  # pad each journal write to this boundary (0: no padding)
+    # BP-14: a journal batch holding only volatile adds (answered once written) waits up to
+    # this long for an fdatasync that other work brings anyway; 0 syncs each batch at once.
+    journal_volatile_sync_delay: float = 0.005
     entry_log_max_size: int = 1024 * 1024 * 1024  # BookKeeper's logSizeLimit
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)
@@ -94,6 +97,8 @@ class BookieConfig:
             raise ConfigError("gc_interval must not be negative (0 turns collection off)")
         if self.journal_max_group_wait < 0:
             raise ConfigError("journal_max_group_wait must not be negative")
+        if self.journal_volatile_sync_delay < 0:
+            raise ConfigError("journal_volatile_sync_delay must not be negative")
         if self.max_frame_size < 1024:
             raise ConfigError("max_frame_size must be at least 1024 bytes")
 

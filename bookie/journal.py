@@ -6,6 +6,13 @@ journal's own I/O lane, then runs every record's callback. Nothing is acknowledg
 fdatasync that covers it (BookKeeper "Writing to ledgers": a bookie acknowledges a write once it
 has been durably persisted). ``journal_policy`` decides when a batch starts.
 
+BP-14 volatile adds are answered once written. Their fdatasync only moves the ledger's sync
+cursor (LastAddSynced), so a batch of nothing but volatile records does not start one at once:
+it waits up to ``volatile_sync_delay`` for one that persistent work, a ``force()`` or the next
+batch brings anyway. An idle volatile writer then costs a sync per delay, not one per add --
+the fewer fdatasyncs BP-14 is for ("Performance degradation happens when using single-disk
+layout").
+
 Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
 Replay reads every record after the checkpoint's LSN and refuses (``JournalCorruptError``) if
 one is missing or damaged in a way that is not a torn tail.
@@ -80,6 +87,7 @@ class Journal:
         stats: BookieStats | None = None,
         inline_records: int = 1,
         alignment: int = 4096,
+        volatile_sync_delay: float = 0.0,
     ) -> None:
         self._disk = disk
         self._dir = directory
@@ -93,6 +101,11 @@ class Journal:
         self._callbacks: list[Callback] = []
         self._written: list[Callback] = []  # BP-14: run after the write, before the sync
         self._sync_groups: list[tuple[AppendFile | None, list[Callback]]] = []
+        # Written batches of volatile records only, waiting for a sync (see the module doc).
+        self._lazy_groups: list[tuple[AppendFile | None, list[Callback]]] = []
+        self._lazy_timer: asyncio.TimerHandle | None = None
+        self._volatile_sync_delay = volatile_sync_delay
+        self._queued_urgent = False  # the queue holds a record or barrier someone waits to sync
         self._syncing = False
         self._sync_wakeup: asyncio.Future[None] | None = None
         self._sync_idle: list[asyncio.Future[None]] = []
@@ -277,6 +290,8 @@ class Journal:
         self._callbacks.append(callback)
         if on_written is not None:
             self._written.append(on_written)
+        else:
+            self._queued_urgent = True
         self._queued_bytes += len(record)
         self.stats.journal_records += 1
         wakeup = self._wakeup
@@ -292,6 +307,7 @@ class Journal:
         if not self._callbacks:
             self._oldest = asyncio.get_running_loop().time()
         self._callbacks.append(callback)
+        self._queued_urgent = True
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -370,7 +386,9 @@ class Journal:
             callbacks = self._callbacks
             written = self._written
             first_lsn = self._first_queued_lsn
+            urgent = self._queued_urgent
             self._queue, self._callbacks, self._written = [], [], []
+            self._queued_urgent = False
             self._queued_bytes = 0
             self._first_queued_lsn = None
             if not data:  # barriers only: done once everything written before is synced
@@ -404,11 +422,16 @@ class Journal:
                 _notify((*written, *callbacks), error)
                 continue
             _notify(written, None)
-            if self._sync_data:
+            if not self._sync_data:
+                _notify(callbacks, None)
+            elif urgent or self._volatile_sync_delay <= 0:
+                self._promote_lazy()
                 self._sync_groups.append((handle, callbacks))
                 self._wake_syncer()
             else:
-                _notify(callbacks, None)
+                self._lazy_groups.append((handle, callbacks))
+                if self._lazy_timer is None:
+                    self._lazy_timer = loop.call_later(self._volatile_sync_delay, self._lazy_due)
 
     def _count(self, data: bytes, synced: bool) -> None:
         self.stats.journal_batches += 1
@@ -417,11 +440,27 @@ class Journal:
             self.stats.journal_syncs += 1
 
     def _sync_busy(self) -> bool:
-        return self._syncing or bool(self._sync_groups)
+        return self._syncing or bool(self._sync_groups) or bool(self._lazy_groups)
+
+    def _promote_lazy(self) -> None:
+        """Hand waiting volatile batches to the sync stage. They were written after every group
+        already there, so appending keeps the groups in write order."""
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
+        if self._lazy_groups:
+            self._sync_groups.extend(self._lazy_groups)
+            self._lazy_groups = []
+
+    def _lazy_due(self) -> None:
+        self._lazy_timer = None
+        self._promote_lazy()
+        self._wake_syncer()
 
     def _after_sync(self, callbacks: list[Callback]) -> None:
         """Run ``callbacks`` once every write so far is synced (now, if nothing is pending)."""
         if self._sync_busy():
+            self._promote_lazy()
             self._sync_groups.append((None, callbacks))
             self._wake_syncer()
         else:
@@ -449,6 +488,7 @@ class Journal:
                 finally:
                     self._sync_wakeup = None
                 continue
+            self._promote_lazy()  # written before this fdatasync: it covers them for free
             groups, self._sync_groups = self._sync_groups, []
             self._syncing = True
             error: BaseException | None = self._failed
@@ -467,6 +507,7 @@ class Journal:
 
     async def _drain_syncs(self) -> None:
         if self._sync_busy():
+            self._promote_lazy()
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._sync_idle.append(waiter)
             self._wake_syncer()
@@ -506,6 +547,7 @@ class Journal:
         if self._task is not None:
             await self._task
             self._task = None
+        self._promote_lazy()
         self._sync_stopping = True
         self._wake_syncer()
         if self._sync_task is not None:
@@ -524,7 +566,12 @@ class Journal:
                     await task
         self._task = self._sync_task = None
         self._queue, self._callbacks, self._written = [], [], []
+        self._queued_urgent = False
         self._sync_groups = []
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
+            self._lazy_timer = None
+        self._lazy_groups = []
         if self._file is not None:
             await self._file.close()
             self._file = None

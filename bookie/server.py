@@ -102,6 +102,7 @@ class Bookie:
             sync_data=config.journal_sync_data,
             stats=self.stats,
             alignment=config.journal_alignment,
+            volatile_sync_delay=config.journal_volatile_sync_delay,
         )
         self.replayed = 0
         self.instance_id = ""

@@ -9,8 +9,9 @@ import pytest
 
 from client import BookieConnection
 from client.errors import BKError
-from protocol import LAC_ENTRY_ID, ReadFlag, Response, StatusCode, parse_entry
+from protocol import LAC_ENTRY_ID, ForceRequest, ReadFlag, Response, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, KEY, add, add_request, read
+from tests.conftest import unique_name
 from tests.procs import BookieProcess
 
 ENTRIES = 10_000
@@ -111,6 +112,44 @@ async def test_fence_survives_sigkill_and_clean_restart(tmp_path: Path) -> None:
         conn = await BookieConnection.open(*proc.address)
         assert (await add(conn, 3, 2, b"stale writer")).status is StatusCode.EFENCED
         assert (await read(conn, 3, 1)).status is StatusCode.EOK
+        conn.close()
+    finally:
+        proc.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_sigkill_of_a_journal_less_bookie_loses_what_was_not_flushed(
+    tmp_path: Path, etcd_server
+) -> None:
+    """BP-46's premise, on a real process: without the journal an add is answered from ledger
+    storage's memory, so SIGKILL before the next flush really loses it (boot-time fencing and
+    limbo, tested in test_bp46, are what make that safe); FORCE makes what came before it
+    survive."""
+    config = tmp_path / "bookie.toml"
+    config.write_text("flush_interval = 3600\nboot_repair = false\n")  # no flush on its own
+    uri = etcd_server.uri(unique_name("journal-less-kill"))
+    args = ("--no-journal-write-data", "--metadata", uri, "--config", str(config))
+    proc = BookieProcess(tmp_path / "data", None, *args)
+    await proc.start()
+    try:
+        conn = await BookieConnection.open(*proc.address)
+        for entry in range(50):
+            assert (await add(conn, 1, entry, _payload(entry))).status is StatusCode.EOK
+        forced = await conn.send(ForceRequest(conn.next_txn_id(), 1, KEY), 10)
+        assert forced.status is StatusCode.EOK
+        for entry in range(50, 100):
+            assert (await add(conn, 1, entry, _payload(entry))).status is StatusCode.EOK
+        conn.close()
+        proc.kill()
+
+        await proc.start()
+        conn = await BookieConnection.open(*proc.address)
+        for entry in range(50):
+            response = await read(conn, 1, entry)
+            assert response.status is StatusCode.EOK, (entry, response.status)
+            assert DIGEST.verify(parse_entry(response.body), 1, entry) == _payload(entry)
+        lost = [e for e in range(50, 100) if (await read(conn, 1, e)).status is not StatusCode.EOK]
+        assert lost == list(range(50, 100)), "acknowledged but never flushed: gone with the process"
         conn.close()
     finally:
         proc.stop()

@@ -70,6 +70,57 @@ async def test_group_wait_delays_a_lone_record_when_asked(tmp_path: Path) -> Non
     await disk.close()
 
 
+async def test_volatile_records_wait_for_a_shared_fdatasync(tmp_path: Path) -> None:
+    """BP-14: volatile records are answered once written; their sync waits for company (up to
+    the delay), and a persistent record, a barrier or a stop syncs them at once."""
+    disk = OsDisk()
+    stats = BookieStats()
+    journal = _journal(tmp_path, disk, stats=stats, volatile_sync_delay=0.3)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    loop = asyncio.get_running_loop()
+    written: list[int] = []
+    synced: list[int] = []
+
+    async def volatile(tag: int) -> None:
+        answered = loop.create_future()
+
+        def on_written(error: BaseException | None) -> None:
+            written.append(tag)
+            answered.set_result(error)
+
+        journal.append(RecordType.ADD, b"v%d" % tag, lambda e: synced.append(tag), on_written)
+        assert await answered is None
+
+    started = loop.time()
+    for tag in range(20):  # one at a time, as an idle writer sends them
+        await volatile(tag)
+    assert written == list(range(20))
+    assert synced == []  # written, not yet synced: no fdatasync per add
+    syncs = stats.journal_syncs
+    while not synced and loop.time() - started < 5:
+        await asyncio.sleep(0.01)
+    assert synced == list(range(20))
+    assert loop.time() - started >= 0.29  # the delay ran out: one fdatasync for the twenty
+    assert stats.journal_syncs == syncs + 1
+
+    for tag in range(20, 25):
+        await volatile(tag)
+    assert await _append_all(journal, [b"persistent"]) == [None]  # its fdatasync covers them
+    assert synced == list(range(25))
+
+    await volatile(25)
+    barrier = loop.create_future()
+    journal.barrier(barrier.set_result)  # force(): everything written so far, now
+    assert await asyncio.wait_for(barrier, 0.2) is None
+    assert synced == list(range(26))
+
+    await volatile(26)
+    await journal.stop()  # a clean stop syncs what waits
+    assert synced == list(range(27))
+    await disk.close()
+
+
 async def test_rollover_release_and_replay_from_a_mark(tmp_path: Path) -> None:
     disk = OsDisk()
     journal = _journal(tmp_path, disk, max_file_size=4096)

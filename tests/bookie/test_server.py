@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from protocol import (
     LAC_ENTRY_ID,
     ForceRequest,
     ForceResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    HandshakeRequest,
+    HandshakeResponse,
     ReadFlag,
     ReadLacRequest,
     ReadLacResponse,
@@ -19,6 +23,7 @@ from protocol import (
     master_key,
     parse_entry,
 )
+from protocol.errors import ProtocolVersionError
 from tests.bookie.helpers import DIGEST, KEY, TIMEOUT, add, add_request, read
 
 
@@ -45,6 +50,32 @@ async def test_pipelined_adds_share_fdatasyncs(start_bookie, connect) -> None:
     responses = await asyncio.gather(*futures)
     assert all(r.status is StatusCode.EOK for r in responses)
     assert bookie.stats.journal_syncs < 250, bookie.stats.journal_syncs
+
+
+async def test_responses_come_back_out_of_order(start_bookie, connect) -> None:
+    """An add waiting for its group commit does not hold back a read sent after it."""
+    bookie = await start_bookie(journal_max_group_wait=1.0, journal_flush_when_queue_empty=False)
+    conn = await connect(bookie)
+    assert (await add(conn, 2, 0, b"stored")).status is StatusCode.EOK  # waits the full second
+    slow = asyncio.ensure_future(conn.send(add_request(conn, 2, 1, b"waits"), TIMEOUT))
+    quick = asyncio.ensure_future(read(conn, 2, 0))
+    done, _ = await asyncio.wait({slow, quick}, return_when=asyncio.FIRST_COMPLETED)
+    assert done == {quick}, "the read should overtake the add waiting for its fdatasync"
+    assert (await quick).status is StatusCode.EOK
+    assert (await slow).status is StatusCode.EOK
+
+
+async def test_a_client_of_another_protocol_version_is_refused(start_bookie, connect) -> None:
+    bookie = await start_bookie()
+    conn = await connect(bookie)
+    response = await conn.send(HandshakeRequest(conn.next_txn_id(), 99, "from-the-future"), TIMEOUT)
+    assert isinstance(response, HandshakeResponse)
+    assert response.status is StatusCode.EBADVERSION
+    assert response.protocol_version == 1  # the bookie says which version it speaks
+    with pytest.raises(ProtocolVersionError) as refused:
+        await conn.call(HandshakeRequest(0, 2, "v2"), TIMEOUT)
+    assert refused.value.code == StatusCode.EBADVERSION
+    assert (await add(conn, 4, 0, b"still served")).status is StatusCode.EOK
 
 
 async def test_wrong_password_is_unauthorized(start_bookie, connect) -> None:
