@@ -264,8 +264,9 @@ class Bookie:
             for task in list(conn.tasks):
                 task.cancel()
         if self._server is not None:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 5.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5.0):
+                    await self._server.wait_closed()
             self._server = None
 
     async def _repair(self, store: MetadataStore, ledgers: list[int]) -> None:

@@ -89,10 +89,10 @@ class BookieConnection(asyncio.Protocol):
         address = f"{host}:{port}"
         connector = connector or AsyncioConnector()
         try:
-            _transport, conn = await asyncio.wait_for(
-                connector.connect(lambda: cls(address, max_frame_size, txn_ids), host, port),
-                timeout,
-            )
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel (3.11)
+                _transport, conn = await connector.connect(
+                    lambda: cls(address, max_frame_size, txn_ids), host, port
+                )
         except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to bookie {address}: {exc}") from exc
         try:

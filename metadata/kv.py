@@ -73,7 +73,8 @@ class Watch(abc.ABC):
 
     async def next(self, timeout: float) -> WatchEvent:
         """The next event, or TimeoutError."""
-        item = await asyncio.wait_for(self._queue.get(), timeout)
+        async with asyncio.timeout(timeout):
+            item = await self._queue.get()
         if item is None:
             raise StopAsyncIteration
         if isinstance(item, BaseException):

@@ -2,9 +2,11 @@
 
 aetcd drops response headers and has no range limit, so requests that need the revision or
 pagination go through its generated ``rpc`` stubs directly. Every call runs under
-``asyncio.wait_for(timeout)``; gRPC reconnects by itself when etcd comes back. With several
-endpoints, a call that finds its endpoint unavailable (the request never reached etcd) moves to
-the next one; a timeout is reported as it is, since the request may have been applied.
+``asyncio.timeout()`` (not ``wait_for``, which on Python 3.11 can swallow a cancellation that
+arrives as the call completes, leaving a cancelled task running); gRPC reconnects by itself
+when etcd comes back. With several endpoints, a call that finds its endpoint unavailable (the
+request never reached etcd) moves to the next one; a timeout is reported as it is, since the
+request may have been applied.
 """
 
 from __future__ import annotations
@@ -73,10 +75,10 @@ class _EtcdWatch(Watch):
         while not self._closed:
             try:
                 client = await self._owner._get_client()
-                self._current = await asyncio.wait_for(
-                    client.watch(self._key, range_end=self._range_end, start_revision=self._next),
-                    self._owner.timeout,
-                )
+                async with asyncio.timeout(self._owner.timeout):
+                    self._current = await client.watch(
+                        self._key, range_end=self._range_end, start_revision=self._next
+                    )
                 backoff = 0.05
                 async for event in self._current:
                     revision = int(event.kv.mod_revision)
@@ -99,7 +101,8 @@ class _EtcdWatch(Watch):
             await self._task
         if self._current is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._current.cancel(), self._owner.timeout)
+                async with asyncio.timeout(self._owner.timeout):
+                    await self._current.cancel()
 
 
 class EtcdKV(KV):
@@ -130,7 +133,8 @@ class EtcdKV(KV):
         self._index = (self._index + 1) % len(self._endpoints)
         if client is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    await client.close()
 
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         last: BaseException | None = None
@@ -139,7 +143,8 @@ class EtcdKV(KV):
             endpoint = self.endpoint
             try:
                 try:
-                    return await asyncio.wait_for(fn(client), self.timeout)
+                    async with asyncio.timeout(self.timeout):
+                        return await fn(client)
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
@@ -252,4 +257,5 @@ class EtcdKV(KV):
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.close(), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    await client.close()

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from metadata import EtcdProcess, Fragment, LedgerMetadata, free_port, open_store
+from metadata.kv_etcd import EtcdKV
 from protocol.errors import MetadataStoreError, MetadataVersionError
 from tests.conftest import unique_name
 
@@ -112,3 +113,28 @@ async def test_etcd_restart_errors_then_reconnects_and_watches_resume(tmp_path) 
     finally:
         await store.close()
         server.stop()
+
+
+async def test_a_cancel_arriving_as_a_call_completes_is_not_swallowed(etcd_server) -> None:
+    """Python 3.11's wait_for returns the result when the caller is cancelled in the same loop
+    turn as the call completes, so a cancelled task carries on. A bookie's lease keep-alive did
+    exactly that and ``Registration.close()`` waited for it forever (a hung ``make test``)."""
+    store = open_store(etcd_server.uri(unique_name("cancel")))
+    kv = store.kv
+    assert isinstance(kv, EtcdKV)
+    loop = asyncio.get_running_loop()
+    reply: asyncio.Future[int] = loop.create_future()
+
+    async def call(_client: object) -> int:
+        return await reply
+
+    try:
+        task = asyncio.ensure_future(kv._call("test call", call))
+        for _ in range(20):  # until it waits on the reply (the client connects first)
+            await asyncio.sleep(0.05)
+        reply.set_result(1)
+        task.cancel()  # same loop turn: the caller asked to stop, it must stop
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await store.close()
