@@ -131,6 +131,11 @@ class AddPipeline:
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Sends to a bookie whose connection is still being made, in entry order; one task per
+        # bookie hands them over once it connects. Later sends queue behind them, so a bookie
+        # never sees a later add (or a FORCE, see ``sent``) before an earlier one.
+        self._backlog: dict[str, list[tuple[int, bytes, Callable[[Response | BKError], None]]]] = {}
+        self._backlog_done: dict[str, asyncio.Future[None]] = {}
         self._sent_lac = lac  # the highest LAC that went out piggybacked on an add
         self._lac_timer: asyncio.TimerHandle | None = None
 
@@ -203,23 +208,47 @@ class AddPipeline:
         for slot in slots:
             bookie = self.ensemble[slot]
             callback = self._callback(op, slot, bookie)
-            conn = self._pool.get_nowait(bookie)
-            if conn is not None:
-                conn.send_frame(txn_id, frame, timeout, callback)
-                if alone:
-                    conn.flush_now()
-            else:
-                self._spawn(self._send_after_connect(bookie, txn_id, frame, callback))
+            backlog = self._backlog.get(bookie)
+            if backlog is None:
+                conn = self._pool.get_nowait(bookie)
+                if conn is not None:
+                    conn.send_frame(txn_id, frame, timeout, callback)
+                    if alone:
+                        conn.flush_now()
+                    continue
+                backlog = self._backlog[bookie] = []
+                self._backlog_done[bookie] = self._loop.create_future()
+                self._spawn(self._send_after_connect(bookie))
+            backlog.append((txn_id, frame, callback))
 
-    async def _send_after_connect(
-        self, bookie: str, txn_id: int, frame: bytes, callback: Callable[[Response | BKError], None]
-    ) -> None:
+    async def _send_after_connect(self, bookie: str) -> None:
         try:
             conn = await self._pool.get(bookie)
         except BKError as exc:
-            callback(exc)
+            for _txn_id, _frame, callback in self._end_backlog(bookie):
+                callback(exc)
             return
-        conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
+        except asyncio.CancelledError:  # the pipeline is closing: these adds go nowhere
+            self._end_backlog(bookie)
+            raise
+        for txn_id, frame, callback in self._end_backlog(bookie):
+            conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
+
+    def _end_backlog(
+        self, bookie: str
+    ) -> list[tuple[int, bytes, Callable[[Response | BKError], None]]]:
+        backlog = self._backlog.pop(bookie, [])
+        done = self._backlog_done.pop(bookie, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+        return backlog
+
+    async def sent(self, bookie: str) -> None:
+        """Wait until every add so far has been handed to ``bookie``'s connection (or failed to
+        connect): a FORCE sent after this cannot overtake them."""
+        done = self._backlog_done.get(bookie)
+        if done is not None:
+            await asyncio.shield(done)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coro)

@@ -133,13 +133,22 @@ class LedgerHandle:
             return pipeline.lac
         ceiling = pipeline.last_acked
         replies = await asyncio.gather(
-            *(self._force_one(slot, bookie) for slot, bookie in enumerate(pipeline.ensemble))
+            *(self._force_one(bookie) for bookie in pipeline.ensemble), return_exceptions=True
         )
+        # The bookies that answered count even if one did not: a slot that failed keeps the
+        # LastAddSynced it had, which can only hold the LAC lower (BP-14's rule takes the
+        # AQ-th highest value). close() relies on this when a bookie is gone.
         for slot, synced in enumerate(replies):
-            pipeline.synced[slot] = max(pipeline.synced[slot], synced)
-        return pipeline.advance_volatile_lac(ceiling)
+            if isinstance(synced, int):
+                pipeline.synced[slot] = max(pipeline.synced[slot], synced)
+        lac = pipeline.advance_volatile_lac(ceiling)
+        for failure in replies:
+            if isinstance(failure, BaseException):
+                raise failure
+        return lac
 
-    async def _force_one(self, slot: int, bookie: str) -> int:
+    async def _force_one(self, bookie: str) -> int:
+        await self._pipeline.sent(bookie)  # the FORCE must not overtake the adds it covers
         conn = await self.pool.get(bookie)
         request = ForceRequest(conn.next_txn_id(), self.ledger_id, self._master_key)
         response = await conn.send(request, self.config.add_timeout)

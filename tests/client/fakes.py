@@ -172,8 +172,14 @@ class FakeBookie:
                 return WriteLacResponse(request.txn_id, StatusCode.ENOLEDGER, request.ledger_id)
             ledger.lac = max(ledger.lac, request.lac)
             return WriteLacResponse(request.txn_id, StatusCode.EOK, request.ledger_id, ledger.lac)
-        if isinstance(request, ForceRequest):
-            return ForceResponse(request.txn_id, StatusCode.EOK, request.ledger_id)
+        if isinstance(request, ForceRequest):  # everything a fake holds counts as synced
+            ledger = self.ledgers.get(request.ledger_id)
+            if ledger is None:
+                return ForceResponse(request.txn_id, StatusCode.ENOLEDGER, request.ledger_id)
+            synced = -1
+            while synced + 1 in ledger.entries:
+                synced += 1
+            return ForceResponse(request.txn_id, StatusCode.EOK, request.ledger_id, synced)
         return ErrorResponse(request.txn_id, StatusCode.EBADREQ, int(request.op))
 
     def _ledger(self, ledger_id: int, key: bytes) -> FakeLedger | None:
@@ -336,6 +342,7 @@ class FakeNetwork:
 
     def __init__(self) -> None:
         self.bookies: dict[str, FakeBookie] = {}
+        self.connect_gates: dict[str, Gate] = {}  # a connection to this bookie waits for it
 
     def add(self, bookie_id: str) -> FakeBookie:
         bookie = self.bookies[bookie_id] = FakeBookie(bookie_id)
@@ -344,6 +351,11 @@ class FakeNetwork:
     async def connect(
         self, factory: Callable[[], P], host: str, port: int
     ) -> tuple[asyncio.Transport, P]:
+        gate = self.connect_gates.get(f"{host}:{port}")
+        if gate is not None:
+            gate.count += 1
+            gate.arrived.set()
+            await gate._open.wait()
         bookie = self.bookies.get(f"{host}:{port}")
         if bookie is None or bookie.down:
             raise ConnectionRefusedError(f"no fake bookie at {host}:{port}")

@@ -6,14 +6,15 @@ import asyncio
 
 import pytest
 
-from client import ProtocolSwitches
+from client import BookieConnection, Durability, ProtocolSwitches
 from client.errors import (
+    BookieUnavailableError,
     LedgerFencedError,
     LedgerRecoveryError,
     NotEnoughBookiesError,
 )
 from metadata import LedgerState, MemoryKV
-from protocol import StatusCode
+from protocol import AddRequest, ForceRequest, StatusCode
 from tests.client.fakes import Gate, any_request, is_add, is_read
 from tests.client.test_traps import assert_replicated, until
 
@@ -457,3 +458,61 @@ async def test_a_damaged_copy_is_skipped_and_all_damaged_is_a_digest_error(world
         damage(bookie, 2)
     with pytest.raises(DigestMismatchError):
         await rh.read(2, 2)
+
+
+async def test_a_force_does_not_overtake_adds_waiting_for_a_connection(world) -> None:
+    """Adds to a bookie whose connection is still being made wait for it, in order. A FORCE
+    issued just as the connection appears, before those adds have been handed to it, must
+    still reach the bookie after them. It used to slip in between: the bookie answered
+    ENOLEDGER, force() failed, and close() -- which forces first -- closed a volatile log
+    ledger at -1 under sixty acknowledged records."""
+    await world.bookies(3)
+    writer = await world.client(seed=1)
+    lh = await writer.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+    slow_id = lh.metadata.ensemble[2]
+    slow = world.network.bookies[slow_id]
+    world.network.connect_gates[slow_id] = connecting = Gate()
+    # Widen the window between "the connection exists" and "the waiting adds resume": the
+    # callers that asked for the connection while it was being made are held a while longer.
+    pool, handed_over = writer.pool, Gate()
+    get = pool.get
+
+    async def get_late_for_early_callers(bookie_id: str) -> BookieConnection:
+        early = bookie_id == slow_id and pool.get_nowait(bookie_id) is None
+        conn = await get(bookie_id)
+        if early:
+            await handed_over._open.wait()
+        return conn
+
+    pool.get = get_late_for_early_callers  # type: ignore[method-assign]
+    for i in range(5):
+        assert await lh.append(b"e%d" % i) == i  # the other two answer; the slow one waits
+    connecting.release()
+    await until(lambda: pool.get_nowait(slow_id) is not None)
+    force = asyncio.ensure_future(lh.force())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    handed_over.release()
+    assert await asyncio.wait_for(force, 10) == 4
+    kinds = [type(r).__name__ for r in slow.processed if isinstance(r, AddRequest | ForceRequest)]
+    assert kinds == ["AddRequest"] * 5 + ["ForceRequest"], kinds
+    await lh.close()
+    assert lh.metadata.last_entry_id == 4
+
+
+async def test_a_force_missing_one_bookie_still_counts_the_others(world) -> None:
+    """force() fails while a bookie of the ensemble is unreachable, but the answers of the
+    others still move the LAC by BP-14's rule, and close() (which forces first) keeps what
+    they synced instead of closing at the old LAC."""
+    await world.bookies(3)
+    writer = await world.client(seed=1)
+    lh = await writer.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+    for i in range(5):
+        await lh.append(b"e%d" % i)
+    assert lh.last_add_confirmed < 4
+    world.network.bookies[lh.metadata.ensemble[1]].crash()
+    with pytest.raises(BookieUnavailableError):
+        await lh.force()
+    assert lh.last_add_confirmed == 4  # two of three synced 0..4: AQ=2 copies are durable
+    await lh.close()
+    assert lh.metadata.last_entry_id == 4
