@@ -67,6 +67,10 @@ EnsembleChanger = Callable[
 ]
 
 
+# One request waiting for its bookie's connection: (txn_id, encoded frame, response callback).
+QueuedSend = tuple[int, bytes, Callable[[Response | BKError], None]]
+
+
 class PendingAdd:
     __slots__ = ("acks", "done", "entry_id", "future", "length", "payload", "queued")
 
@@ -134,7 +138,7 @@ class AddPipeline:
         # Sends to a bookie whose connection is still being made, in entry order; one task per
         # bookie hands them over once it connects. Later sends queue behind them, so a bookie
         # never sees a later add (or a FORCE, see ``sent``) before an earlier one.
-        self._backlog: dict[str, list[tuple[int, bytes, Callable[[Response | BKError], None]]]] = {}
+        self._backlog: dict[str, list[QueuedSend]] = {}
         self._backlog_done: dict[str, asyncio.Future[None]] = {}
         self._sent_lac = lac  # the highest LAC that went out piggybacked on an add
         self._lac_timer: asyncio.TimerHandle | None = None
@@ -234,9 +238,7 @@ class AddPipeline:
         for txn_id, frame, callback in self._end_backlog(bookie):
             conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
 
-    def _end_backlog(
-        self, bookie: str
-    ) -> list[tuple[int, bytes, Callable[[Response | BKError], None]]]:
+    def _end_backlog(self, bookie: str) -> list[QueuedSend]:
         backlog = self._backlog.pop(bookie, [])
         done = self._backlog_done.pop(bookie, None)
         if done is not None and not done.done():
