@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from typing import TYPE_CHECKING
 
 from client.add import AddPipeline, ReplacementsChosen
 from client.close import close_as_writer
@@ -14,12 +13,10 @@ from client.connection import status_error
 from client.digest import Digester
 from client.ensemble_change import change_ensemble
 from client.pool import BookiePool
+from client.recovery import LedgerRecovery
 from metadata import LedgerMetadata, MetadataStore
 from protocol import Durability, ForceRequest, ForceResponse, StatusCode
 from protocol.errors import BKError, LedgerClosedError
-
-if TYPE_CHECKING:
-    pass
 
 
 class LedgerHandle:
@@ -46,6 +43,7 @@ class LedgerHandle:
         self._closing: asyncio.Future[None] | None = None
         self._rng = rng
         self._master_key = master_key
+        self._digest = digest
         self._pipeline = AddPipeline(
             ledger_id=ledger_id,
             master_key=master_key,
@@ -167,12 +165,11 @@ class LedgerHandle:
             try:
                 await self._pipeline.settle()
                 pipeline = self._pipeline
-                if pipeline.volatile and pipeline.error is None:
-                    # Close-to-open (BP-14): make what was acknowledged durable first; if a
-                    # bookie is unreachable the ledger closes at the LAC it already has.
-                    with contextlib.suppress(BKError):
-                        await self.force()
-                if not self.fenced:
+                recovered = await self._seal_volatile() if pipeline.volatile else None
+                if recovered is not None:
+                    self.metadata = recovered
+                    self._closed = True
+                elif not self.fenced:
                     self.metadata = await close_as_writer(self, pipeline.lac, pipeline.lac_length)
                     self._closed = True
                 else:
@@ -190,6 +187,29 @@ class LedgerHandle:
                     self._pipeline.fail(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
         else:
             await asyncio.shield(self._closing)
+
+    async def _seal_volatile(self) -> LedgerMetadata | None:
+        """Close-to-open (BP-14 "a failure at any point treats the entire ledger write
+        failure"): make every acknowledged entry durable before the close. When some bookie
+        cannot sync (or the ledger already failed), closing at the LAC would drop entries that
+        were acknowledged; recover instead, as a reader would -- fence, read every copy, write
+        the missing ones back synced, close at the end the copies show -- and return that
+        metadata. Raises if even recovery cannot reach enough bookies."""
+        pipeline = self._pipeline
+        if pipeline.error is None:
+            with contextlib.suppress(BKError):
+                await self.force()
+        if self.fenced or pipeline.lac >= pipeline.last_acked:
+            return None
+        return await LedgerRecovery(
+            ledger_id=self.ledger_id,
+            master_key=self._master_key,
+            digest=self._digest,
+            store=self.store,
+            pool=self.pool,
+            config=self.config,
+            rng=self._rng,
+        ).run(self.metadata)
 
     def __repr__(self) -> str:
         return (

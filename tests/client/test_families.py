@@ -516,3 +516,40 @@ async def test_a_force_missing_one_bookie_still_counts_the_others(world) -> None
     assert lh.last_add_confirmed == 4  # two of three synced 0..4: AQ=2 copies are durable
     await lh.close()
     assert lh.metadata.last_entry_id == 4
+
+
+@pytest.mark.parametrize("spare", [True, False], ids=["spare", "no-spare"])
+async def test_closing_a_volatile_ledger_keeps_acknowledged_entries_a_force_cannot_cover(
+    world, spare: bool
+) -> None:
+    """Entry 4 is acknowledged by A and C (AQ=2 written) while B has not stored it yet; then C
+    goes away. force() can only get A (4) and B (3): the LAC is 3. Closing there would drop an
+    acknowledged entry, so close() recovers instead -- it finds entry 4 on A, writes it back
+    and closes at 4 (BP-14 close-to-open). Without a spare for C, the write-back and so the
+    close fail: an error, never a silent truncation."""
+    await world.bookies(3)
+    writer = await world.client(seed=1)
+    lh = await writer.create_ledger(3, 3, 2, durability=Durability.VOLATILE)
+    _a, b, c = (world.network.bookies[bookie_id] for bookie_id in lh.metadata.ensemble)
+    if spare:
+        await world.bookies(1, first_port=9004)  # recovery's write-back replaces C with it
+    for i in range(4):
+        await lh.append(b"e%d" % i)
+    late = b.hold(is_add(4))
+    assert await lh.append(b"e4") == 4  # A and C
+    c.crash()
+    if not spare:
+        with pytest.raises(LedgerRecoveryError):
+            await asyncio.wait_for(lh.close(), 10)
+        stored = await world.store.read_ledger(lh.ledger_id)
+        assert not stored.is_closed  # left for a later recovery, not closed short
+        late.release()
+        return
+    await asyncio.wait_for(lh.close(), 10)
+    assert lh.metadata.is_closed
+    assert lh.metadata.last_entry_id == 4
+    assert b.has(lh.ledger_id, 4)  # written back by the recovery
+    late.release()
+    reader = await world.client(seed=2)
+    rh = await reader.open_ledger(lh.ledger_id)
+    assert [e.data for e in await rh.read(0, 4)] == [b"e%d" % i for i in range(5)]

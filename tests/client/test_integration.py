@@ -103,7 +103,8 @@ async def test_writer_fenced_by_a_concurrent_open(cluster) -> None:
 
 
 async def test_long_poll_wakes_on_a_new_add(cluster) -> None:
-    async with await BookKeeper.connect(cluster.uri) as bk:
+    # No explicit LAC from the idle writer: it would wake the poll before the new add does.
+    async with await BookKeeper.connect(cluster.uri, ClientConfig(explicit_lac_delay=0)) as bk:
         lh = await bk.create_ledger(3, 3, 2)
         await lh.append(b"a")
         await lh.append(b"b")
