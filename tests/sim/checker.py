@@ -193,6 +193,8 @@ def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int,
     # survive is everything up to the highest LAC anyone saw (I12) -- the LAC only moves over
     # entries synced on an ack quorum.
     durable_upto = history.max_lac(ledger_id) if ledger_id in history.volatile else None
+    if ledger_id in history.writer_closed and not history.unsynced_loss:
+        durable_upto = None  # closed by its writer, nothing lost: close-to-open keeps it all
     if durable_upto is not None and durable_upto > last:
         history.violations.append(
             f"I12 volatile ledger {ledger_id}: a LAC of {durable_upto} was seen but the ledger "

@@ -63,6 +63,11 @@ class History:
     lacs: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     ledgers: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # id -> E, WQ, AQ
     volatile: set[int] = field(default_factory=set)  # BP-14 ledgers among them
+    # Volatile ledgers their writer closed (close() returned), and whether any fault of the run
+    # could lose written-but-unsynced data (a crash, a wipe, a full disk). Without such a
+    # fault nothing acknowledged may be missing from those ledgers (BP-14 close-to-open).
+    writer_closed: set[int] = field(default_factory=set)
+    unsynced_loss: bool = False
     deleted: set[int] = field(default_factory=set)  # closed, then deleted (or tried to be)
     log_appends: list[LogAppend] = field(default_factory=list)
     log_ledgers: set[int] = field(default_factory=set)  # ledgers that belong to the log

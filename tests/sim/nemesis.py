@@ -129,6 +129,8 @@ class Nemesis:
         node = sim.node
         self.faulty.add(node)
         self._count(kind)
+        if kind in ("crash", "wipe", "full_disk"):
+            self.workload.history.unsynced_loss = True
         hold = rng.uniform(0.1, 1.5)
         if kind in ("crash", "stop", "wipe"):
             if kind == "wipe":

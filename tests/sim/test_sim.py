@@ -66,6 +66,23 @@ def test_checker_flags_a_refused_append_that_shows_up() -> None:
     assert "failed before it was sent" in violation, violation
 
 
+@pytest.mark.parametrize("lossy", [False, True], ids=["nothing-lost", "a-crash"])
+def test_checker_holds_a_writer_closed_volatile_ledger_to_every_ack(lossy: bool) -> None:
+    """Entries 0..2 acknowledged, none under a LAC anyone saw, and the writer closed the
+    volatile ledger at 0. Without a fault that can lose unsynced data that is a lost
+    acknowledged entry (close-to-open); after a crash it is BP-14's trade."""
+    history = History()
+    history.volatile.add(1)
+    history.writer_closed.add(1)
+    history.unsynced_loss = lossy
+    history.appends = [Append(1, b"%d" % i, 0.0, "ok", i) for i in range(3)]
+    _check_ledger(history, 1, 0, {0: b"0"})
+    if lossy:
+        assert history.violations == []
+    else:
+        assert [v.split(":")[0] for v in history.violations] == ["I1 ledger 1"] * 2
+
+
 def test_checker_catches_a_gc_that_removes_live_entry_logs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

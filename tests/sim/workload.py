@@ -102,6 +102,8 @@ class Workload:
             try:
                 await lh.close()
                 self.trace(f"{name}: closed ledger {ledger_id} at {lh.last_add_confirmed}")
+                if volatile:
+                    self.history.writer_closed.add(ledger_id)
             except BKError as exc:
                 self.trace(f"{name}: close failed: {type(exc).__name__}: {exc}")
             else:
