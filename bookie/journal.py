@@ -105,7 +105,6 @@ class Journal:
         self._lazy_groups: list[tuple[AppendFile | None, list[Callback]]] = []
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._volatile_sync_delay = volatile_sync_delay
-        self._queued_urgent = False  # the queue holds a record or barrier someone waits to sync
         self._syncing = False
         self._sync_wakeup: asyncio.Future[None] | None = None
         self._sync_idle: list[asyncio.Future[None]] = []
@@ -290,8 +289,6 @@ class Journal:
         self._callbacks.append(callback)
         if on_written is not None:
             self._written.append(on_written)
-        else:
-            self._queued_urgent = True
         self._queued_bytes += len(record)
         self.stats.journal_records += 1
         wakeup = self._wakeup
@@ -307,7 +304,6 @@ class Journal:
         if not self._callbacks:
             self._oldest = asyncio.get_running_loop().time()
         self._callbacks.append(callback)
-        self._queued_urgent = True
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -386,9 +382,10 @@ class Journal:
             callbacks = self._callbacks
             written = self._written
             first_lsn = self._first_queued_lsn
-            urgent = self._queued_urgent
+            # Someone waits for this batch's sync unless every record in it is volatile (each
+            # volatile record has a callback in both lists; persistent ones and barriers in one).
+            urgent = len(callbacks) > len(written)
             self._queue, self._callbacks, self._written = [], [], []
-            self._queued_urgent = False
             self._queued_bytes = 0
             self._first_queued_lsn = None
             if not data:  # barriers only: done once everything written before is synced
@@ -566,7 +563,6 @@ class Journal:
                     await task
         self._task = self._sync_task = None
         self._queue, self._callbacks, self._written = [], [], []
-        self._queued_urgent = False
         self._sync_groups = []
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()

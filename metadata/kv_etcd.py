@@ -131,6 +131,9 @@ class EtcdKV(KV):
     async def _rotate(self) -> None:
         client, self._client = self._client, None
         self._index = (self._index + 1) % len(self._endpoints)
+        await self._close_client(client)
+
+    async def _close_client(self, client: aetcd.Client | None) -> None:
         if client is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.timeout):
@@ -255,7 +258,4 @@ class EtcdKV(KV):
 
     async def close(self) -> None:
         client, self._client = self._client, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.timeout):
-                    await client.close()
+        await self._close_client(client)
