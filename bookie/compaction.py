@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bookie.entrylog import OFFSET_BITS, CorruptEntryError
-from bookie.ledger import PAGE_BITS, LedgerState
+from bookie.ledger import PAGE_BITS, LedgerState, page_items
 from bookie.storage import LedgerStorage
 
 PAGES_PER_YIELD = 16  # a few ms of work between yields to the event loop
@@ -41,7 +41,7 @@ async def live_entries(ledgers: Iterable[LedgerState]) -> Counter[int]:
     pages = 0
     for state in list(ledgers):
         for page in list(state.pages.values()):
-            live.update(location >> OFFSET_BITS for location in page if location >= 0)
+            live.update(location >> OFFSET_BITS for _slot, location in page_items(page))
             pages += 1
             if pages % PAGES_PER_YIELD == 0:
                 await asyncio.sleep(0)
@@ -71,8 +71,8 @@ async def relocate(storage: LedgerStorage, logs: set[int], flush_bytes: int) -> 
             if pages % PAGES_PER_YIELD == 0:
                 await asyncio.sleep(0)
             base = number << PAGE_BITS
-            for slot, location in enumerate(page):
-                if location >= 0 and location >> OFFSET_BITS in logs:
+            for slot, location in page_items(page):
+                if location >> OFFSET_BITS in logs:
                     targets.append((state, base + slot, location))
     result = Relocation()
     logger = storage.entry_logger

@@ -11,6 +11,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+# The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
+MAX_FRAME_SIZE = 64 * 1024 * 1024 - 64 * 1024
+
 
 class ConfigError(ValueError):
     """A setting is missing, unknown or out of range."""
@@ -63,6 +66,23 @@ class BookieConfig:
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     max_inflight_per_connection: int = 10_000  # pause reading a client beyond this
     max_long_poll_timeout: float = 120.0  # caps a client's long-poll wait
+    # Flow control (bookie.flow): what peers can make the bookie hold, each bounded.
+    max_connections: int = 4096  # at the cap, the connection idle longest makes room
+    connection_idle_timeout: float = 600.0  # nothing in flight and silent this long: closed
+    frame_timeout: float = 30.0  # a frame must be complete this long after its first byte
+    write_timeout: float = 60.0  # responses unsendable this long (a peer reading nothing): closed
+    # Responses queued for one peer: above the high mark stop reading its requests and hold
+    # its reads (BookKeeper's serverWriteBufferHighWaterMark); resume below the low one.
+    server_write_buffer_high_water_mark: int = 1024 * 1024
+    server_write_buffer_low_water_mark: int = 256 * 1024
+    # Partial frames plus queued responses of all connections; above it the biggest holder
+    # is closed. A quarter of a small host's RAM at most; must fit two largest frames.
+    max_connection_memory: int = 256 * 1024 * 1024
+    max_reads_in_progress: int = 64  # entry reads fetching at once (maxReadsInProgressLimit)
+    # Bytes of adds received and not yet answered; above it every peer waits for the journal.
+    max_add_bytes_in_progress: int = 64 * 1024 * 1024
+    max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
+    max_long_polls_per_connection: int = 10_000
     metrics_port: int | None = None  # Prometheus exporter; None disables it
 
     def __post_init__(self) -> None:
@@ -81,6 +101,14 @@ class BookieConfig:
             "max_inflight_per_connection",
             "max_long_poll_timeout",
             "registration_ttl",
+            "max_connections",
+            "connection_idle_timeout",
+            "frame_timeout",
+            "write_timeout",
+            "server_write_buffer_low_water_mark",
+            "max_reads_in_progress",
+            "max_long_polls",
+            "max_long_polls_per_connection",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -99,8 +127,18 @@ class BookieConfig:
             raise ConfigError("journal_max_group_wait must not be negative")
         if self.journal_volatile_sync_delay < 0:
             raise ConfigError("journal_volatile_sync_delay must not be negative")
-        if self.max_frame_size < 1024:
-            raise ConfigError("max_frame_size must be at least 1024 bytes")
+        if not 1024 <= self.max_frame_size <= MAX_FRAME_SIZE:
+            raise ConfigError(f"max_frame_size must be in 1024..{MAX_FRAME_SIZE} bytes")
+        if self.server_write_buffer_high_water_mark <= self.server_write_buffer_low_water_mark:
+            raise ConfigError(
+                "server_write_buffer_high_water_mark must be above the low water mark"
+            )
+        if self.max_connection_memory < 2 * self.max_frame_size:
+            raise ConfigError("max_connection_memory must hold at least two max_frame_size frames")
+        if self.max_add_bytes_in_progress < self.max_frame_size:
+            raise ConfigError("max_add_bytes_in_progress must hold at least one max_frame_size")
+        if self.entry_log_max_size > 1 << 40:
+            raise ConfigError("entry_log_max_size cannot pass 1 TiB (locations hold 40 bits)")
 
     @property
     def journal_path(self) -> str:

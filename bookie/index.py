@@ -6,12 +6,18 @@ DELTA (ledgers and pages changed since the previous segment) and records the jou
 covers: a restart loads the last FULL segment and the DELTAs after it, then replays the journal
 from that LSN. Every ``full_every`` checkpoints a FULL segment replaces the older ones.
 
-Layout, big-endian but for the pages (little-endian int64 arrays)::
+Layout (version 2), big-endian but for dense pages (little-endian int64 arrays)::
 
     header  b"AIOBKIDX" | u32 version | u8 kind | u64 seq | i64 journal LSN | u32 ledgers
     ledger  i64 id | u8 flags | u8 key length | key | i64 lac | i64 max entry | u32 pages
-    page    u32 page number | 4096 x i64 location
+    page    u64 page number | u16 entries | dense (entries = 0): 4096 x i64 location
+                                          | sparse: entries x (u16 slot | i64 location)
+    deleted u32 count | count x i64 ledger id     (ledgers garbage collection dropped; FULL only)
     trailer u32 crc32c of everything before it
+
+Version 1 (read, for upgrades; the next checkpoint writes version 2) had u32 page numbers, dense
+pages only and no deleted list. Every field is as wide as what the protocol lets a peer send
+(``protocol.limits``), so encoding a state the bookie holds cannot fail.
 """
 
 from __future__ import annotations
@@ -21,20 +27,24 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import crc32c
 
 from bookie.disk import Disk
-from bookie.ledger import PAGE_SIZE, LedgerState
+from bookie.ledger import PAGE_SIZE, LedgerState, Page
 
 MAGIC = b"AIOBKIDX"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct(">8sIBQqI")
 KIND_OFFSET = 12
 LEDGER = struct.Struct(">qBB")
 LEDGER_TAIL = struct.Struct(">qqI")
-PAGE_HEAD = struct.Struct(">I")
+PAGE_HEAD_V1 = struct.Struct(">I")
+PAGE_HEAD = struct.Struct(">QH")
+SLOT = struct.Struct(">Hq")
+COUNT = struct.Struct(">I")
+LEDGER_ID = struct.Struct(">q")
 PAGE_BYTES = PAGE_SIZE * 8
 CRC = struct.Struct(">I")
 SUFFIX = ".idx"
@@ -55,6 +65,15 @@ class Snapshot:
     data: bytes
 
 
+@dataclass(slots=True)
+class Loaded:
+    """What the segments on disk hold."""
+
+    mark: int = -1  # the journal LSN they cover
+    ledgers: dict[int, LedgerState] = field(default_factory=dict)
+    deleted: set[int] = field(default_factory=set)
+
+
 def _page_bytes(page: array[int]) -> bytes:
     if sys.byteorder == "little":
         return page.tobytes()
@@ -71,10 +90,25 @@ def _page_from(data: bytes) -> array[int]:
     return page
 
 
+def _encode_page(parts: list[bytes], number: int, page: Page) -> None:
+    if isinstance(page, dict):
+        parts.append(PAGE_HEAD.pack(number, len(page)))
+        parts.extend(SLOT.pack(slot, location) for slot, location in sorted(page.items()))
+    else:
+        parts.append(PAGE_HEAD.pack(number, 0))
+        parts.append(_page_bytes(page))
+
+
 def encode_segment(
-    seq: int, full: bool, mark_lsn: int, ledgers: Iterable[LedgerState]
+    seq: int,
+    full: bool,
+    mark_lsn: int,
+    ledgers: Iterable[LedgerState],
+    deleted: Iterable[int] = (),
 ) -> tuple[bytes, int]:
-    """Encode (and clear the dirty marks of) what a segment holds; return bytes and count."""
+    """Encode (and clear the dirty marks of) what a segment holds; return bytes and count.
+    ``deleted`` (the ids garbage collection dropped) is written in FULL segments only: a drop
+    always makes the next segment FULL."""
     parts: list[bytes] = []
     count = 0
     for state in ledgers:
@@ -87,56 +121,96 @@ def encode_segment(
         parts.append(state.master_key)
         parts.append(LEDGER_TAIL.pack(state.lac, state.max_entry, len(pages)))
         for number in pages:
-            parts.append(PAGE_HEAD.pack(number))
-            parts.append(_page_bytes(state.pages[number]))
+            _encode_page(parts, number, state.pages[number])
         state.dirty_pages.clear()
         state.meta_dirty = False
+    gone = sorted(deleted) if full else []
+    parts.append(COUNT.pack(len(gone)))
+    parts.extend(LEDGER_ID.pack(ledger_id) for ledger_id in gone)
     header = HEADER.pack(MAGIC, VERSION, FULL if full else DELTA, seq, mark_lsn, count)
     body = b"".join([header, *parts])
     return body + CRC.pack(crc32c.crc32c(body)), count
 
 
-def decode_segment(data: bytes, ledgers: dict[int, LedgerState]) -> tuple[int, int, int]:
-    """Apply a segment to ``ledgers``; return (kind, seq, journal LSN)."""
+class _Reader:
+    """Reads fields from a segment's bytes; running past the end is corruption."""
+
+    __slots__ = ("data", "end", "offset")
+
+    def __init__(self, data: bytes, offset: int, end: int) -> None:
+        self.data, self.offset, self.end = data, offset, end
+
+    def take(self, size: int) -> bytes:
+        if self.offset + size > self.end:
+            raise IndexCorruptError("index segment is truncated")
+        chunk = self.data[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+    def unpack(self, layout: struct.Struct) -> tuple[int, ...]:
+        end = self.offset + layout.size
+        if end > self.end:
+            raise IndexCorruptError("index segment is truncated")
+        values = layout.unpack_from(self.data, self.offset)
+        self.offset = end
+        return values
+
+
+def _decode_page(reader: _Reader, version: int) -> tuple[int, Page]:
+    if version == 1:
+        (number,) = reader.unpack(PAGE_HEAD_V1)
+        return number, _page_from(reader.take(PAGE_BYTES))
+    number, entries = reader.unpack(PAGE_HEAD)
+    if entries == 0:
+        return number, _page_from(reader.take(PAGE_BYTES))
+    sparse: dict[int, int] = {}
+    for _ in range(entries):
+        slot, location = reader.unpack(SLOT)
+        if slot >= PAGE_SIZE:
+            raise IndexCorruptError(f"index page slot {slot} is out of range")
+        sparse[slot] = location
+    return number, sparse
+
+
+def decode_segment(data: bytes, loaded: Loaded) -> tuple[int, int]:
+    """Apply a segment to ``loaded``; return (kind, seq) and set its journal LSN."""
     if len(data) < HEADER.size + CRC.size:
         raise IndexCorruptError("index segment is shorter than its header")
     (crc,) = CRC.unpack_from(data, len(data) - CRC.size)
     if crc32c.crc32c(data[: -CRC.size]) != crc:
         raise IndexCorruptError("index segment checksum mismatch")
     magic, version, kind, seq, mark, count = HEADER.unpack_from(data)
-    if magic != MAGIC or version != VERSION or kind not in (FULL, DELTA):
+    if magic != MAGIC or version not in (1, VERSION) or kind not in (FULL, DELTA):
         raise IndexCorruptError("index segment header is not recognised")
+    ledgers = loaded.ledgers
     if kind == FULL:
         ledgers.clear()
-    offset = HEADER.size
-    try:
-        for _ in range(count):
-            ledger_id, flags, key_length = LEDGER.unpack_from(data, offset)
-            offset += LEDGER.size
-            key = data[offset : offset + key_length]
-            offset += key_length
-            lac, max_entry, pages = LEDGER_TAIL.unpack_from(data, offset)
-            offset += LEDGER_TAIL.size
-            state = ledgers.get(ledger_id)
-            if state is None:
-                state = ledgers[ledger_id] = LedgerState(ledger_id, key)
-            state.master_key = key
-            state.fenced = bool(flags & FENCED)
-            state.limbo = bool(flags & LIMBO)
-            state.lac = lac
-            for _page in range(pages):
-                (number,) = PAGE_HEAD.unpack_from(data, offset)
-                offset += PAGE_HEAD.size
-                page = _page_from(data[offset : offset + PAGE_BYTES])
-                offset += PAGE_BYTES
-                state.pages[number] = page
-            state.max_entry = max(state.max_entry, max_entry)
-            state.meta_dirty = False
-    except struct.error as exc:
-        raise IndexCorruptError(f"index segment is truncated: {exc}") from None
-    if offset != len(data) - CRC.size:
+        loaded.deleted.clear()
+    reader = _Reader(data, HEADER.size, len(data) - CRC.size)
+    for _ in range(count):
+        ledger_id, flags, key_length = reader.unpack(LEDGER)
+        key = reader.take(key_length)
+        lac, max_entry, pages = reader.unpack(LEDGER_TAIL)
+        state = ledgers.get(ledger_id)
+        if state is None:
+            state = ledgers[ledger_id] = LedgerState(ledger_id, key)
+        state.master_key = key
+        state.fenced = bool(flags & FENCED)
+        state.limbo = bool(flags & LIMBO)
+        state.lac = lac
+        for _page in range(pages):
+            number, page = _decode_page(reader, version)
+            state.pages[number] = page
+        state.max_entry = max(state.max_entry, max_entry)
+        state.meta_dirty = False
+    if version >= 2:
+        (gone,) = reader.unpack(COUNT)
+        for _ in range(gone):
+            loaded.deleted.add(reader.unpack(LEDGER_ID)[0])
+    if reader.offset != reader.end:
         raise IndexCorruptError("index segment has trailing bytes")
-    return kind, seq, mark
+    loaded.mark = mark
+    return kind, seq
 
 
 class IndexStore:
@@ -149,8 +223,8 @@ class IndexStore:
         self._force_full = True
         self._segments: list[str] = []
 
-    async def load(self) -> tuple[int, dict[int, LedgerState]]:
-        """Ledger states and the journal LSN they cover (-1 with nothing checkpointed)."""
+    async def load(self) -> Loaded:
+        """Ledger states, dropped ledgers and the journal LSN they cover (-1: nothing yet)."""
         await self._disk.makedirs(self._dir)
         names = []
         for name in await self._disk.listdir(self._dir):
@@ -159,8 +233,7 @@ class IndexStore:
             elif name.endswith(SUFFIX):
                 names.append(name)
         names.sort()
-        ledgers: dict[int, LedgerState] = {}
-        mark = -1
+        loaded = Loaded()
         start = 0
         for position, name in enumerate(names):
             handle = await self._disk.open_read(os.path.join(self._dir, name))
@@ -173,7 +246,7 @@ class IndexStore:
         for name in names[start:]:
             data = await self._disk.read_file(os.path.join(self._dir, name))
             try:
-                kind, seq, mark = decode_segment(data, ledgers)
+                kind, seq = decode_segment(data, loaded)
             except IndexCorruptError as exc:
                 raise IndexCorruptError(f"{name}: {exc}") from None
             if kind == FULL and name != names[start]:  # pragma: no cover - defensive
@@ -182,13 +255,15 @@ class IndexStore:
         self._segments = names[start:]
         self._since_full = len(self._segments)
         self._force_full = not names
-        return mark, ledgers
+        return loaded
 
-    def capture(self, mark_lsn: int, ledgers: Iterable[LedgerState]) -> Snapshot:
+    def capture(
+        self, mark_lsn: int, ledgers: Iterable[LedgerState], deleted: Iterable[int] = ()
+    ) -> Snapshot:
         """Encode a segment now (synchronously, so it matches the entry logs' state now)."""
         full = self._force_full or self._since_full >= self._full_every
         self._seq += 1
-        data, _count = encode_segment(self._seq, full, mark_lsn, ledgers)
+        data, _count = encode_segment(self._seq, full, mark_lsn, ledgers, deleted)
         return Snapshot(self._seq, full, data)
 
     async def write(self, snapshot: Snapshot) -> None:

@@ -20,6 +20,7 @@ from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
 from bookie.disk import Disk, OsDisk
+from bookie.flow import FlowControl
 from bookie.gc import GcResult, collect
 from bookie.journal import Journal
 from bookie.journal_format import (
@@ -31,12 +32,13 @@ from bookie.journal_format import (
     RecordType,
 )
 from bookie.journal_policy import GroupCommitPolicy
+from bookie.ledger import MAX_KEY_SIZE
 from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from bookie.ops import HANDLERS, Handler
 from bookie.stats import BookieStats
 from bookie.storage import LedgerStorage
 from metadata import WRITABLE, BookieServiceInfo, MetadataStore, Registration, open_store
-from protocol import OpCode, peek_header
+from protocol import MAX_ENTRY_ID, MalformedEntryError, OpCode, peek_header
 from protocol.errors import BKError, MetadataStoreError
 
 try:
@@ -44,6 +46,7 @@ try:
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
     SOFTWARE_VERSION = "unknown"
 REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
+CHECKPOINT_RETRY = 1.0  # seconds before trying again after a failed checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ class Bookie:
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = BookieStats()
         self.handlers: dict[OpCode, Handler] = HANDLERS
-        self.connections: set[ServerConnection] = set()
+        self.flow = FlowControl(config, self.stats)
         self._disk: Disk = disk or OsDisk()
         self._owns_disk = disk is None
         self._network: ServerNetwork = network or AsyncioNetwork()
@@ -105,6 +108,7 @@ class Bookie:
             volatile_sync_delay=config.journal_volatile_sync_delay,
         )
         self.replayed = 0
+        self.checkpoint_error: str | None = None  # why the last checkpoint failed, until one works
         self.instance_id = ""
         self.unclean_start = False
         self._replaced_instances: tuple[str, ...] = ()
@@ -171,6 +175,7 @@ class Bookie:
                 self._metadata = None
             raise
         self._running = True
+        self.flow.start()
         self._checkpoint_task = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name="bookie-checkpoint"
         )
@@ -222,7 +227,10 @@ class Bookie:
         await self.journal.start(mark + 1)
         if self.replayed:
             log.info("replayed %d journal records after LSN %d", self.replayed, mark)
-            await self.checkpoint()
+            # On a full disk this fails; the journal still holds what it replayed, and the
+            # bookie starts anyway (read-only, see bookie.disk_monitor) and retries.
+            with contextlib.suppress(Exception):
+                await self.checkpoint()
         lost_data = check.fixed or (self.unclean_start and not self.config.journal_write_data)
         if lost_data and self._metadata is not None:
             self.limbo_ledgers, self._to_repair = await fence_and_limbo(self, self._metadata)
@@ -236,9 +244,17 @@ class Bookie:
         await self._close_server(abort=False)
         await self._cancel_checkpoints()
         await self.journal.stop()
-        await self.checkpoint(release=False)
+        try:
+            await self.checkpoint(release=False)
+            complete = True
+        except Exception:
+            # With a journal nothing is lost: the next start replays it. Without one, adds
+            # that never reached an entry log are gone, and the marker must make the next
+            # start take the data-loss path (BP-46).
+            complete = self.config.journal_write_data
         await self.storage.close()
-        await clear_marker(self._disk, self.config)  # only a clean stop clears it
+        if complete:
+            await clear_marker(self._disk, self.config)  # only a clean stop clears it
         if self._owns_disk:
             await self._disk.close()
         log.info("bookie %s stopped", self.bookie_id)
@@ -256,10 +272,15 @@ class Bookie:
         if self._owns_disk:
             await self._disk.close()
 
+    @property
+    def connections(self) -> list[ServerConnection]:
+        return list(self.flow.connections)
+
     async def _close_server(self, abort: bool) -> None:
+        self.flow.stop()
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
+        for conn in self.connections:
             conn.abort() if abort else conn.close()
             for task in list(conn.tasks):
                 task.cancel()
@@ -370,21 +391,42 @@ class Bookie:
 
     async def _checkpoint_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.config.flush_interval)
-            try:
+            delay = self.config.flush_interval
+            if self.checkpoint_error is not None:
+                delay = min(delay, CHECKPOINT_RETRY)
+            await asyncio.sleep(delay)
+            with contextlib.suppress(Exception):  # counted and logged by checkpoint()
                 await self.checkpoint()
-            except OSError:
-                log.exception("checkpoint failed; the journal is kept until one succeeds")
             try:
                 await self._refresh_registration()
             except (MetadataStoreError, BKError) as exc:
                 log.warning("bookie %s: cannot publish free disk: %s", self.bookie_id, exc)
 
     async def checkpoint(self, release: bool = True) -> None:
-        """Make everything journaled so far durable in ledger storage; trim the journal."""
+        """Make everything journaled so far durable in ledger storage; trim the journal.
+
+        A failure is logged, counted (``checkpoint_failures``) and kept in
+        ``checkpoint_error`` until a checkpoint succeeds; the journal keeps every record the
+        failed one did not cover, and the checkpoint loop tries again soon."""
         async with self._checkpoint_lock:
             mark = self.journal.last_lsn
-            await self.storage.checkpoint(mark)
+            try:
+                await self.storage.checkpoint(mark)
+            except Exception as exc:
+                self.stats.checkpoint_failures += 1
+                self.checkpoint_error = f"{type(exc).__name__}: {exc}"
+                log.error(
+                    "bookie %s: checkpoint failed (%d so far); the journal is kept until one "
+                    "succeeds: %s",
+                    self.bookie_id,
+                    self.stats.checkpoint_failures,
+                    self.checkpoint_error,
+                    exc_info=not isinstance(exc, OSError),
+                )
+                raise
+            if self.checkpoint_error is not None:
+                log.warning("bookie %s: checkpoints succeed again", self.bookie_id)
+                self.checkpoint_error = None
             if release:
                 await self.journal.release(mark)
 
@@ -413,29 +455,48 @@ class Bookie:
     # ------------------------------------------------------------------ replay
 
     def _apply(self, record: Record) -> None:
-        """Re-apply one journal record to ledger storage during boot."""
+        """Re-apply one journal record to ledger storage during boot.
+
+        Every record here was acknowledged or at least journaled, so none may stop the boot:
+        a value storage cannot hold (written by a version that did not check requests at the
+        door, ``protocol.limits``) is logged, counted and left out rather than refused."""
         payload = record.payload
-        ledgers = self.storage.ledgers
+        storage = self.storage
+        ledgers = storage.ledgers
         if record.kind is RecordType.MASTER_KEY:
             (ledger_id,) = LEDGER_PREFIX.unpack_from(payload)
             key = payload[LEDGER_PREFIX.size :]
+            if len(key) > MAX_KEY_SIZE:
+                self._skip(record, f"ledger {ledger_id}: a {len(key)}-byte master key")
+                key = b""  # kept as a ledger whose key is unknown, like a limbo one
             state = ledgers.get(ledger_id)
             if state is None:
-                self.storage.create(ledger_id, key)
+                if ledger_id not in storage.deleted:
+                    storage.create(ledger_id, key)
             elif not state.master_key:
                 state.master_key = key  # limbo ledger created at boot learns its key
             return
         ledger_id = LEDGER_PREFIX.unpack_from(payload)[0]
         state = ledgers.get(ledger_id)
         if state is None:
+            if ledger_id in storage.deleted:
+                return  # garbage collected after this record was written
             raise JournalCorruptError(
                 f"journal record {record.lsn} names ledger {ledger_id} before its master key"
             )
         if record.kind is RecordType.ADD:
             _ledger, entry_id = ADD_PREFIX.unpack_from(payload)
             body = payload[ADD_PREFIX.size :]
-            self.storage.add_entry(state, entry_id, body)
-            state.advance_lac(peek_header(body)[2])
+            try:
+                lac = peek_header(body)[2]
+            except MalformedEntryError as exc:
+                self._skip(record, f"entry {ledger_id}/{entry_id}: {exc}")
+                return
+            if not 0 <= entry_id <= MAX_ENTRY_ID:
+                self._skip(record, f"entry id {entry_id} of ledger {ledger_id}")
+                return
+            storage.add_entry(state, entry_id, body)
+            state.advance_lac(lac)
             state.sync.synced(entry_id)  # replayed: made durable by the checkpoint after boot
         elif record.kind is RecordType.FENCE:
             state.fenced = True
@@ -445,6 +506,15 @@ class Bookie:
         elif record.kind is RecordType.LIMBO:
             state.limbo = bool(LEDGER_VALUE.unpack_from(payload)[1])
             state.meta_dirty = True
+
+    def _skip(self, record: Record, what: str) -> None:
+        self.stats.journal_records_skipped += 1
+        log.error(
+            "bookie %s: journal record %d holds %s that ledger storage cannot keep; left out",
+            self.bookie_id,
+            record.lsn,
+            what,
+        )
 
     # ------------------------------------------------------------------ helpers
 

@@ -48,6 +48,7 @@ from protocol.framing import (
     frame,
 )
 from protocol.keys import MASTER_KEY_SIZE, master_key
+from protocol.limits import MAX_ENTRY_ID, MAX_LEDGER_ID, check_request
 from protocol.messages import (
     LAC_ENTRY_ID,
     PROTOCOL_VERSION,
@@ -96,6 +97,9 @@ __all__ = [
     "Request",
     "Response",
     "MalformedMessageError",
+    "check_request",
+    "MAX_LEDGER_ID",
+    "MAX_ENTRY_ID",
     "OpCode",
     "AddFlag",
     "ReadFlag",

@@ -36,9 +36,12 @@ def _key_durable(state: LedgerState, error: BaseException | None) -> None:
 def ensure_ledger(
     bookie: Bookie, ledger_id: int, master_key: bytes
 ) -> tuple[LedgerState | None, StatusCode]:
-    """The ledger's state, created (key journaled) if new; EUA on a key mismatch."""
+    """The ledger's state, created (key journaled) if new; EUA on a key mismatch, ENOLEDGER for
+    a ledger garbage collection dropped."""
     state = bookie.storage.ledgers.get(ledger_id)
     if state is None:
+        if ledger_id in bookie.storage.deleted:
+            return None, StatusCode.ENOLEDGER  # garbage collected: it must not come back
         if not master_key:
             return None, StatusCode.EBADREQ
         state = bookie.storage.create(ledger_id, master_key)
@@ -74,9 +77,6 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
     def fail(status: StatusCode) -> None:
         conn.reply(AddResponse(txn_id, status, ledger_id, entry_id))
 
-    if ledger_id < 0 or entry_id < 0:
-        fail(StatusCode.EBADREQ)
-        return
     body = request.body
     try:
         body_ledger, body_entry, piggybacked_lac = peek_header(body)
@@ -94,7 +94,10 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
         fail(StatusCode.EFENCED)
         return
     bookie.storage.add_entry(state, entry_id, body)
-    stats.add_bytes += len(body)
+    size = len(body)
+    stats.add_bytes += size
+    flow = bookie.flow
+    flow.add_started(size)  # until answered: bounds what the journal queue holds
     state.advance_lac(piggybacked_lac)
     cursor = state.sync
     cursor.confirmed(piggybacked_lac)  # BP-14: a LAC is confirmed on an ack quorum
@@ -102,6 +105,7 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
         # BP-46: the add skips the journal and is answered once in ledger storage (in memory
         # until the next flush: a crash loses it, which boot-time fencing and limbo cover).
         def stored(error: BaseException | None) -> None:
+            flow.add_done(size)
             status = StatusCode.EIO if error is not None else StatusCode.EOK
             conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
 
@@ -116,6 +120,7 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
         nonlocal answered
         if not answered:
             answered = True
+            flow.add_done(size)
             status = StatusCode.EIO if error is not None else StatusCode.EOK
             conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
 

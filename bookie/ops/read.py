@@ -6,7 +6,10 @@
   recovery read carries the flag (RELIABILITY trap 1), so each bookie that answers recovery
   has promised to refuse the old writer.
 - LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
-  (capped), whichever is first; the waiter is removed either way.
+  (capped), whichever is first; the waiter is removed either way. Over the long-poll caps
+  (``bookie.flow``) the answer is ETOOMANYREQUESTS at once.
+- Fetching an entry waits for a turn (``ServerConnection.reading``): a peer that does not read
+  its answers cannot make the bookie hold one entry per request it pipelined.
 - A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives) -- except in a
   ledger in limbo (BP-46), where a missing entry is EUNKNOWN; a stored entry that fails its
   checksum is EIO, never served.
@@ -57,20 +60,27 @@ def _wake(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-async def _long_poll(bookie: Bookie, state: LedgerState, previous_lac: int, timeout: float) -> None:
-    if state.lac > previous_lac or timeout <= 0:
-        return
+async def _long_poll(
+    bookie: Bookie, conn: ServerConnection, state: LedgerState, timeout: float
+) -> None:
+    """Wait until the LAC moves (``advance_lac`` wakes every waiter) or ``timeout`` passes.
+    Registering, expiring and leaving are O(1) (a set and one timer), so many waiters cost
+    no more per poll than a few."""
     bookie.stats.long_polls += 1
+    flow = bookie.flow
+    flow.long_polls += 1
+    conn.long_polls += 1
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
-    state.waiters.append(waiter)
+    state.waiters.add(waiter)
     handle = loop.call_later(timeout, _wake, waiter)
     try:
         await waiter
     finally:
         handle.cancel()
-        if waiter in state.waiters:
-            state.waiters.remove(waiter)
+        state.waiters.discard(waiter)
+        flow.long_polls -= 1
+        conn.long_polls -= 1
 
 
 def handle_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
@@ -107,9 +117,6 @@ def _answer(
 
 async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
     ledger_id, entry_id = request.ledger_id, request.entry_id
-    if entry_id < LAC_ENTRY_ID or ledger_id < 0:
-        conn.reply(_answer(request, None, StatusCode.EBADREQ))
-        return
     state: LedgerState | None
     if request.flags & ReadFlag.FENCE:
         state, status = ensure_ledger(bookie, ledger_id, request.master_key)
@@ -125,27 +132,33 @@ async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) ->
             conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
             return
     if request.flags & ReadFlag.LONG_POLL:
-        cap = bookie.config.max_long_poll_timeout
-        await _long_poll(bookie, state, request.previous_lac, min(request.timeout_ms / 1000, cap))
+        timeout = min(request.timeout_ms / 1000, bookie.config.max_long_poll_timeout)
+        if state.lac <= request.previous_lac and timeout > 0:
+            if not bookie.flow.long_poll_room(conn):
+                bookie.stats.long_polls_refused += 1
+                conn.reply(_answer(request, state, StatusCode.ETOOMANYREQUESTS))
+                return
+            await _long_poll(bookie, conn, state, timeout)
         if entry_id == LAC_ENTRY_ID or entry_id > state.lac:
             conn.reply(_answer(request, state, StatusCode.EOK))
             return
     if entry_id == LAC_ENTRY_ID:
         conn.reply(_answer(request, state, StatusCode.EOK))
         return
-    try:
-        body = await bookie.storage.read_entry(state, entry_id)
-    except (CorruptEntryError, OSError) as exc:
-        # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always an
-        # answer -- an unanswered read would only time out at the client.
-        bookie.log_corruption(exc)
-        conn.reply(_answer(request, state, StatusCode.EIO))
-        return
-    if body is None:
-        bookie.stats.read_misses += 1
-        if request.flags & ReadFlag.LONG_POLL:
-            conn.reply(_answer(request, state, StatusCode.EOK))
-        else:
-            conn.reply(_answer(request, state, _missing(state)))
-        return
-    conn.reply(_answer(request, state, StatusCode.EOK, body))
+    async with conn.reading():  # bounded: see bookie.flow
+        try:
+            body = await bookie.storage.read_entry(state, entry_id)
+        except (CorruptEntryError, OSError) as exc:
+            # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
+            # an answer -- an unanswered read would only time out at the client.
+            bookie.log_corruption(exc)
+            conn.reply(_answer(request, state, StatusCode.EIO))
+            return
+        if body is None:
+            bookie.stats.read_misses += 1
+            if request.flags & ReadFlag.LONG_POLL:
+                conn.reply(_answer(request, state, StatusCode.EOK))
+            else:
+                conn.reply(_answer(request, state, _missing(state)))
+            return
+        conn.reply(_answer(request, state, StatusCode.EOK, body))

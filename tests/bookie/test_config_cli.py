@@ -57,8 +57,17 @@ def test_config_validation() -> None:
         BookieConfig(data_dir="/d", port=70000)
     with pytest.raises(ConfigError, match="negative"):
         BookieConfig(data_dir="/d", journal_max_group_wait=-1)
-    with pytest.raises(ConfigError, match="at least 1024"):
+    with pytest.raises(ConfigError, match="max_frame_size must be in 1024"):
         BookieConfig(data_dir="/d", max_frame_size=10)
+    # An add must fit one journal record, or replay would refuse it after it was acknowledged.
+    with pytest.raises(ConfigError, match="max_frame_size must be in 1024"):
+        BookieConfig(data_dir="/d", max_frame_size=64 * 1024 * 1024)
+    with pytest.raises(ConfigError, match="above the low water mark"):
+        BookieConfig(data_dir="/d", server_write_buffer_high_water_mark=1024)
+    with pytest.raises(ConfigError, match="two max_frame_size"):
+        BookieConfig(data_dir="/d", max_connection_memory=1024 * 1024)
+    with pytest.raises(ConfigError, match="1 TiB"):
+        BookieConfig(data_dir="/d", entry_log_max_size=2**41)
     with pytest.raises(ConfigError, match="cannot read"):
         BookieConfig.from_toml("/nonexistent/bookie.toml")
 

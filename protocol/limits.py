@@ -1,0 +1,90 @@
+"""What a request may carry, checked where it enters a bookie (pure: no I/O).
+
+The decoder (``protocol.codec``) accepts any message of the right shape and 64-bit integers;
+this module narrows each field to what the bookie can act on and store, so that nothing a peer
+sends can be acknowledged and later fail to encode in the journal or the index (a bookie that
+acknowledged such a request could never checkpoint or restart again):
+
+- ledger ids are 0..2**63-1; entry ids 0..MAX_ENTRY_ID (-1 only where it means "the LAC");
+- a master key is empty or exactly ``MASTER_KEY_SIZE`` bytes (a SHA-256 of the password), and
+  required wherever a request writes or fences;
+- LACs are -1 or an entry id; a long poll's timeout is not negative;
+- flags carry no bits this protocol version does not define.
+
+``check_request`` raises ``MalformedMessageError`` (with the txn id and op, so the bookie
+answers EBADREQ and keeps the connection).
+"""
+
+from __future__ import annotations
+
+from protocol.keys import MASTER_KEY_SIZE
+from protocol.messages import (
+    INT64_MAX,
+    LAC_ENTRY_ID,
+    AddFlag,
+    AddRequest,
+    ForceRequest,
+    MalformedMessageError,
+    ReadFlag,
+    ReadLacRequest,
+    ReadRequest,
+    Request,
+    WriteLacRequest,
+)
+
+MAX_LEDGER_ID = INT64_MAX
+# One below the int64 maximum, so that "the next entry" (id + 1) always fits.
+MAX_ENTRY_ID = INT64_MAX - 1
+_ADD_FLAGS = int(AddFlag.RECOVERY_ADD)
+_READ_FLAGS = int(ReadFlag.FENCE | ReadFlag.LONG_POLL)
+
+
+def _refuse(request: Request, why: str) -> MalformedMessageError:
+    return MalformedMessageError(f"{type(request).__name__}: {why}", request.txn_id, request.op)
+
+
+def _ledger(request: Request, ledger_id: int) -> None:
+    if not 0 <= ledger_id <= MAX_LEDGER_ID:
+        raise _refuse(request, f"ledger id {ledger_id} is out of range")
+
+
+def _key(request: Request, key: bytes, required: bool) -> None:
+    if len(key) == MASTER_KEY_SIZE or (not key and not required):
+        return
+    want = f"{MASTER_KEY_SIZE} bytes" if required else f"empty or {MASTER_KEY_SIZE} bytes"
+    raise _refuse(request, f"master key of {len(key)} bytes (want {want})")
+
+
+def _lac(request: Request, name: str, lac: int) -> None:
+    if not LAC_ENTRY_ID <= lac <= MAX_ENTRY_ID:
+        raise _refuse(request, f"{name} {lac} is out of range")
+
+
+def check_request(request: Request) -> None:
+    """Raise ``MalformedMessageError`` unless every field is within the limits above."""
+    if isinstance(request, AddRequest):
+        _ledger(request, request.ledger_id)
+        if not 0 <= request.entry_id <= MAX_ENTRY_ID:
+            raise _refuse(request, f"entry id {request.entry_id} is out of range")
+        if request.flags & ~_ADD_FLAGS:
+            raise _refuse(request, f"unknown flags {int(request.flags):#x}")
+        _key(request, request.master_key, required=True)
+    elif isinstance(request, ReadRequest):
+        _ledger(request, request.ledger_id)
+        _lac(request, "entry id", request.entry_id)
+        if request.flags & ~_READ_FLAGS:
+            raise _refuse(request, f"unknown flags {int(request.flags):#x}")
+        _key(request, request.master_key, required=bool(request.flags & ReadFlag.FENCE))
+        if request.flags & ReadFlag.LONG_POLL:
+            _lac(request, "previous LAC", request.previous_lac)
+            if request.timeout_ms < 0:
+                raise _refuse(request, f"negative long-poll timeout {request.timeout_ms}")
+    elif isinstance(request, WriteLacRequest):
+        _ledger(request, request.ledger_id)
+        _key(request, request.master_key, required=True)
+        _lac(request, "LAC", request.lac)
+    elif isinstance(request, ForceRequest):
+        _ledger(request, request.ledger_id)
+        _key(request, request.master_key, required=False)
+    elif isinstance(request, ReadLacRequest):
+        _ledger(request, request.ledger_id)
