@@ -1,22 +1,27 @@
 """One client connection: a thin loop around the codec (STYLE 2).
 
-Bytes in -> ``FrameDecoder`` -> ``decode_request`` -> the operation's handler. Handlers answer
-through ``reply``; responses queue up and go out in one write per event-loop turn, so the acks
-of a whole journal batch leave in one syscall. A connection that sends a frame over the limit,
-or bytes that are not a message, is closed; a request that parses far enough to have a txn_id
-but is invalid gets EBADREQ and the connection carries on. Either way only this peer is hit.
+Bytes in -> ``FrameDecoder`` -> ``decode_request`` + ``check_request`` -> the operation's
+handler. Handlers answer through ``reply``; responses queue up and go out in one write per
+event-loop turn, so the acks of a whole journal batch leave in one syscall. A connection that
+sends a frame over the limit, or bytes that are not a message, is closed; a request that parses
+far enough to have a txn_id but is invalid gets EBADREQ and the connection carries on. Either
+way only this peer is hit.
 
-Backpressure: past ``max_inflight_per_connection`` unanswered requests, or while the socket's
-send buffer is full, the connection stops reading from its peer.
+Backpressure (``bookie.flow``): the connection stops reading from its peer while it has
+``max_inflight_per_connection`` unanswered requests, while its unsent responses are above the
+write buffer's high-water mark, or while the bookie has too many add bytes unanswered. What it
+holds (a partial frame, unsent responses) is reported to the bookie-wide ``FlowControl``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
+from bookie.flow import READS_PER_CONNECTION, FifoGate
 from protocol import (
     ErrorResponse,
     FrameDecoder,
@@ -24,6 +29,7 @@ from protocol import (
     MalformedMessageError,
     Response,
     StatusCode,
+    check_request,
     decode_request,
     encode,
 )
@@ -37,12 +43,15 @@ log = logging.getLogger(__name__)
 class ServerConnection(asyncio.Protocol):
     def __init__(self, bookie: Bookie) -> None:
         self.bookie = bookie
+        self.flow = bookie.flow
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._decoder = FrameDecoder(bookie.config.max_frame_size)
-        self._max_frame = bookie.config.max_frame_size
-        self._max_inflight = bookie.config.max_inflight_per_connection
+        config = bookie.config
+        self._decoder = FrameDecoder(config.max_frame_size)
+        self._max_frame = config.max_frame_size
+        self._max_inflight = config.max_inflight_per_connection
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self._inflight = 0
         self._read_paused = False
@@ -50,6 +59,12 @@ class ServerConnection(asyncio.Protocol):
         self.closed = False
         self.tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
+        self.held = 0  # bytes held, as last reported to FlowControl
+        self.last_active = self._loop.time()
+        self.frame_started: float | None = None  # when the partial frame held began
+        self.write_paused_since: float | None = None  # responses unsendable since
+        self.reads = FifoGate(READS_PER_CONNECTION)
+        self.long_polls = 0
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -57,34 +72,56 @@ class ServerConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self.bookie.connections.add(self)
+        config = self.bookie.config
+        self.transport.set_write_buffer_limits(
+            high=config.server_write_buffer_high_water_mark,
+            low=config.server_write_buffer_low_water_mark,
+        )
+        if not self.flow.admit(self):
+            log.warning("refusing a connection from %s: max_connections reached", self.peer)
+            self.closed = True
+            self.transport.abort()
+            return
         self.bookie.stats.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.bookie.connections.discard(self)
+        self.flow.forget(self)
         for task in self.tasks:
             task.cancel()
         self._out.clear()
+        self._out_bytes = 0
 
     def pause_writing(self) -> None:
         self._write_paused = True
-        self._update_reading()
+        self.write_paused_since = self._loop.time()
+        self.reads.set_open(False)
+        self.update_reading()
+        self.measure()
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        self._update_reading()
+        self.write_paused_since = None
+        self.reads.set_open(True)
+        self.update_reading()
+        self.measure()
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = self._loop.time()
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
             self._reject(f"broken framing ({exc})")
             return
+        if not self._decoder.buffered:
+            self.frame_started = None
+        elif self.frame_started is None or frames:
+            self.frame_started = self.last_active  # a new frame began in this chunk
         handlers = self.bookie.handlers
         for payload in frames:
             try:
                 request = decode_request(payload, self._max_frame)
+                check_request(request)  # nothing storage cannot hold is ever acknowledged
             except MalformedMessageError as exc:
                 self.bookie.stats.bad_requests += 1
                 if exc.txn_id is None:
@@ -98,8 +135,9 @@ class ServerConnection(asyncio.Protocol):
             if self.closed:
                 return
         self.bookie.journal.flush_idle()
-        if self._inflight >= self._max_inflight:
-            self._update_reading()
+        self.measure()
+        if self._inflight >= self._max_inflight or self.flow.adds_paused:
+            self.update_reading()
 
     # -------------------------------------------------------------- for handlers
 
@@ -107,7 +145,7 @@ class ServerConnection(asyncio.Protocol):
         """Answer one request (every handled request gets exactly one reply)."""
         self._inflight -= 1
         if self._read_paused and self._inflight < self._max_inflight // 2:
-            self._update_reading()
+            self.update_reading()
         self._send(response)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -115,6 +153,41 @@ class ServerConnection(asyncio.Protocol):
         task = self._loop.create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        """Hold a turn to fetch an entry for this peer: a place among its few concurrent reads
+        (none while its unsent responses are above the high-water mark) and among the
+        bookie's. Reply inside the block, so the entry is counted as queued when the turn ends.
+        """
+        await self.reads.acquire()
+        try:
+            async with self.flow.reads:
+                yield
+        finally:
+            self.reads.release()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and no partial frame: closing it loses nothing."""
+        return self._inflight == 0 and self.frame_started is None
+
+    def held_now(self) -> int:
+        """Bytes this connection holds: a partial frame and responses not yet sent."""
+        if self.closed or self.transport is None:
+            return 0
+        return self._decoder.buffered + self._out_bytes + self.transport.get_write_buffer_size()
+
+    def measure(self) -> None:
+        """Report what this connection holds now to the bookie-wide count."""
+        self.flow.note_held(self, self.held_now())
+
+    def drop(self, why: str, quiet: bool = False) -> None:
+        """Close this connection at once (flow control: a bound was passed)."""
+        if self.closed:
+            return
+        (log.debug if quiet else log.warning)("closing connection from %s: %s", self.peer, why)
+        self.abort()
 
     # -------------------------------------------------------------- internals
 
@@ -124,7 +197,9 @@ class ServerConnection(asyncio.Protocol):
         if self.bookie.journal.urgent and not self._out and self.transport is not None:
             self.transport.write(encode(response))  # an idle add: no need to wait a loop turn
             return
-        self._out.append(encode(response))
+        frame = encode(response)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -134,13 +209,17 @@ class ServerConnection(asyncio.Protocol):
         if self.closed or not self._out or self.transport is None:
             return
         out, self._out = self._out, []
+        self._out_bytes = 0
         self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self.measure()
 
-    def _update_reading(self) -> None:
+    def update_reading(self) -> None:
         transport = self.transport
         if transport is None or self.closed:
             return
-        want_pause = self._write_paused or self._inflight >= self._max_inflight
+        want_pause = (
+            self._write_paused or self._inflight >= self._max_inflight or self.flow.adds_paused
+        )
         if want_pause and not self._read_paused:
             transport.pause_reading()
             self._read_paused = True
@@ -158,8 +237,10 @@ class ServerConnection(asyncio.Protocol):
             self._flush()
             self.transport.close()
         self.closed = True
+        self.flow.forget(self)
 
     def abort(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.abort()
         self.closed = True
+        self.flow.forget(self)

@@ -128,7 +128,7 @@ async def test_long_poll_wakes_on_add(start_bookie, connect) -> None:
     assert response.status is StatusCode.EOK
     assert response.lac == 0
     assert DIGEST.verify(parse_entry(response.body), 2, 0) == b"a"
-    assert state.waiters == []
+    assert state.waiters == set()
 
 
 async def test_long_poll_times_out_cleanly(start_bookie, connect) -> None:
@@ -142,7 +142,7 @@ async def test_long_poll_times_out_cleanly(start_bookie, connect) -> None:
     assert response.status is StatusCode.EOK
     assert response.lac == -1
     assert response.body is None
-    assert bookie.storage.ledgers[4].waiters == []
+    assert bookie.storage.ledgers[4].waiters == set()
 
 
 async def test_long_poll_waiter_released_when_client_leaves(start_bookie, connect) -> None:
@@ -160,7 +160,7 @@ async def test_long_poll_waiter_released_when_client_leaves(start_bookie, connec
         if not bookie.storage.ledgers[6].waiters:
             break
         await asyncio.sleep(0.01)
-    assert bookie.storage.ledgers[6].waiters == []
+    assert bookie.storage.ledgers[6].waiters == set()
 
 
 def _long_poll_request(conn, ledger):

@@ -84,6 +84,9 @@ class SimTransport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return 0
 
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        """Nothing is buffered here: writes are delivered as the simulated network goes."""
+
 
 class SimConnection:
     def __init__(
