@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -24,6 +25,16 @@ from bookie.journal_format import JournalCorruptError
 from bookie.metrics import serve_metrics
 from bookie.server import Bookie
 from metadata import MetadataURIError, open_store
+from protocol import (
+    BookieStateRequest,
+    BookieStateResponse,
+    GcRequest,
+    GcResponse,
+    Request,
+    Response,
+    StateChange,
+    StatusCode,
+)
 from protocol.errors import BKError
 
 log = logging.getLogger("aiobk.bookie")
@@ -45,7 +56,11 @@ def run_until_signalled(bookie: Bookie) -> None:
         await bookie.start()
         if bookie.config.metrics_port is not None:
             serve_metrics(
-                bookie.stats, bookie.bookie_id, bookie.config.host, bookie.config.metrics_port
+                bookie.stats,
+                bookie.bookie_id,
+                bookie.config.host,
+                bookie.config.metrics_port,
+                bookie.gauges,
             )
         click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}", nl=True)
         sys.stdout.flush()
@@ -237,6 +252,27 @@ def cookie_fix(
 bookie_group.add_command(cookie_group)
 
 
+def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) -> Response:
+    """Send one request to the bookie at HOST:PORT and return its answer (any status)."""
+    from client import BookieConnection  # noqa: PLC0415 - the client layer, for admin commands
+
+    host, _sep, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"expected HOST:PORT, got {address!r}", param_hint="ADDRESS")
+
+    async def run() -> Response:
+        conn = await BookieConnection.open(host, int(port), timeout=min(timeout, 10.0))
+        try:
+            return await conn.send(make(conn.next_txn_id()), timeout)
+        finally:
+            conn.close()
+
+    try:
+        return uvloop.run(run())
+    except BKError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @bookie_group.command("gc", help="Run a garbage collection pass on a running bookie now.")
 @click.argument("address")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
@@ -244,28 +280,10 @@ bookie_group.add_command(cookie_group)
 def gc_command(address: str, timeout: float, as_json: bool) -> None:
     """Deleted ledgers are dropped and their entry logs removed or compacted (see the README,
     "Deleting ledgers and reclaiming disk"); the bookie runs one pass every ``gc_interval``."""
-    from client import BookieConnection  # noqa: PLC0415 - the client layer, for one command
-    from protocol import GcRequest, GcResponse, StatusCode  # noqa: PLC0415
-
-    host, _sep, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"expected HOST:PORT, got {address!r}", param_hint="ADDRESS")
-
-    async def run() -> GcResponse:
-        conn = await BookieConnection.open(host, int(port), timeout=min(timeout, 10.0))
-        try:
-            response = await conn.send(GcRequest(conn.next_txn_id()), timeout)
-        finally:
-            conn.close()
-        assert isinstance(response, GcResponse)
-        return response
-
-    try:
-        response = uvloop.run(run())
-    except BKError as exc:
-        raise click.ClickException(str(exc)) from None
-    if response.status is not StatusCode.EOK:
-        raise click.ClickException(f"{address}: {response.status.name}: {response.detail}")
+    response = _ask_bookie(address, GcRequest, timeout)
+    if not isinstance(response, GcResponse) or response.status is not StatusCode.EOK:
+        detail = response.detail if isinstance(response, GcResponse) else ""
+        raise click.ClickException(f"{address}: {response.status.name}: {detail}")
     figures = {
         "ledgers_deleted": response.ledgers_deleted,
         "logs_removed": response.logs_removed,
@@ -283,3 +301,39 @@ def gc_command(address: str, timeout: float, as_json: bool) -> None:
         )
     if response.detail:
         raise click.ClickException(f"{address}: the pass stopped early: {response.detail}")
+
+
+@bookie_group.command("state", help="Show a running bookie's state, or force it read-only.")
+@click.argument("address")
+@click.option("--readonly", "change", flag_value="readonly", help="Refuse adds from now on.")
+@click.option("--writable", "change", flag_value="writable", help="Lift --readonly.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def state_command(address: str, change: str | None, timeout: float, as_json: bool) -> None:
+    """A read-only bookie refuses adds (writers move to other bookies) and serves everything
+    else; it is registered read-only, so ``aiobk bookies list`` shows it. ``--writable`` lifts
+    only an operator's ``--readonly``: a full disk or a failed journal keeps it read-only
+    until it clears (the reasons are printed)."""
+    wanted = {
+        None: StateChange.QUERY,
+        "readonly": StateChange.READ_ONLY,
+        "writable": StateChange.WRITABLE,
+    }[change]
+    response = _ask_bookie(address, lambda txn: BookieStateRequest(txn, wanted), timeout)
+    if not isinstance(response, BookieStateResponse) or response.status is not StatusCode.EOK:
+        raise click.ClickException(f"{address}: {response.status.name}")
+    reasons = [r for r in response.reasons.split("; ") if r]
+    document = {
+        "address": address,
+        "state": "writable" if response.writable else "readonly",
+        "reasons": reasons,
+        "high_priority_writes": bool(response.high_priority),
+    }
+    if as_json:
+        click.echo(json.dumps(document))
+    else:
+        click.echo(f"{address}: {document['state']}")
+        for reason in reasons:
+            click.echo(f"  {reason}")
+    if change == "writable" and not response.writable:
+        raise click.ClickException(f"{address} stays read-only: {'; '.join(reasons)}")

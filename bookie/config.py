@@ -81,6 +81,16 @@ class BookieConfig:
     max_reads_in_progress: int = 64  # entry reads fetching at once (maxReadsInProgressLimit)
     # Bytes of adds received and not yet answered; above it every peer waits for the journal.
     max_add_bytes_in_progress: int = 64 * 1024 * 1024
+    # Full disks (bookie.disk_monitor), BookKeeper's names and defaults.
+    disk_check_interval: float = 10.0  # seconds between usage checks (diskCheckInterval)
+    disk_usage_threshold: float = 0.95  # above it on any disk: read-only
+    disk_usage_warn_threshold: float = 0.90  # above it: garbage collection is forced
+    disk_usage_lwm_threshold: float = 0.90  # at or below it on every disk: writable again
+    # Read-only still takes recovery adds while every disk has this much free (100 MB).
+    min_usable_size_for_high_priority_writes: int = 100 * 1024 * 1024
+    # Set aside on each filesystem (at most 5% of it) and given back on a full disk, so that
+    # checkpoints, garbage collection, fences and a clean stop can still write.
+    disk_reserved_space: int = 64 * 1024 * 1024
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
     max_long_polls_per_connection: int = 10_000
     metrics_port: int | None = None  # Prometheus exporter; None disables it
@@ -105,6 +115,7 @@ class BookieConfig:
             "connection_idle_timeout",
             "frame_timeout",
             "write_timeout",
+            "disk_check_interval",
             "server_write_buffer_low_water_mark",
             "max_reads_in_progress",
             "max_long_polls",
@@ -137,6 +148,17 @@ class BookieConfig:
             raise ConfigError("max_connection_memory must hold at least two max_frame_size frames")
         if self.max_add_bytes_in_progress < self.max_frame_size:
             raise ConfigError("max_add_bytes_in_progress must hold at least one max_frame_size")
+        if not (
+            0 < self.disk_usage_lwm_threshold <= self.disk_usage_threshold <= 1
+            and 0 < self.disk_usage_warn_threshold <= self.disk_usage_threshold
+        ):
+            raise ConfigError(
+                "disk thresholds must satisfy 0 < disk_usage_lwm_threshold <= "
+                "disk_usage_threshold <= 1 and 0 < disk_usage_warn_threshold <= "
+                "disk_usage_threshold"
+            )
+        if self.min_usable_size_for_high_priority_writes < 0 or self.disk_reserved_space < 0:
+            raise ConfigError("disk sizes must not be negative")
         if self.entry_log_max_size > 1 << 40:
             raise ConfigError("entry_log_max_size cannot pass 1 TiB (locations hold 40 bits)")
 

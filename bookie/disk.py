@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 
 class AppendFile(Protocol):
@@ -40,6 +43,11 @@ class AppendFile(Protocol):
         ...
 
     async def sync(self) -> None: ...
+
+    async def rewind(self, size: int) -> None:
+        """Make the file end at ``size`` again (a write after it failed, or was never synced,
+        is to be written once more): the next write goes to ``size``."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -84,6 +92,15 @@ class Disk(Protocol):
 
     async def usage(self, path: str) -> tuple[int, int]:
         """(free bytes, total bytes) of the filesystem holding ``path``."""
+        ...
+
+    async def filesystem(self, path: str) -> int:
+        """An id of the filesystem holding ``path`` (equal ids: one filesystem)."""
+        ...
+
+    async def allocate(self, path: str, size: int) -> None:
+        """Create ``path`` holding ``size`` bytes of allocated space (a reserve to give back
+        when the disk is full); raises ENOSPC, leaving no file, if there is not room."""
         ...
 
     async def close(self) -> None: ...
@@ -135,43 +152,73 @@ class _OsAppendFile:
         end = self._size  # already counted: the data goes just before it
         start = end - len(data)
         if end > self._allocated:
-            grow = max(self._chunk, end - self._allocated)
-            zeros = bytes(min(grow, 1 << 20))
-            position = self._allocated
-            while position < self._allocated + grow:
-                position += os.pwrite(
-                    self._fd, zeros[: self._allocated + grow - position], position
-                )
-            os.fsync(self._fd)  # size and extents durable once, not at every fdatasync
-            self._allocated += grow
+            try:
+                self._zero_fill(max(self._chunk, end - self._allocated))
+            except OSError as exc:
+                if exc.errno not in _NO_SPACE or self._chunk <= end - self._allocated:
+                    raise
+                # No room for the chunk ahead: allocate what this write needs, if there is that.
+                self._zero_fill(end - self._allocated)
         view = memoryview(data)
         while view:
             written = os.pwrite(self._fd, view, start)
             view = view[written:]
             start += written
 
+    def _zero_fill(self, grow: int) -> None:
+        zeros = bytes(min(grow, 1 << 20))
+        position = self._allocated
+        while position < self._allocated + grow:
+            position += os.pwrite(self._fd, zeros[: self._allocated + grow - position], position)
+        os.fsync(self._fd)  # size and extents durable once, not at every fdatasync
+        self._allocated += grow
+
     def _write_sync(self, data: bytes) -> None:
         self._write_all(data)
         os.fdatasync(self._fd)
 
+    # ``size`` counts a write from when it is handed over (later writes on the lane go after
+    # it); a write that fails gives its bytes back, so that the next one lands where it would.
+
     async def write(self, data: bytes) -> None:
         self._size += len(data)
-        await self._loop.run_in_executor(self._executor, self._write_all, data)
+        try:
+            await self._loop.run_in_executor(self._executor, self._write_all, data)
+        except OSError:
+            self._size -= len(data)
+            raise
 
     async def write_and_sync(self, data: bytes) -> None:
         self._size += len(data)
-        await self._loop.run_in_executor(self._executor, self._write_sync, data)
+        try:
+            await self._loop.run_in_executor(self._executor, self._write_sync, data)
+        except OSError:
+            self._size -= len(data)
+            raise
 
     def write_and_sync_now(self, data: bytes) -> None:
         self._size += len(data)
-        self._write_sync(data)
+        try:
+            self._write_sync(data)
+        except OSError:
+            self._size -= len(data)
+            raise
 
     def write_now(self, data: bytes) -> None:
         self._size += len(data)
-        self._write_all(data)
+        try:
+            self._write_all(data)
+        except OSError:
+            self._size -= len(data)
+            raise
 
     async def sync(self) -> None:
         await self._loop.run_in_executor(self._sync_executor, os.fdatasync, self._fd)
+
+    async def rewind(self, size: int) -> None:
+        if not self._chunk:  # appending at the file's end: cut what follows
+            await self._loop.run_in_executor(self._executor, os.ftruncate, self._fd, size)
+        self._size = size
 
     async def close(self) -> None:
         if not self._closed:
@@ -256,6 +303,19 @@ def _usage(path: str) -> tuple[int, int]:
     return usage.free, usage.total
 
 
+def _allocate(path: str, size: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.remove(path)
+        raise
+    os.close(fd)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
 class OsDisk:
     """Real files. Blocking calls run on lane threads (ordered) or the read pool."""
 
@@ -320,6 +380,14 @@ class OsDisk:
     async def usage(self, path: str) -> tuple[int, int]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, _usage, path)
+
+    async def filesystem(self, path: str) -> int:
+        loop = asyncio.get_running_loop()
+        return (await loop.run_in_executor(self._pool, os.stat, path)).st_dev
+
+    async def allocate(self, path: str, size: int) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, _allocate, path, size)
 
     async def close(self) -> None:
         for lane in self._lanes.values():

@@ -26,6 +26,7 @@ import logging
 import os
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import crc32c
@@ -86,8 +87,10 @@ class EntryLogger:
         max_log_size: int,
         write_buffer_size: int,
         stats: BookieStats | None = None,
+        on_write_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self._disk = disk
+        self._on_write_error = on_write_error  # a full disk turns the bookie read-only
         self._dir = directory
         self._max_log_size = max_log_size
         self._write_buffer_size = write_buffer_size
@@ -142,8 +145,11 @@ class EntryLogger:
             await self.flush()
         except OSError as exc:
             # The bytes stay buffered (reads still find them); the next flush or checkpoint
-            # tries again, and a checkpoint that cannot write keeps the journal.
+            # tries again, and a checkpoint that cannot write keeps the journal. On a full
+            # disk the bookie turns read-only, so the buffer stops growing.
             log.warning("entry log write failed, kept in memory for the next flush: %s", exc)
+            if self._on_write_error is not None:
+                self._on_write_error(exc)
         finally:
             self._flush_task = None
 

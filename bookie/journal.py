@@ -16,6 +16,14 @@ layout").
 Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
 Replay reads every record after the checkpoint's LSN and refuses (``JournalCorruptError``) if
 one is missing or damaged in a way that is not a torn tail.
+
+A write or fdatasync that fails (a full disk, an I/O error) fails every record not yet synced
+and stops the journal: ``failed`` is set, ``on_failure`` tells the bookie (which turns
+read-only), and appends are refused at once without taking an LSN. The bytes of the records it
+failed are kept, in order; ``recover()`` writes them again where they began and syncs them,
+and only then does the journal take records again -- so LSNs stay dense on disk, and a record
+that was answered with an error may still be found by replay (as any add that reached a disk
+and was never acknowledged may), never a gap.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from bookie.disk import AppendFile, Disk
 from bookie.journal_format import (
@@ -72,7 +81,22 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 
 class JournalFailedError(OSError):
-    """The journal could not write or sync; nothing more is acknowledged."""
+    """The journal could not write or sync; nothing more is acknowledged until it recovers."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Records written together: where, so that they can be written there again."""
+
+    first_lsn: int
+    handle: AppendFile | None  # None: the file meant to take them could not be opened
+    offset: int
+    data: bytes
+
+
+# A group waiting for a sync: the file, the callbacks it answers, the batch it covers (none
+# for barriers).
+_Group = tuple[AppendFile | None, list[Callback], _Batch | None]
 
 
 class Journal:
@@ -100,9 +124,9 @@ class Journal:
         self._queue: list[bytes] = []
         self._callbacks: list[Callback] = []
         self._written: list[Callback] = []  # BP-14: run after the write, before the sync
-        self._sync_groups: list[tuple[AppendFile | None, list[Callback]]] = []
+        self._sync_groups: list[_Group] = []
         # Written batches of volatile records only, waiting for a sync (see the module doc).
-        self._lazy_groups: list[tuple[AppendFile | None, list[Callback]]] = []
+        self._lazy_groups: list[_Group] = []
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._volatile_sync_delay = volatile_sync_delay
         self._syncing = False
@@ -121,6 +145,8 @@ class Journal:
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._failed: BaseException | None = None
+        self._stalled: list[_Batch] = []  # failed, in LSN order: written again by recover()
+        self.on_failure: Callable[[BaseException], None] | None = None
         self._stopping = False
 
     @property
@@ -135,6 +161,11 @@ class Journal:
     @property
     def files(self) -> list[str]:
         return [path for _first, path in self._files]
+
+    @property
+    def failed(self) -> BaseException | None:
+        """Why the journal stopped taking records (None while it works)."""
+        return self._failed
 
     # ------------------------------------------------------------------ replay
 
@@ -275,11 +306,11 @@ class Journal:
     ) -> int:
         """Queue a record; ``callback(None)`` runs after the fdatasync that covers it, and
         ``on_written(None)`` (BP-14 volatile adds) as soon as it is written, before that."""
-        lsn = self._next_lsn
-        self._next_lsn = lsn + 1
         if self._failed is not None:
             asyncio.get_running_loop().call_soon(callback, self._failed)
-            return lsn
+            return -1  # no LSN: nothing is written until recover(), and LSNs must stay dense
+        lsn = self._next_lsn
+        self._next_lsn = lsn + 1
         record = encode_record(kind, lsn, payload)
         if not self._callbacks:
             self._oldest = asyncio.get_running_loop().time()
@@ -330,17 +361,19 @@ class Journal:
             return False
         data = b"".join(self._queue)
         callbacks = self._callbacks
+        first_lsn = self._first_queued_lsn
+        assert first_lsn is not None
         self._queue, self._callbacks = [], []
         self._queued_bytes = 0
         self._first_queued_lsn = None
-        data += padding(handle.size + len(data), self._alignment)
+        offset = handle.size
+        data += padding(offset + len(data), self._alignment)
         error: BaseException | None = None
         try:
             handle.write_and_sync_now(data)
             self._count(data, synced=True)
         except OSError as exc:
-            log.exception("journal write failed; no further adds will be acknowledged")
-            error = self._failed = JournalFailedError(f"journal write failed: {exc}")
+            error = self._fail(exc, [_Batch(first_lsn, handle, offset, data)])
         self.urgent = True
         try:
             _notify(callbacks, error)
@@ -374,6 +407,9 @@ class Journal:
                     return
                 await self._wait(None)
                 continue
+            if self._failed is not None:
+                self._stall_queue()  # queued before the failure: not written until recover()
+                continue
             delay = policy.flush_delay(max(self._queued_bytes, 1), self._oldest, loop.time())
             if delay and not self._stopping:
                 await self._wait(delay)
@@ -391,9 +427,12 @@ class Journal:
             if not data:  # barriers only: done once everything written before is synced
                 self._after_sync(callbacks)
                 continue
+            assert first_lsn is not None
+            batch = _Batch(first_lsn, None, 0, data)
             try:
-                handle = await self._file_for(len(data), first_lsn)
-                data += padding(handle.size + len(data), self._alignment)
+                handle = batch.handle = await self._file_for(len(data), first_lsn)
+                batch.offset = handle.size
+                data = batch.data = data + padding(handle.size + len(data), self._alignment)
                 if (
                     self._sync_data
                     and not written
@@ -414,21 +453,86 @@ class Journal:
                     await handle.write(data)
                 self._count(data, synced=False)
             except OSError as exc:
-                log.exception("journal write failed; no further adds will be acknowledged")
-                error = self._failed = JournalFailedError(f"journal write failed: {exc}")
-                _notify((*written, *callbacks), error)
+                if self._sync_busy():
+                    # Batches before this one wait for a sync: the sync stage fails them and
+                    # this one after them, so that they are stalled in LSN order.
+                    self._fail(exc, [])
+                    self._promote_lazy()
+                    self._sync_groups.append((None, [*written, *callbacks], batch))
+                    self._wake_syncer()
+                else:
+                    _notify((*written, *callbacks), self._fail(exc, [batch]))
+                continue
+            if self.failed is not None:  # a sync failed while this batch was being written
+                self._promote_lazy()
+                self._sync_groups.append((handle, [*written, *callbacks], batch))
+                self._wake_syncer()
                 continue
             _notify(written, None)
             if not self._sync_data:
                 _notify(callbacks, None)
             elif urgent or self._volatile_sync_delay <= 0:
                 self._promote_lazy()
-                self._sync_groups.append((handle, callbacks))
+                self._sync_groups.append((handle, callbacks, batch))
                 self._wake_syncer()
             else:
-                self._lazy_groups.append((handle, callbacks))
+                self._lazy_groups.append((handle, callbacks, batch))
                 if self._lazy_timer is None:
                     self._lazy_timer = loop.call_later(self._volatile_sync_delay, self._lazy_due)
+
+    def _fail(self, exc: OSError, batches: list[_Batch]) -> BaseException:
+        """Stop taking records (see the module doc); return the error their callbacks get."""
+        self._stalled.extend(batches)
+        if self._failed is None:
+            log.error("journal write or sync failed; nothing is acknowledged until it recovers")
+            log.debug("journal failure", exc_info=exc)
+            self.stats.journal_failures += 1
+            self._failed = JournalFailedError(exc.errno, f"journal failed: {exc.strerror or exc}")
+            if self.on_failure is not None:
+                self.on_failure(self._failed)
+        return self._failed
+
+    def _stall_queue(self) -> None:
+        """Hand what is queued to the sync stage, which fails it and stalls it after the
+        batches written before it."""
+        data = b"".join(self._queue)
+        first_lsn = self._first_queued_lsn
+        callbacks = [*self._written, *self._callbacks]
+        self._queue, self._callbacks, self._written = [], [], []
+        self._queued_bytes = 0
+        self._first_queued_lsn = None
+        batch = _Batch(first_lsn, None, 0, data) if data and first_lsn is not None else None
+        self._promote_lazy()
+        self._sync_groups.append((None, callbacks, batch))
+        self._wake_syncer()
+
+    async def recover(self) -> bool:
+        """After a failure, write the stalled records again where they began and sync them;
+        True once the journal takes records again (at once if it never failed)."""
+        if self._failed is None:
+            return True
+        await self._drain_syncs()  # every failed group is stalled, in order
+        stalled = self._stalled
+        try:
+            if stalled:
+                first = stalled[0]
+                if self._file is None:  # a rollover could not open the next file
+                    await self._open_file(first.first_lsn)
+                handle = self._file
+                assert handle is not None
+                if first.handle is handle:
+                    await handle.rewind(first.offset)
+                data = b"".join(batch.data for batch in stalled)
+                data += padding(handle.size + len(data), self._alignment)
+                await handle.write_and_sync(data)
+                self._count(data, synced=True)
+        except OSError as exc:
+            log.warning("journal cannot write its stalled records yet: %s", exc)
+            return False
+        self._stalled = []
+        self._failed = None
+        log.warning("journal recovered: it takes records again")
+        return True
 
     def _count(self, data: bytes, synced: bool) -> None:
         self.stats.journal_batches += 1
@@ -458,7 +562,7 @@ class Journal:
         """Run ``callbacks`` once every write so far is synced (now, if nothing is pending)."""
         if self._sync_busy():
             self._promote_lazy()
-            self._sync_groups.append((None, callbacks))
+            self._sync_groups.append((None, callbacks, None))
             self._wake_syncer()
         else:
             _notify(callbacks, self._failed)
@@ -491,15 +595,18 @@ class Journal:
             error: BaseException | None = self._failed
             try:
                 if error is None:
-                    for handle in dict.fromkeys(h for h, _cbs in groups if h is not None):
+                    for handle in dict.fromkeys(h for h, _cbs, _b in groups if h is not None):
                         await handle.sync()
                         self.stats.journal_syncs += 1
             except OSError as exc:
-                log.exception("journal sync failed; no further adds will be acknowledged")
-                error = self._failed = JournalFailedError(f"journal sync failed: {exc}")
+                error = self._fail(exc, [])
             finally:
                 self._syncing = False
-            for _handle, callbacks in groups:
+            if error is not None:
+                # Not durable (a failed fdatasync may even have dropped the pages): written
+                # again by recover(), in the order they were written.
+                self._stalled.extend(b for _h, _cbs, b in groups if b is not None)
+            for _handle, callbacks, _batch in groups:
                 _notify(callbacks, error)
 
     async def _drain_syncs(self) -> None:
@@ -520,7 +627,10 @@ class Journal:
             and handle.size + size > self._max_file_size
         ):
             await self._drain_syncs()  # the old file's pending fdatasync must finish first
+            if self._failed is not None:  # that fdatasync failed: stay on this file
+                raise self._failed
             await handle.close()
+            self._file = None
             await self._open_file(first_lsn)
             handle = self._file
             assert handle is not None

@@ -20,6 +20,7 @@ from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
 from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
 from bookie.disk import Disk, OsDisk
+from bookie.disk_monitor import DiskMonitor
 from bookie.flow import FlowControl
 from bookie.gc import GcResult, collect
 from bookie.journal import Journal
@@ -37,7 +38,15 @@ from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from bookie.ops import HANDLERS, Handler
 from bookie.stats import BookieStats
 from bookie.storage import LedgerStorage
-from metadata import WRITABLE, BookieServiceInfo, MetadataStore, Registration, open_store
+from bookie.write_state import WriteState
+from metadata import (
+    READ_ONLY,
+    WRITABLE,
+    BookieServiceInfo,
+    MetadataStore,
+    Registration,
+    open_store,
+)
 from protocol import MAX_ENTRY_ID, MalformedEntryError, OpCode, peek_header
 from protocol.errors import BKError, MetadataStoreError
 
@@ -92,7 +101,9 @@ class Bookie:
         self._checkpoint_lock = asyncio.Lock()
         self._port = config.port
         self._running = False
-        self.storage = LedgerStorage(self._disk, config, self.stats)
+        self.write_state = WriteState()
+        self.write_state.on_change(self._state_changed)
+        self.storage = LedgerStorage(self._disk, config, self.stats, self._write_error)
         self.journal = Journal(
             self._disk,
             config.journal_path,
@@ -107,6 +118,11 @@ class Bookie:
             alignment=config.journal_alignment,
             volatile_sync_delay=config.journal_volatile_sync_delay,
         )
+        self.disk_monitor = DiskMonitor(
+            config, self._disk, self.write_state, self.journal, self.stats, self._forced_gc
+        )
+        self._published_state = WRITABLE
+        self._publish_task: asyncio.Task[None] | None = None
         self.replayed = 0
         self.checkpoint_error: str | None = None  # why the last checkpoint failed, until one works
         self.instance_id = ""
@@ -168,6 +184,7 @@ class Bookie:
             await self._register()
         except BaseException:
             await self._close_server(abort=True)
+            await self.disk_monitor.stop()
             await self.journal.crash()
             await self.storage.close()
             if self._owns_metadata and self._metadata is not None:
@@ -176,6 +193,7 @@ class Bookie:
             raise
         self._running = True
         self.flow.start()
+        self.disk_monitor.run()
         self._checkpoint_task = asyncio.get_running_loop().create_task(
             self._checkpoint_loop(), name="bookie-checkpoint"
         )
@@ -198,6 +216,9 @@ class Bookie:
            journal-less bookie (one with a journal lost nothing it acknowledged): every
            non-closed ledger whose ensembles hold this bookie is fenced and put in limbo.
         """
+        # Before anything is written: on a full disk the reserve is given back first, and the
+        # bookie boots read-only (bookie.disk_monitor).
+        await self.disk_monitor.start()
         if self._metadata is None and self.config.metadata_uri:
             self._metadata = open_store(self.config.metadata_uri)
             self._owns_metadata = True
@@ -309,7 +330,8 @@ class Bookie:
             await asyncio.shield(self._repair_task)
 
     async def _cancel_checkpoints(self) -> None:
-        for name in ("_repair_task", "_gc_task"):
+        await self.disk_monitor.stop()
+        for name in ("_repair_task", "_gc_task", "_publish_task"):
             background: asyncio.Task[None] | None = getattr(self, name)
             setattr(self, name, None)
             if background is not None:
@@ -327,10 +349,11 @@ class Bookie:
     async def _service_info(self) -> BookieServiceInfo:
         free, total = await self.disk_usage()
         self._published_free = free
+        self._published_state = WRITABLE if self.write_state.writable else READ_ONLY
         return BookieServiceInfo(
             self.bookie_id,
             self.advertised_address,
-            WRITABLE,
+            self._published_state,
             SOFTWARE_VERSION,
             free,
             total,
@@ -366,13 +389,43 @@ class Bookie:
             self._reregister_task = None
 
     async def _refresh_registration(self) -> None:
-        """Publish free disk again when it moved by more than 64 MiB."""
+        """Publish free disk again when it moved by more than 64 MiB, and a change between
+        writable and read-only that could not be published when it happened."""
         registration = self.registration
         if registration is None or registration.lost.is_set():
             return
         free, _total = await self.disk_usage()
-        if abs(free - self._published_free) >= 64 * 1024 * 1024:
+        state = WRITABLE if self.write_state.writable else READ_ONLY
+        if abs(free - self._published_free) >= 64 * 1024 * 1024 or state != self._published_state:
             await registration.update(await self._service_info())
+
+    def _state_changed(self, writable: bool) -> None:
+        """Writable or read-only: registered as such at once (placement reads the registry)."""
+        log.warning(
+            "bookie %s is %s%s",
+            self.bookie_id,
+            "writable" if writable else "read-only",
+            "" if writable else f" ({'; '.join(self.write_state.reasons)})",
+        )
+        if self._running and (self._publish_task is None or self._publish_task.done()):
+            self._publish_task = asyncio.get_running_loop().create_task(
+                self._publish_state(), name="bookie-publish-state"
+            )
+
+    async def _publish_state(self) -> None:
+        try:
+            await self._refresh_registration()
+        except (MetadataStoreError, BKError) as exc:
+            log.warning("bookie %s: cannot publish its state yet: %s", self.bookie_id, exc)
+
+    def _write_error(self, exc: OSError) -> None:
+        self.disk_monitor.report(exc)
+
+    async def _forced_gc(self) -> GcResult | None:
+        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
+        if self._metadata is None or not self._running:
+            return None
+        return await self.collect_garbage()
 
     async def _deregister(self, clean: bool) -> None:
         task, self._reregister_task = self._reregister_task, None
@@ -413,6 +466,8 @@ class Bookie:
             try:
                 await self.storage.checkpoint(mark)
             except Exception as exc:
+                if isinstance(exc, OSError):
+                    self.disk_monitor.report(exc)
                 self.stats.checkpoint_failures += 1
                 self.checkpoint_error = f"{type(exc).__name__}: {exc}"
                 log.error(
@@ -517,6 +572,21 @@ class Bookie:
         )
 
     # ------------------------------------------------------------------ helpers
+
+    def gauges(self) -> dict[str, int]:
+        """Figures of the moment, beside the counters (GET_BOOKIE_INFO, metrics)."""
+        flow = self.flow
+        return {
+            "writable": int(self.write_state.writable),
+            "high_priority_writes": int(self.write_state.high_priority),
+            "checkpoint_failing": int(self.checkpoint_error is not None),
+            "journal_failed": int(self.journal.failed is not None),
+            "connections_open": len(flow.connections),
+            "connection_bytes_held": flow.held,
+            "add_bytes_in_progress": flow.add_bytes,
+            "long_polls_waiting": flow.long_polls,
+            "ledgers_held": len(self.storage.ledgers),
+        }
 
     async def disk_usage(self) -> tuple[int, int]:
         return await self._disk.usage(self.config.data_dir)

@@ -26,12 +26,16 @@ class BookieStats:
     journal_batches: int = 0
     journal_syncs: int = 0
     journal_bytes: int = 0
+    journal_failures: int = 0  # the journal stopped (write or sync failed) and had to recover
     checkpoints: int = 0
     checkpoint_failures: int = 0  # every failed attempt (each is logged, then retried)
     journal_records_skipped: int = 0  # replayed records storage could not keep (logged)
     entry_log_flushes: int = 0
     storage_syncs: int = 0  # entry log fsyncs (checkpoints, FORCE on journal-less bookies)
     corrupt_reads: int = 0
+    disk_full_errors: int = 0  # writes that met ENOSPC (each turns the bookie read-only)
+    gc_forced: int = 0  # garbage collection passes forced by the disk warning threshold
+    adds_refused_read_only: int = 0  # EREADONLY answers
     gc_ledgers_deleted: int = 0
     gc_logs_removed: int = 0
     gc_bytes_freed: int = 0

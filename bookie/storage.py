@@ -13,6 +13,7 @@ The caller then releases journal files at or below that LSN.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from bookie.config import BookieConfig
 from bookie.disk import Disk
@@ -23,7 +24,13 @@ from bookie.stats import BookieStats
 
 
 class LedgerStorage:
-    def __init__(self, disk: Disk, config: BookieConfig, stats: BookieStats) -> None:
+    def __init__(
+        self,
+        disk: Disk,
+        config: BookieConfig,
+        stats: BookieStats,
+        on_write_error: Callable[[OSError], None] | None = None,
+    ) -> None:
         base = config.ledgers_path
         self.entry_logger = EntryLogger(
             disk,
@@ -31,6 +38,7 @@ class LedgerStorage:
             max_log_size=config.entry_log_max_size,
             write_buffer_size=config.entry_log_write_buffer,
             stats=stats,
+            on_write_error=on_write_error,
         )
         self.index = IndexStore(disk, os.path.join(base, "index"), config.index_full_snapshot_every)
         self.ledgers: dict[int, LedgerState] = {}

@@ -40,6 +40,7 @@ class OpCode(IntEnum):
     FORCE = 6
     GET_BOOKIE_INFO = 7
     GC = 8  # operators: run a garbage collection pass now
+    BOOKIE_STATE = 9  # operators: read, or force, writable / read-only
 
 
 class AddFlag(IntFlag):
@@ -51,6 +52,14 @@ class ReadFlag(IntFlag):
     NONE = 0
     FENCE = 1  # fence the ledger (durably) before answering; carries the master key
     LONG_POLL = 2  # wait until the bookie's LAC passes previous_lac or timeout_ms ends
+
+
+class StateChange(IntEnum):
+    """What a BOOKIE_STATE request asks."""
+
+    QUERY = 0
+    READ_ONLY = 1  # force read-only (as BookKeeper's ``bookie readonly``)
+    WRITABLE = 2  # lift the operator's read-only; other reasons (a full disk) still hold
 
 
 class Durability(IntEnum):
@@ -190,6 +199,22 @@ class GcRequest(Request):
     _wire = ()
 
 
+@dataclass(frozen=True, slots=True)
+class BookieStateRequest(Request):
+    op = OpCode.BOOKIE_STATE
+    tag = OpCode.BOOKIE_STATE
+    _wire = (_INT,)
+    change: StateChange = StateChange.QUERY
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        txn_id, change = values
+        try:
+            return cls(txn_id, StateChange(change))
+        except ValueError:
+            raise MalformedMessageError(f"unknown state change {change}", txn_id) from None
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -292,6 +317,19 @@ class GcResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class BookieStateResponse(Response):
+    """The state after the request: writable or not, every reason it is not, and whether
+    recovery adds are still taken."""
+
+    op = OpCode.BOOKIE_STATE
+    tag = OpCode.BOOKIE_STATE | RESPONSE_BIT
+    _wire = (_INT, _INT, _STR, _INT)
+    writable: int = 1
+    reasons: str = ""  # "; "-separated, "source: why"
+    high_priority: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorResponse(Response):
     """Answer to a request the bookie could not decode (always EBADREQ) or an unknown op."""
 
@@ -311,6 +349,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         ForceRequest,
         GetBookieInfoRequest,
         GcRequest,
+        BookieStateRequest,
     )
 }
 RESPONSE_TYPES: dict[int, type[Response]] = {
@@ -324,6 +363,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         ForceResponse,
         GetBookieInfoResponse,
         GcResponse,
+        BookieStateResponse,
         ErrorResponse,
     )
 }

@@ -6,7 +6,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bookie.ops.add import handle_add
-from bookie.ops.admin import handle_bookie_info, handle_force, handle_gc, handle_handshake
+from bookie.ops.admin import (
+    handle_bookie_info,
+    handle_bookie_state,
+    handle_force,
+    handle_gc,
+    handle_handshake,
+)
 from bookie.ops.lac import handle_read_lac, handle_write_lac
 from bookie.ops.read import handle_read
 from protocol import OpCode
@@ -26,6 +32,7 @@ HANDLERS: dict[OpCode, Handler] = {
     OpCode.FORCE: handle_force,
     OpCode.GET_BOOKIE_INFO: handle_bookie_info,
     OpCode.GC: handle_gc,
+    OpCode.BOOKIE_STATE: handle_bookie_state,
 }
 
 __all__ = ["HANDLERS", "Handler"]

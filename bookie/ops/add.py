@@ -86,6 +86,15 @@ def handle_add(bookie: Bookie, request: AddRequest, conn: ServerConnection) -> N
     if body_ledger != ledger_id or body_entry != entry_id:
         fail(StatusCode.EBADREQ)
         return
+    write_state = bookie.write_state
+    if not write_state.writable and not (
+        request.flags & AddFlag.RECOVERY_ADD and write_state.high_priority
+    ):
+        # Read-only (bookie.write_state): the writer changes its ensemble; recovery's adds
+        # still land while there is room for them.
+        stats.adds_refused_read_only += 1
+        fail(StatusCode.EREADONLY)
+        return
     state, status = ensure_ledger(bookie, ledger_id, request.master_key)
     if state is None:
         fail(status)

@@ -1,11 +1,14 @@
-"""HANDSHAKE, FORCE, GET_BOOKIE_INFO and GC."""
+"""HANDSHAKE, FORCE, GET_BOOKIE_INFO, GC and BOOKIE_STATE."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bookie.write_state import OPERATOR
 from protocol import (
     PROTOCOL_VERSION,
+    BookieStateRequest,
+    BookieStateResponse,
     ForceRequest,
     ForceResponse,
     GcRequest,
@@ -14,6 +17,7 @@ from protocol import (
     GetBookieInfoResponse,
     HandshakeRequest,
     HandshakeResponse,
+    StateChange,
     StatusCode,
 )
 
@@ -70,11 +74,8 @@ def handle_bookie_info(
 ) -> None:
     async def answer() -> None:
         free, total = await bookie.disk_usage()
-        conn.reply(
-            GetBookieInfoResponse(
-                request.txn_id, StatusCode.EOK, free, total, bookie.stats.as_dict()
-            )
-        )
+        figures = {**bookie.stats.as_dict(), **bookie.gauges()}
+        conn.reply(GetBookieInfoResponse(request.txn_id, StatusCode.EOK, free, total, figures))
 
     conn.spawn(answer())
 
@@ -106,3 +107,24 @@ def handle_gc(bookie: Bookie, request: GcRequest, conn: ServerConnection) -> Non
         )
 
     conn.spawn(run())
+
+
+def handle_bookie_state(
+    bookie: Bookie, request: BookieStateRequest, conn: ServerConnection
+) -> None:
+    """Report writable / read-only, or force read-only and lift it (``aiobk bookie state``).
+    Lifting only clears the operator's reason: a full disk or a failed journal still holds."""
+    state = bookie.write_state
+    if request.change is StateChange.READ_ONLY:
+        state.set(OPERATOR, "set read-only by an operator")
+    elif request.change is StateChange.WRITABLE:
+        state.clear(OPERATOR)
+    conn.reply(
+        BookieStateResponse(
+            request.txn_id,
+            StatusCode.EOK,
+            int(state.writable),
+            "; ".join(state.reasons),
+            int(state.high_priority),
+        )
+    )

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 
 async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:
-    """Fence durably; concurrent fences of one ledger share one journal record."""
-    if not state.fenced:
+    """Fence durably; concurrent fences of one ledger share one journal record. A fence whose
+    record failed (the journal stopped, see ``bookie.journal``) is journaled again by the next
+    fence request, so a bookie whose journal recovered can be fenced for good."""
+    failed = state.fence_pending
+    if not state.fenced or (failed is not None and failed.done() and failed.result() is not None):
         state.fenced = True
         state.meta_dirty = True
         bookie.stats.fences += 1

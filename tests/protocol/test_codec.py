@@ -17,6 +17,8 @@ from protocol import (
     AddFlag,
     AddRequest,
     AddResponse,
+    BookieStateRequest,
+    BookieStateResponse,
     Durability,
     ErrorResponse,
     ForceRequest,
@@ -36,6 +38,7 @@ from protocol import (
     ReadLacResponse,
     ReadRequest,
     ReadResponse,
+    StateChange,
     StatusCode,
     WriteLacRequest,
     WriteLacResponse,
@@ -67,6 +70,7 @@ requests = st.one_of(
     st.builds(ForceRequest, i64, i64, small),
     st.builds(GetBookieInfoRequest, i64),
     st.builds(GcRequest, i64),
+    st.builds(BookieStateRequest, i64, st.sampled_from(list(StateChange))),
 )
 responses = st.one_of(
     st.builds(HandshakeResponse, i64, status, i64, st.text(max_size=20)),
@@ -84,6 +88,7 @@ responses = st.one_of(
         st.dictionaries(st.text(max_size=8), i64, max_size=4),
     ),
     st.builds(GcResponse, i64, status, i64, i64, i64, i64, st.text(max_size=20)),
+    st.builds(BookieStateResponse, i64, status, i64, st.text(max_size=20), i64),
     st.builds(ErrorResponse, i64, status, st.integers(0, 255)),
 )
 
@@ -177,6 +182,7 @@ def test_frame_helper() -> None:
         ([2, 5, 1], "takes 6 fields", 5),
         ([2, 5, 1, 0, 0, 0, "key", b""], "master_key", 5),
         ([2, 5, 1, 0, 0, 9, b"", b""], "durability", 5),
+        ([9, 5, 7], "unknown state change", 5),
         ([2, 5, 2**64 - 1, 0, 0, 0, b"", b""], "out of range", 5),
         ([4, 5, True], "bool not allowed", 5),
     ],

@@ -38,6 +38,7 @@ class SimDisk:
         self.read_errors = 0.0  # probability of EIO per pread
         self.torn_tail = torn_tail
         self.syncs = 0
+        self.allocated: dict[str, int] = {}  # reserve files and their sizes
 
     # ------------------------------------------------------------------ faults
 
@@ -53,6 +54,7 @@ class SimDisk:
     def wipe(self) -> None:
         self.generation += 1
         self.files.clear()
+        self.allocated.clear()
         self.dirs.clear()
 
     # ------------------------------------------------------------------ helpers
@@ -118,6 +120,7 @@ class SimDisk:
         await self.delay(1e-5, 5e-5)
         self._file(path)
         del self.files[path]
+        self.allocated.pop(path, None)
 
     async def exists(self, path: str) -> bool:
         path = path.rstrip("/")
@@ -134,8 +137,19 @@ class SimDisk:
 
     async def usage(self, path: str) -> tuple[int, int]:
         total = 1 << 40
-        used = sum(len(f.data) for f in self.files.values())
+        used = sum(len(f.data) for f in self.files.values()) + sum(self.allocated.values())
         return (0 if self.full else total - used), total
+
+    async def filesystem(self, path: str) -> int:
+        return 0  # one disk per bookie, journal included
+
+    async def allocate(self, path: str, size: int) -> None:
+        """A reserve file: counted in ``usage``, never materialised in memory."""
+        self._check_space()
+        await self.delay(1e-4, 1e-3)
+        self._parent_exists(path)
+        self.files[path] = _File()
+        self.allocated[path] = size
 
     async def close(self) -> None:
         return None
@@ -192,6 +206,12 @@ class _SimAppendFile:
         if self._alive():
             self._file.durable = max(self._file.durable, min(upto, len(self._file.data)))
             self._disk.syncs += 1
+
+    async def rewind(self, size: int) -> None:
+        if self._alive():
+            del self._file.data[size:]
+            self._file.durable = min(self._file.durable, size)
+        self._size = size
 
     async def close(self) -> None:
         return None
