@@ -11,6 +11,8 @@ Backpressure (``bookie.flow``): the connection stops reading from its peer while
 ``max_inflight_per_connection`` unanswered requests, while its unsent responses are above the
 write buffer's high-water mark, or while the bookie has too many add bytes unanswered. What it
 holds (a partial frame, unsent responses) is reported to the bookie-wide ``FlowControl``.
+Long polls that wait do not count as in flight: they have their own caps, and a peer at them
+must be told ETOOMANYREQUESTS at once, not stop being read until its polls time out.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class ServerConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(config.max_frame_size)
         self._max_frame = config.max_frame_size
         self._max_inflight = config.max_inflight_per_connection
+        self._high_water = config.server_write_buffer_high_water_mark
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -64,7 +67,7 @@ class ServerConnection(asyncio.Protocol):
         self.frame_started: float | None = None  # when the partial frame held began
         self.write_paused_since: float | None = None  # responses unsendable since
         self.reads = FifoGate(READS_PER_CONNECTION)
-        self.long_polls = 0
+        self._long_polls = 0
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -136,7 +139,7 @@ class ServerConnection(asyncio.Protocol):
                 return
         self.bookie.journal.flush_idle()
         self.measure()
-        if self._inflight >= self._max_inflight or self.flow.adds_paused:
+        if self._busy() or self.flow.adds_paused:
             self.update_reading()
 
     # -------------------------------------------------------------- for handlers
@@ -144,7 +147,7 @@ class ServerConnection(asyncio.Protocol):
     def reply(self, response: Response) -> None:
         """Answer one request (every handled request gets exactly one reply)."""
         self._inflight -= 1
-        if self._read_paused and self._inflight < self._max_inflight // 2:
+        if self._read_paused and self._inflight - self._long_polls < self._max_inflight // 2:
             self.update_reading()
         self._send(response)
 
@@ -166,6 +169,26 @@ class ServerConnection(asyncio.Protocol):
                 yield
         finally:
             self.reads.release()
+
+    @property
+    def long_polls(self) -> int:
+        """Long polls of this peer waiting now (``bookie.ops.read`` counts them in and out)."""
+        return self._long_polls
+
+    @long_polls.setter
+    def long_polls(self, count: int) -> None:
+        # A waiting long poll leaves the in-flight count that may have paused this peer: look
+        # again. Before, a connection with max_inflight_per_connection polls waiting was not
+        # read until they expired, so its next requests -- more polls past the cap, a plain
+        # read -- were answered a whole poll timeout late (issue 12, finding 3: 50,000 polls
+        # of 8 s on one connection came back 24 s late).
+        self._long_polls = count
+        if self._read_paused:
+            self.update_reading()
+
+    def _busy(self) -> bool:
+        """As many requests in flight as the peer may have, waiting long polls aside."""
+        return self._inflight - self._long_polls >= self._max_inflight
 
     @property
     def idle(self) -> bool:
@@ -200,7 +223,14 @@ class ServerConnection(asyncio.Protocol):
         frame = encode(response)
         self._out.append(frame)
         self._out_bytes += len(frame)
-        if not self._flush_scheduled:
+        if self._out_bytes >= self._high_water:
+            # Hand them to the transport now, not next turn: reads that need no I/O (an entry
+            # still in the entry log's write buffer) all answer within one turn, and queued
+            # here they are out of the high-water mark's sight -- 1,000 pipelined reads of a
+            # 1 MiB entry held 1 GiB before the first flush (issue 12, finding 2). Written,
+            # they pause this peer's reads (``pause_writing``) once above the mark.
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
@@ -217,9 +247,7 @@ class ServerConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
-        want_pause = (
-            self._write_paused or self._inflight >= self._max_inflight or self.flow.adds_paused
-        )
+        want_pause = self._write_paused or self._busy() or self.flow.adds_paused
         if want_pause and not self._read_paused:
             transport.pause_reading()
             self._read_paused = True
