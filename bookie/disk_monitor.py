@@ -125,6 +125,7 @@ class DiskMonitor:
         self._lock = asyncio.Lock()
         self._gc: asyncio.Task[object] | None = None
         self._checks: set[asyncio.Task[None]] = set()
+        self._last_forced_gc: float | None = None
         self.last: Verdict | None = None
         journal.on_failure = self.journal_failed
 
@@ -210,6 +211,8 @@ class DiskMonitor:
         if not self._state.is_set(DISK):
             log.error("read-only: a write found no space left (%s)", exc.strerror or exc)
         self._state.set(DISK, f"a write found no space left ({exc.strerror or exc})")
+        if self._checks:
+            return  # one is on its way: failures in a burst need one check, not one each
         task = asyncio.get_running_loop().create_task(self._check_quietly(), name="disk-check")
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
@@ -247,8 +250,16 @@ class DiskMonitor:
                 fs.held = True
 
     def _force_gc(self) -> None:
+        """At most one pass per ``disk_check_interval``: a pass that cannot write (its
+        checkpoint meets the full disk and reports it, which checks again) must not turn
+        into a loop of passes."""
         if self._collect_garbage is None or (self._gc is not None and not self._gc.done()):
             return
+        now = asyncio.get_running_loop().time()
+        last = self._last_forced_gc
+        if last is not None and now - last < self._config.disk_check_interval:
+            return
+        self._last_forced_gc = now
         self._stats.gc_forced += 1
         log.info("disk usage over the warning threshold: forcing garbage collection")
         self._gc = asyncio.get_running_loop().create_task(self._run_gc(), name="forced-gc")
