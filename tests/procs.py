@@ -13,10 +13,18 @@ from metadata import free_port
 
 
 class BookieProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, *args: str) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        *args: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``env`` is added to the child's environment (say, PYTHONPATH to run another tree)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.args = list(args)
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
@@ -37,7 +45,7 @@ class BookieProcess:
             *self.args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.process = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env
         )
