@@ -117,6 +117,25 @@ class EntryLogger:
         self._active = _Chunk(log_id, 0, bytearray(FILE_MAGIC))
         self._chunks.append(self._active)
 
+    @property
+    def active_size(self) -> int:
+        """Bytes in the log taking appends (its file and its buffer)."""
+        active = self._active
+        assert active is not None
+        return active.start + len(active.data)
+
+    def roll(self) -> _Chunk:
+        """Start the next log: the one taking appends so far becomes complete (garbage
+        collection can only remove or compact complete logs)."""
+        active = self._active
+        assert active is not None
+        self._appended[active.log_id] = self._active_records  # complete: its count is final
+        self._active_records = 0
+        active = _Chunk(active.log_id + 1, 0, bytearray(FILE_MAGIC))
+        self._chunks.append(active)
+        self._active = active
+        return active
+
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> int:
         """Buffer one entry; return its location."""
         active = self._active
@@ -124,11 +143,7 @@ class EntryLogger:
         size = RECORD_HEAD.size + len(body)
         offset = active.start + len(active.data)
         if offset + size > self._max_log_size and offset > len(FILE_MAGIC):
-            self._appended[active.log_id] = self._active_records  # complete: its count is final
-            self._active_records = 0
-            active = _Chunk(active.log_id + 1, 0, bytearray(FILE_MAGIC))
-            self._chunks.append(active)
-            self._active = active
+            active = self.roll()
             offset = len(FILE_MAGIC)
         self._active_records += 1
         ids = IDS.pack(ledger_id, entry_id)

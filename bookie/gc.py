@@ -11,7 +11,11 @@ with its scan-and-compare collector, and compaction).
    error ends the pass having deleted nothing.
 3. Drop the ledgers' state here and make the next index segment a full one, so a restart
    cannot bring them back from older segments.
-4. Checkpoint (buffered entry logs are written out, older writers closed), note the complete
+4. On a disk short of space (the bookie read-only for it, or a pass forced by the warning
+   threshold) the log taking appends is rolled first when it holds more than a write buffer:
+   with the default 1 GiB logs a small disk's data may all sit in that one log, which no pass
+   could otherwise touch. Checkpoint (buffered entry logs are written out, older writers
+   closed), note the complete
    entry logs (older than the one taking appends) and the logs some remaining ledger's index
    points into, checkpoint again (a full segment, durable), then remove every complete log
    nothing points into. Appends only ever go to the newest log, so after the look no index
@@ -64,7 +68,7 @@ def removable_logs(complete: Iterable[int], referenced: set[int]) -> list[int]:
     return sorted(set(complete) - referenced)
 
 
-async def collect(bookie: Bookie, store: MetadataStore) -> GcResult:
+async def collect(bookie: Bookie, store: MetadataStore, short_of_space: bool = False) -> GcResult:
     """One garbage-collection pass (see the module's docstring)."""
     result = GcResult()
     storage = bookie.storage
@@ -86,6 +90,9 @@ async def collect(bookie: Bookie, store: MetadataStore) -> GcResult:
     for ledger_id in doomed:
         if storage.delete_ledger(ledger_id):
             result.ledgers_deleted.append(ledger_id)
+    logger = storage.entry_logger
+    if short_of_space and logger.active_size > bookie.config.entry_log_write_buffer:
+        logger.roll()
     try:
         await bookie.checkpoint()  # writes out buffered logs, so that they can be complete
         complete = await storage.entry_logger.complete_logs()

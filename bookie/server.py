@@ -38,7 +38,7 @@ from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from bookie.ops import HANDLERS, Handler
 from bookie.stats import BookieStats
 from bookie.storage import LedgerStorage
-from bookie.write_state import WriteState
+from bookie.write_state import DISK, WriteState
 from metadata import (
     READ_ONLY,
     WRITABLE,
@@ -425,7 +425,7 @@ class Bookie:
         """The disk monitor's forced pass (needs the metadata store, as every pass)."""
         if self._metadata is None or not self._running:
             return None
-        return await self.collect_garbage()
+        return await self.collect_garbage(forced=True)
 
     async def _deregister(self, clean: bool) -> None:
         task, self._reregister_task = self._reregister_task, None
@@ -498,14 +498,16 @@ class Bookie:
             if result.skipped:
                 log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
 
-    async def collect_garbage(self) -> GcResult:
-        """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store."""
+    async def collect_garbage(self, forced: bool = False) -> GcResult:
+        """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store.
+        ``forced``: the disk is over its warning threshold (``bookie.disk_monitor``)."""
         if self._metadata is None:
             raise ConfigError("garbage collection needs a metadata store")
         if not self._running:
             raise BookieStateError("the bookie is not running")
+        short = forced or self.write_state.is_set(DISK)
         async with self._gc_lock:
-            return await collect(self, self._metadata)
+            return await collect(self, self._metadata, short_of_space=short)
 
     # ------------------------------------------------------------------ replay
 

@@ -1,0 +1,179 @@
+"""A small filesystem for a bookie process, so that a test can fill it.
+
+As root the test mounts a real tmpfs of the asked size (and unmounts it afterwards). Without
+root no filesystem can be mounted, so a simulated one stands in: the bookie process runs with
+``QuotaDisk`` (installed by ``tests/hostile/quota/sitecustomize.py`` through PYTHONPATH), real
+files under a byte quota that answers ENOSPC and reports usage like a filesystem of that size.
+``SmallDisk.how`` says which one a test ran on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bookie.disk import AppendFile, OsDisk
+
+QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES" for the bookie process
+SITE_DIR = Path(__file__).parent / "quota"
+REPO = Path(__file__).resolve().parents[2]
+
+
+class SmallDisk:
+    def __init__(self, path: Path, size: int, mounted: bool) -> None:
+        self.path = path
+        self.size = size
+        self.mounted = mounted
+
+    @property
+    def how(self) -> str:
+        if self.mounted:
+            return f"a real {self.size >> 20} MiB tmpfs"
+        return (
+            f"a simulated {self.size >> 20} MiB disk (QuotaDisk): not root, so no filesystem "
+            "can be mounted"
+        )
+
+    def env(self) -> dict[str, str]:
+        """What the bookie process needs to see this disk as full as it is."""
+        if self.mounted:
+            return {}
+        return {
+            QUOTA_ENV: f"{self.path}:{self.size}",
+            "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(REPO)]),
+        }
+
+    def free(self) -> int:
+        if self.mounted:
+            stat = os.statvfs(self.path)
+            return stat.f_bavail * stat.f_frsize
+        return max(0, self.size - tree_bytes(self.path))
+
+    def fill(self, leave: int = 0) -> Path:
+        """Write a junk file until at most ``leave`` bytes are free; return it."""
+        junk = self.path / "junk"
+        with open(junk, "ab") as handle:
+            block = bytes(1 << 20)
+            for _ in range(self.size >> 20):  # bounded: no more than the disk holds
+                room = self.free() - leave
+                if room <= 0:
+                    break
+                try:
+                    handle.write(block[: min(len(block), room)])
+                    handle.flush()
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+                    break
+        return junk
+
+
+def tree_bytes(root: Path) -> int:
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(directory, name)).st_size
+    return total
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: int) -> Iterator[SmallDisk]:
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = False
+    if os.geteuid() == 0:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        mounted = True
+    try:
+        yield SmallDisk(path, size, mounted)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
+
+
+class QuotaDisk(OsDisk):
+    """Real files under ``root`` that may not pass ``quota`` bytes (a simulated small disk)."""
+
+    def __init__(self, root: str, quota: int) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self.quota = quota
+
+    def check(self, size: int) -> None:
+        if tree_bytes(self.root) + size > self.quota:
+            raise OSError(errno.ENOSPC, "No space left on device (quota)")
+
+    async def open_append(
+        self, path: str, lane: str, sync_lane: str | None = None, preallocate: int = 0
+    ) -> AppendFile:
+        # No preallocation: its zero-fill would pass the quota unseen.
+        return _QuotaFile(self, await super().open_append(path, lane, sync_lane, 0))
+
+    async def write_file_atomic(self, path: str, data: bytes) -> None:
+        self.check(len(data))
+        await super().write_file_atomic(path, data)
+
+    async def allocate(self, path: str, size: int) -> None:
+        self.check(size)
+        await super().allocate(path, size)
+
+    async def usage(self, path: str) -> tuple[int, int]:
+        if not str(Path(path).resolve()).startswith(str(self.root.resolve())):
+            return await super().usage(path)
+        return max(0, self.quota - tree_bytes(self.root)), self.quota
+
+
+class _QuotaFile:
+    def __init__(self, disk: QuotaDisk, inner: AppendFile) -> None:
+        self._disk = disk
+        self._inner = inner
+
+    @property
+    def size(self) -> int:
+        return self._inner.size
+
+    async def write(self, data: bytes) -> None:
+        self._disk.check(len(data))
+        await self._inner.write(data)
+
+    async def write_and_sync(self, data: bytes) -> None:
+        self._disk.check(len(data))
+        await self._inner.write_and_sync(data)
+
+    def write_and_sync_now(self, data: bytes) -> None:
+        self._disk.check(len(data))
+        self._inner.write_and_sync_now(data)
+
+    def write_now(self, data: bytes) -> None:
+        self._disk.check(len(data))
+        self._inner.write_now(data)
+
+    async def sync(self) -> None:
+        await self._inner.sync()
+
+    async def rewind(self, size: int) -> None:
+        await self._inner.rewind(size)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def install(spec: str) -> None:
+    """Make every bookie in this process use ``QuotaDisk`` (``spec``: "ROOT:BYTES")."""
+    root, _sep, quota = spec.rpartition(":")
+    import bookie.server
+
+    def make(*_args: Any, **_kw: Any) -> QuotaDisk:
+        return QuotaDisk(root, int(quota))
+
+    bookie.server.OsDisk = make  # type: ignore[assignment,misc]
