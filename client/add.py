@@ -14,7 +14,16 @@ Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to l
   (RELIABILITY "an add at AQ held until the change's CAS lands"). Failures that arrive before
   a change starts merge into it; later ones make another round. New adds wait until it is done.
 - EFENCED means a recovery has started: every pending and later add fails with
-  ``LedgerFencedError``; EUA fails them with ``UnauthorizedError``.
+  ``LedgerFencedError``; EUA fails them with ``UnauthorizedError``; ENOLEDGER means the bookie's
+  garbage collector dropped the ledger after it was deleted, so they fail with
+  ``NoSuchLedgerError`` (no ensemble change: the replacement would recreate a deleted ledger).
+  Any other status (EREADONLY from a bookie whose disk is full, EIO, ...) is a bookie failure.
+- Appends of a ``LedgerHandle`` hold a share of their client's ``AddBudget`` (backpressure.py)
+  from before they get an entry id until they are finished (acknowledged or failed) *and* every
+  bookie they were sent to has answered or failed: until then the bookie's connection may still
+  hold the frame (an entry acknowledged at AQ < WQ is still being written to the slowest bookie),
+  so the budget bounds what the client holds, and a slow bookie can lag the others by at most
+  the budget. Recovery's write-backs hold none.
 
 VOLATILE ledgers (BP-14 "LAC Advance Protocol"): an add completes at AQ *written* copies, in order,
 but the LAC moves only by BP-14's rule over the LastAddSynced each bookie reports (never past the
@@ -35,11 +44,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from client.backpressure import AddBudget
 from client.config import ClientConfig
 from client.digest import Digester
 from client.pool import BookiePool
 from client.quorum import lac_from_last_add_synced, write_set
 from protocol import (
+    DEFAULT_MAX_FRAME_SIZE,
+    HEADER_SIZE,
     AddFlag,
     AddRequest,
     AddResponse,
@@ -52,7 +64,9 @@ from protocol import (
 from protocol.errors import (
     BKError,
     BookieUnavailableError,
+    EntryTooLargeError,
     LedgerFencedError,
+    NoSuchLedgerError,
     OperationTimeoutError,
     UnauthorizedError,
 )
@@ -67,12 +81,17 @@ EnsembleChanger = Callable[
 ]
 
 
-# One request waiting for its bookie's connection: (txn_id, encoded frame, response callback).
-QueuedSend = tuple[int, bytes, Callable[[Response | BKError], None]]
+# What an add request frame holds besides the payload and the master key, at most: the msgpack
+# array, tag and five integers (9 bytes each), two bin headers, the entry header and the
+# largest digest (HMAC-SHA256). A test checks that a payload of exactly the resulting limit
+# goes through a real encoder and bookie.
+ADD_FRAME_OVERHEAD = 1 + 1 + 5 * 9 + 3 + 5 + HEADER_SIZE + 32
 
 
 class PendingAdd:
-    __slots__ = ("acks", "done", "entry_id", "future", "length", "payload", "queued")
+    __slots__ = (
+        "acks", "charged", "done", "entry_id", "future", "inflight", "length", "payload", "queued",
+    )  # fmt: skip
 
     def __init__(
         self, entry_id: int, payload: bytes, length: int, future: asyncio.Future[int]
@@ -84,6 +103,13 @@ class PendingAdd:
         self.acks = 0  # bitmask of slots that acknowledged
         self.done = False
         self.queued = False  # waiting for an ensemble change to finish before its first send
+        self.charged = False  # holds a share of the client's AddBudget (see the theory above)
+        self.inflight = 0  # sends whose callback has not run yet
+
+
+# One request waiting for its bookie's connection: (txn_id, encoded frame, response callback,
+# the add it is for).
+QueuedSend = tuple[int, bytes, Callable[[Response | BKError], None], PendingAdd]
 
 
 class AddPipeline:
@@ -105,6 +131,7 @@ class AddPipeline:
         flags: AddFlag = AddFlag.NONE,
         durability: Durability = Durability.PERSISTENT,
         fixed_lac: int | None = None,
+        budget: AddBudget | None = None,
     ) -> None:
         self.ledger_id = ledger_id
         self._key = master_key
@@ -131,7 +158,8 @@ class AddPipeline:
         self.changing = False
         self._sent_early = False  # replace_after_cas off: this change already sends to the new
         self.error: BKError | None = None
-        self._room: deque[asyncio.Future[None]] = deque()
+        self._budget = budget  # add() is called holding a share of it, given back at the end
+        self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -149,29 +177,31 @@ class AddPipeline:
     def outstanding(self) -> int:
         return len(self._pending)
 
-    async def wait_for_room(self) -> None:
-        """Backpressure: wait while max_outstanding_adds entries are unfinished."""
-        while self.error is None and (
-            len(self._pending) >= self._config.max_outstanding_adds or self._room
-        ):
-            waiter: asyncio.Future[None] = self._loop.create_future()
-            self._room.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._room:
-                    self._room.remove(waiter)
-            if len(self._pending) < self._config.max_outstanding_adds:
-                break
+    def check_size(self, payload: bytes) -> None:
+        """Refuse, before it takes an entry id, a payload whose add would not fit in a frame."""
+        if len(payload) > self.max_payload:
+            raise EntryTooLargeError(
+                f"ledger {self.ledger_id}: an entry of {len(payload)} bytes does not fit in one "
+                f"add request (at most {self.max_payload} bytes of payload with this ledger's "
+                f"key, frames are limited to {DEFAULT_MAX_FRAME_SIZE} bytes)"
+            )
 
     def add(self, payload: bytes) -> PendingAdd:
-        """Start adding ``payload`` as the next entry; its future gives the entry id."""
-        if self.error is not None:
-            raise self.error
+        """Start adding ``payload`` as the next entry; its future gives the entry id. With a
+        budget, the caller holds one add and ``len(payload)`` bytes of it (handed over here:
+        released when the add completes or fails, or now if it cannot start)."""
+        try:
+            if self.error is not None:
+                raise self.error
+            self.check_size(payload)
+        except BKError:
+            if self._budget is not None:
+                self._budget.release(1, len(payload))
+            raise
         entry_id = self.next_entry_id
         self.next_entry_id = entry_id + 1
         self.length += len(payload)
-        return self._start(entry_id, payload, self.length)
+        return self._start(entry_id, payload, self.length, charged=self._budget is not None)
 
     def add_entry(self, entry_id: int, payload: bytes, length: int) -> PendingAdd:
         """Recovery: write back a specific entry (ids must follow on)."""
@@ -183,8 +213,11 @@ class AddPipeline:
         self.length = length
         return self._start(entry_id, payload, length)
 
-    def _start(self, entry_id: int, payload: bytes, length: int) -> PendingAdd:
+    def _start(
+        self, entry_id: int, payload: bytes, length: int, charged: bool = False
+    ) -> PendingAdd:
         op = PendingAdd(entry_id, payload, length, self._loop.create_future())
+        op.charged = charged
         self._pending.append(op)
         if self.changing and not self._sent_early:
             op.queued = True
@@ -209,6 +242,7 @@ class AddPipeline:
         txn_id, frame = self._frame(op)
         timeout = self._config.add_timeout
         alone = len(self._pending) == 1  # nothing else in flight: send now, not at turn's end
+        op.inflight += len(slots)  # each send's callback runs exactly once
         for slot in slots:
             bookie = self.ensemble[slot]
             callback = self._callback(op, slot, bookie)
@@ -223,19 +257,20 @@ class AddPipeline:
                 backlog = self._backlog[bookie] = []
                 self._backlog_done[bookie] = self._loop.create_future()
                 self._spawn(self._send_after_connect(bookie))
-            backlog.append((txn_id, frame, callback))
+            backlog.append((txn_id, frame, callback, op))
 
     async def _send_after_connect(self, bookie: str) -> None:
         try:
             conn = await self._pool.get(bookie)
         except BKError as exc:
-            for _txn_id, _frame, callback in self._end_backlog(bookie):
+            for _txn_id, _frame, callback, _op in self._end_backlog(bookie):
                 callback(exc)
             return
         except asyncio.CancelledError:  # the pipeline is closing: these adds go nowhere
-            self._end_backlog(bookie)
+            for _txn_id, _frame, _callback, op in self._end_backlog(bookie):
+                self._answered(op)  # never sent: no answer to wait for
             raise
-        for txn_id, frame, callback in self._end_backlog(bookie):
+        for txn_id, frame, callback, _op in self._end_backlog(bookie):
             conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
 
     def _end_backlog(self, bookie: str) -> list[QueuedSend]:
@@ -264,9 +299,18 @@ class AddPipeline:
 
     # ------------------------------------------------------------------ responses
 
+    def _answered(self, op: PendingAdd) -> None:
+        """One send of ``op`` is over (answered, failed or dropped)."""
+        op.inflight -= 1
+        if op.done and not op.inflight and op.charged:
+            op.charged = False
+            if self._budget is not None:
+                self._budget.release(1, len(op.payload))
+
     def _on_response(
         self, op: PendingAdd, slot: int, bookie: str, result: Response | BKError
     ) -> None:
+        self._answered(op)
         if self.error is not None:
             return
         if self.ensemble[slot] != bookie or self._failed.get(slot) == bookie:
@@ -287,6 +331,14 @@ class AddPipeline:
                 return
             if result.status is StatusCode.EUA:
                 self.fail(UnauthorizedError(f"bookie {bookie} refused the ledger's password"))
+                return
+            if result.status is StatusCode.ENOLEDGER:
+                self.fail(
+                    NoSuchLedgerError(
+                        f"bookie {bookie} no longer has ledger {self.ledger_id}: it was deleted "
+                        "and garbage-collected"
+                    )
+                )
                 return
             log.warning(
                 "ledger %d: bookie %s answered %s", self.ledger_id, bookie, result.status.name
@@ -314,9 +366,14 @@ class AddPipeline:
         pending = self._pending
         aq = self.aq
         volatile = self.volatile
+        finished = finished_bytes = 0
         while pending and pending[0].acks.bit_count() >= aq:
             op = pending.popleft()
             op.done = True
+            if op.charged and not op.inflight:  # else the last answer gives its share back
+                op.charged = False
+                finished += 1
+                finished_bytes += len(op.payload)
             self.last_acked = op.entry_id
             if volatile:
                 self._lengths[op.entry_id] = op.length
@@ -327,6 +384,8 @@ class AddPipeline:
                 op.future.set_result(op.entry_id)
         if volatile:
             self.advance_volatile_lac()
+        if finished and self._budget is not None:
+            self._budget.release(finished, finished_bytes)
         self._wake()
 
     def advance_volatile_lac(self, ceiling: int | None = None) -> int:
@@ -342,10 +401,6 @@ class AddPipeline:
         return self.lac
 
     def _wake(self) -> None:
-        while self._room and len(self._pending) < self._config.max_outstanding_adds:
-            waiter = self._room.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
         if not self._pending:
             idle, self._idle = self._idle, []
             for waiter in idle:
@@ -385,15 +440,18 @@ class AddPipeline:
             self.error = error
         pending, self._pending = self._pending, deque()
         self._queued = []
+        finished = finished_bytes = 0
         for op in pending:
             op.done = True
+            if op.charged and not op.inflight:  # else the last answer gives its share back
+                op.charged = False
+                finished += 1
+                finished_bytes += len(op.payload)
             if not op.future.done():
                 op.future.set_exception(error)
                 op.future.exception()  # a caller that went away must not leave it unretrieved
-        for waiter in self._room:
-            if not waiter.done():
-                waiter.set_result(None)
-        self._room.clear()
+        if finished and self._budget is not None:
+            self._budget.release(finished, finished_bytes)
         self._wake()
 
     async def settle(self) -> None:

@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
+from client.backpressure import AddBudget
 from client.config import ClientConfig
 from client.digest import Digester
 from client.ledger_handle import LedgerHandle
@@ -47,6 +48,8 @@ class BookKeeper:
         self._rng = rng or random.Random()
         self._wall_clock = wall_clock
         self.pool = BookiePool(store, config, connector)
+        # One budget of unfinished appends for every ledger this client writes (backpressure.py).
+        self.add_budget = AddBudget(config.max_outstanding_adds, config.max_outstanding_bytes)
         self._owns_store = owns_store
         self._closed = False
 
@@ -134,6 +137,7 @@ class BookKeeper:
             pool=self.pool,
             config=self.config,
             rng=self._rng,
+            budget=self.add_budget,
         )
 
     async def open_ledger(

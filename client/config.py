@@ -34,10 +34,17 @@ class ClientConfig:
     connect_timeout: float = 5.0  # TCP connect + handshake
     metadata_timeout: float = 5.0  # each metadata store call
     digest_type: DigestType = DigestType.CRC32C
-    max_outstanding_adds: int = 10_000  # append() waits beyond this many unfinished adds
+    # append() waits beyond this many unfinished adds, counted over the whole client (all of its
+    # ledgers share one FIFO budget, as BookKeeper's maxAddsInProgress).
+    max_outstanding_adds: int = 10_000
+    # ... or beyond this many payload bytes of unfinished adds, whole client: each one is held
+    # encoded until its bookies answer, so this bounds what queued appends cost in memory.
+    # 64 MiB keeps a fast disk busy and is above one frame (5 MiB); an append larger than it
+    # is not refused but waits until nothing else is outstanding and goes alone.
+    max_outstanding_bytes: int = 64 * 1024 * 1024
     reconnect_backoff_min: float = 0.1  # after a failed connect, the bookie is skipped this long
     reconnect_backoff_max: float = 5.0  # ... doubling up to this
-    read_concurrency: int = 64  # entries fetched in parallel by one read()
+    read_concurrency: int = 64  # entries fetched in parallel by one read() or read_iter()
     long_poll_timeout: float = 10.0  # server-side wait of one long poll
     # A writer that goes quiet sends its LAC explicitly (WRITE_LAC) this long after its last
     # add completed, so tailing readers see the last entry too (BookKeeper's
@@ -56,6 +63,7 @@ class ClientConfig:
             "connect_timeout",
             "metadata_timeout",
             "max_outstanding_adds",
+            "max_outstanding_bytes",
             "reconnect_backoff_min",
             "reconnect_backoff_max",
             "read_concurrency",

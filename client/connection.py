@@ -1,7 +1,10 @@
 """One pipelined connection to one bookie.
 
 In-flight requests live in ``dict[txn_id, (deadline, callback)]`` (STYLE 3); responses may
-arrive in any order. Requests queued in one event-loop turn leave in one write. Every request
+arrive in any order. Requests queued in one event-loop turn leave in one ``writelines`` (one
+writev under uvloop), which keeps a reference to each frame rather than copying: an add's frame
+goes to every bookie of its write set as the same bytes object, so while bookies are slow to read,
+the client holds it once, not once per bookie (a joined write copied it into each). Every request
 has a deadline, enforced by one sweep timer per connection rather than a timer per request:
 past it the callback gets ``OperationTimeoutError`` and a late answer is dropped. When the
 connection closes every pending request fails with ``BookieUnavailableError`` chaining the
@@ -189,7 +192,10 @@ class BookieConnection(asyncio.Protocol):
             self._out.clear()
             return
         out, self._out = self._out, []
-        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if len(out) == 1:
+            self._transport.write(out[0])
+        else:
+            self._transport.writelines(out)
 
     def close(self) -> None:
         if self._transport is not None:

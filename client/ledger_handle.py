@@ -7,6 +7,7 @@ import contextlib
 import random
 
 from client.add import AddPipeline, ReplacementsChosen
+from client.backpressure import AddBudget, acquire
 from client.close import close_as_writer
 from client.config import ClientConfig
 from client.connection import status_error
@@ -31,6 +32,7 @@ class LedgerHandle:
         pool: BookiePool,
         config: ClientConfig,
         rng: random.Random,
+        budget: AddBudget | None = None,
     ) -> None:
         self.ledger_id = ledger_id
         self.metadata = metadata
@@ -44,6 +46,10 @@ class LedgerHandle:
         self._rng = rng
         self._master_key = master_key
         self._digest = digest
+        # The client's budget of unfinished adds, shared by all its handles (backpressure.py).
+        self._budget = budget or AddBudget(
+            config.max_outstanding_adds, config.max_outstanding_bytes
+        )
         self._pipeline = AddPipeline(
             ledger_id=ledger_id,
             master_key=master_key,
@@ -56,6 +62,7 @@ class LedgerHandle:
             config=config,
             change_ensemble=self._change_ensemble,
             durability=metadata.durability,
+            budget=self._budget,
         )
 
     async def _change_ensemble(
@@ -106,12 +113,21 @@ class LedgerHandle:
         if self._closed or self._closing is not None:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         pipeline = self._pipeline
-        if pipeline.outstanding >= self.config.max_outstanding_adds:
-            await pipeline.wait_for_room()
-            if self._closed or self._closing is not None:
-                raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
-        op = pipeline.add(bytes(data))
+        if pipeline.error is not None:
+            raise pipeline.error
+        payload = bytes(data)
+        pipeline.check_size(payload)  # never queue for what can never be sent
+        # Backpressure (client-wide, FIFO): wait for one add and len(payload) bytes of the
+        # budget; from here the grant belongs to the add and comes back when it finishes.
+        await acquire(self._budget, len(payload))
+        if self._is_closing():  # closed while this append waited
+            self._budget.release(1, len(payload))
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        op = pipeline.add(payload)  # gives the grant back itself if it raises
         return op.entry_id, op.future
+
+    def _is_closing(self) -> bool:
+        return self._closed or self._closing is not None
 
     async def force(self) -> int:
         """Make the appended entries durable; return the new LAC.

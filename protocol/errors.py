@@ -160,6 +160,14 @@ class CookieError(BKError):
     default_message = "bookie cookie missing or different"
 
 
+class EntryTooLargeError(BKError):
+    """An append whose add request would not fit in one frame: refused before it takes an
+    entry id (a bookie would drop the connection, and every replacement would too)."""
+
+    code = -44
+    default_message = "entry too large for one add request frame"
+
+
 class MetadataVersionError(BKError):
     code = -17
     retriable = True
