@@ -3,13 +3,16 @@
 Compare-and-set the state to CLOSED with the last entry acknowledged to the application. On a
 lost race, read the metadata again: still OPEN -> retry on the new version; IN_RECOVERY -> an
 error (another client is recovering it); CLOSED with our last entry -> done; CLOSED with another
-last entry -> an error.
+last entry -> an error. An unreachable metadata store is retried for ``metadata_retry_timeout``
+(metadata_retry.py) before the close fails.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
+from client.metadata_retry import MetadataRetry
 from metadata import LedgerMetadata, LedgerState
 from protocol.errors import LedgerFencedError, MetadataVersionError
 
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
 
 async def close_as_writer(handle: LedgerHandle, last_entry: int, length: int) -> LedgerMetadata:
     metadata = handle.metadata
+    ledger_id = handle.ledger_id
+    retry = MetadataRetry(handle.config, f"ledger {ledger_id}: close")
     for _attempt in range(handle.config.metadata_retries):
         if metadata.state is LedgerState.CLOSED:
             if metadata.last_entry_id == last_entry:
@@ -31,10 +36,13 @@ async def close_as_writer(handle: LedgerHandle, last_entry: int, length: int) ->
             raise LedgerFencedError(
                 f"ledger {handle.ledger_id} is being recovered by another client"
             )
+        closed = metadata.closed(last_entry, length)
         try:
-            return await handle.store.write_ledger(
-                handle.ledger_id, metadata.closed(last_entry, length)
+            return await retry.call(
+                "writing CLOSED", functools.partial(handle.store.write_ledger, ledger_id, closed)
             )
         except MetadataVersionError:
-            metadata = await handle.store.read_ledger(handle.ledger_id)
+            metadata = await retry.call(
+                "reading the metadata again", functools.partial(handle.store.read_ledger, ledger_id)
+            )
     raise MetadataVersionError(f"ledger {handle.ledger_id}: close still racing")

@@ -52,6 +52,10 @@ class ClientConfig:
     explicit_lac_delay: float = 0.1
     recovery_read_window: int = 16  # recovery reads in flight at once
     metadata_retries: int = 20  # compare-and-set attempts before giving up
+    # An ensemble change or a close that finds the metadata store unreachable retries (with
+    # backoff, acknowledgements held) this long before failing the ledger: rides out an etcd
+    # restart or leader election. Each attempt may take metadata_timeout on top.
+    metadata_retry_timeout: float = 30.0
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
     switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
@@ -70,6 +74,7 @@ class ClientConfig:
             "long_poll_timeout",
             "recovery_read_window",
             "metadata_retries",
+            "metadata_retry_timeout",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be positive")

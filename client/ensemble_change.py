@@ -6,17 +6,21 @@ compare-and-set. On a lost race the metadata is read again: a ledger no longer O
 recovery started, so the writer stops for good (``LedgerFencedError``) and never writes the
 metadata again; an OPEN ledger changed by someone else gets the fragment added to its newer
 version.
+
+An unreachable metadata store (etcd restarting) is retried with backoff for
+``metadata_retry_timeout`` (metadata_retry.py) before the change fails, and with it the ledger.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import random
 from typing import TYPE_CHECKING
 
+from client.metadata_retry import MetadataRetry
 from client.placement import choose_replacement
 from metadata import LedgerState
-from protocol.errors import LedgerFencedError, MetadataStoreError, MetadataVersionError
+from protocol.errors import LedgerFencedError, MetadataVersionError
 
 if TYPE_CHECKING:
     from client.add import ReplacementsChosen
@@ -32,33 +36,39 @@ async def change_ensemble(
     chosen: ReplacementsChosen | None = None,
 ) -> list[str]:
     handle.bad_bookies.update(failed.values())
-    candidates = await handle.pool.writable_bookies(fresh=True)
+    store = handle.store
+    ledger_id = handle.ledger_id
+    # The listing, the CAS and the re-reads ride out an unreachable store together, for
+    # metadata_retry_timeout; acknowledgements stay held meanwhile (the pipeline is changing).
+    retry = MetadataRetry(handle.config, f"ledger {ledger_id}: ensemble change")
+    candidates = await retry.call(
+        "listing the writable bookies", functools.partial(handle.pool.writable_bookies, fresh=True)
+    )
     new = list(ensemble)
     for slot in sorted(failed):
         new[slot] = choose_replacement(candidates, new, handle.bad_bookies, rng)
     if chosen is not None:  # ProtocolSwitches.replace_after_cas off: write before the CAS
         chosen(list(new))
-    store = handle.store
     metadata = handle.metadata
     retries = handle.config.metadata_retries
-    for attempt in range(retries):
+    for _attempt in range(retries):
         wanted = metadata.with_fragment(first_entry, tuple(new))
         try:
-            handle.metadata = await store.write_ledger(handle.ledger_id, wanted)
+            handle.metadata = await retry.call(
+                "writing the new fragment", functools.partial(store.write_ledger, ledger_id, wanted)
+            )
             return new
         except MetadataVersionError:
-            current = await store.read_ledger(handle.ledger_id)
+            current = await retry.call(
+                "reading the metadata again", functools.partial(store.read_ledger, ledger_id)
+            )
             if current.state is not LedgerState.OPEN:
                 handle.fenced = True
                 raise LedgerFencedError(
-                    f"ledger {handle.ledger_id} is {current.state.value}: another client is "
+                    f"ledger {ledger_id} is {current.state.value}: another client is "
                     "recovering or closed it"
                 ) from None
             metadata = current
-        except MetadataStoreError:
-            if attempt == retries - 1:
-                raise
-            await asyncio.sleep(min(0.05 * (attempt + 1), 1.0))
     raise MetadataVersionError(
-        f"ledger {handle.ledger_id}: ensemble change still racing after {retries} attempts"
+        f"ledger {ledger_id}: ensemble change still racing after {retries} attempts"
     )

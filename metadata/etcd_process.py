@@ -1,6 +1,8 @@
 """Run a real etcd server as a child process (standalone clusters and tests).
 
 Loopback only; a temporary or given data directory; stopped with SIGTERM, then SIGKILL.
+``stop(remove_data=False)`` then ``start()`` (or ``restart()``) brings the same member back on the
+same ports with its data: an etcd outage for tests, as a restart or crash of the real one.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class EtcdProcess:
     startup_timeout: float = 20.0
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _own_dir: bool = field(default=False, init=False)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     @property
     def endpoint(self) -> str:
@@ -107,3 +113,8 @@ class EtcdProcess:
         self.process = None
         if remove_data and self._own_dir and self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def restart(self) -> EtcdProcess:
+        """Stop (keeping the data) and start again on the same ports and data directory."""
+        self.stop(remove_data=False)
+        return self.start()
