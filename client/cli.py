@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -60,19 +61,22 @@ def read_command(group: click.Group) -> None:
         metadata: str | None,
         as_json: bool,
     ) -> None:
-        async def action(bk: BookKeeper) -> list[tuple[int, bytes]]:
+        async def action(bk: BookKeeper) -> None:
             rh = await bk.open_ledger(ledger_id, password.encode(), recovery=not no_recovery)
             end = rh.last_add_confirmed if last is None else last
             if end < first:
-                return []
-            return [(e.entry_id, e.data) for e in await rh.read(first, end)]
+                return
+            # Streamed: printed as read, so a ledger of any size prints in flat memory.
+            async with contextlib.aclosing(rh.read_iter(first, end)) as entries:
+                async for entry in entries:
+                    if as_json:
+                        text = base64.b64encode(entry.data).decode()
+                        click.echo(json.dumps({"entry_id": entry.entry_id, "data_base64": text}))
+                    else:
+                        data = entry.data.decode("utf-8", errors="backslashreplace")
+                        click.echo(f"{entry.entry_id}\t{data}")
 
-        for entry_id, data in run_with_client(metadata, action):
-            if as_json:
-                text = base64.b64encode(data).decode()
-                click.echo(json.dumps({"entry_id": entry_id, "data_base64": text}))
-            else:
-                click.echo(f"{entry_id}\t{data.decode('utf-8', errors='backslashreplace')}")
+        run_with_client(metadata, action)
 
 
 def recover_command(group: click.Group) -> None:
@@ -134,10 +138,17 @@ def simpletest_command(
         await lh.close()
         started = time.perf_counter()
         rh = await bk.open_ledger(lh.ledger_id)
-        got = await rh.read(0, entries - 1)
+        count = 0
+        async with contextlib.aclosing(rh.read_iter(0, entries - 1)) as got:
+            async for entry in got:  # streamed: read() would refuse past max_read_bytes
+                if entry.entry_id != count or entry.data != payloads[count]:
+                    raise click.ClickException(
+                        f"ledger {lh.ledger_id}: entry {entry.entry_id} read back differs"
+                    )
+                count += 1
+        if count != entries:
+            raise click.ClickException(f"ledger {lh.ledger_id}: read back {count} of {entries}")
         read = time.perf_counter() - started
-        if [e.data for e in got] != payloads:
-            raise click.ClickException(f"ledger {lh.ledger_id}: read back differs from written")
         return lh.ledger_id, written, read
 
     ledger_id, written, read = run_with_client(metadata, action)

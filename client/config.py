@@ -45,6 +45,12 @@ class ClientConfig:
     reconnect_backoff_min: float = 0.1  # after a failed connect, the bookie is skipped this long
     reconnect_backoff_max: float = 5.0  # ... doubling up to this
     read_concurrency: int = 64  # entries fetched in parallel by one read() or read_iter()
+    # read() refuses (ReadTooLargeError) a range whose payloads pass this: it returns one list,
+    # so it would hold the whole range in memory; read_iter() streams ranges of any size.
+    max_read_bytes: int = 64 * 1024 * 1024
+    # read_iter() and read_from() fetch ahead of their consumer while the entries fetched but
+    # not yet consumed (counted at the largest size seen) stay within this.
+    read_ahead_bytes: int = 8 * 1024 * 1024
     long_poll_timeout: float = 10.0  # server-side wait of one long poll
     # A writer that goes quiet sends its LAC explicitly (WRITE_LAC) this long after its last
     # add completed, so tailing readers see the last entry too (BookKeeper's
@@ -71,6 +77,8 @@ class ClientConfig:
             "reconnect_backoff_min",
             "reconnect_backoff_max",
             "read_concurrency",
+            "max_read_bytes",
+            "read_ahead_bytes",
             "long_poll_timeout",
             "recovery_read_window",
             "metadata_retries",

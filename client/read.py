@@ -5,11 +5,19 @@ the first good copy wins. A copy whose digest does not verify is skipped (``Dige
 no good copy turns up). When every bookie fails the error says why: all explicit negatives ->
 ``NoSuchEntryError``; a limbo bookie -> ``DataUnknownError``; otherwise the last transport or
 status error.
+
+Ranges are streamed (``iter_range``): entries are fetched ahead of the consumer in a window
+bounded by ``read_concurrency`` entries and by ``read_ahead_bytes`` -- the entries in the window
+counted at the largest size seen so far, the first one fetched alone to learn it -- and handed
+over in order. At least one entry is always in flight, so an entry larger than the byte bound
+is still read.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
+from collections.abc import AsyncGenerator
 
 from client.config import ClientConfig
 from client.connection import status_error
@@ -113,12 +121,32 @@ class EntryReader:
         body = await self.fetch(metadata, entry_id)
         return Entry(self.ledger_id, entry_id, body.payload)
 
+    async def iter_range(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[Entry, None]:
+        """Entries first..last inclusive, in order, fetched ahead within the window."""
+        window = self._config.read_concurrency
+        ahead = self._config.read_ahead_bytes
+        fetching: deque[asyncio.Future[Entry]] = deque()  # in entry order
+        largest = -1  # size of the largest entry seen; -1: none seen yet
+        next_id = first
+        try:
+            while fetching or next_id <= last:
+                while next_id <= last and len(fetching) < window:
+                    if fetching and (largest < 0 or (len(fetching) + 1) * largest > ahead):
+                        break  # the window's bytes (at the largest size seen) are spent
+                    fetching.append(asyncio.ensure_future(self.read_one(metadata, next_id)))
+                    next_id += 1
+                entry = await fetching[0]
+                fetching.popleft()
+                largest = max(largest, len(entry.data))
+                yield entry
+        finally:
+            for task in fetching:
+                task.cancel()
+            if fetching:
+                await asyncio.gather(*fetching, return_exceptions=True)
+
     async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[Entry]:
-        """Entries first..last inclusive, fetched with bounded parallelism, in order."""
-        limit = asyncio.Semaphore(self._config.read_concurrency)
-
-        async def one(entry_id: int) -> Entry:
-            async with limit:
-                return await self.read_one(metadata, entry_id)
-
-        return list(await asyncio.gather(*(one(e) for e in range(first, last + 1))))
+        """Entries first..last inclusive, in order (all of them in memory: see iter_range)."""
+        return [entry async for entry in self.iter_range(metadata, first, last)]

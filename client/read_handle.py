@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from client.config import ClientConfig
 from client.entry import Entry
@@ -11,10 +12,7 @@ from client.lac import long_poll_lac, read_lac_quorum
 from client.pool import BookiePool
 from client.read import EntryReader
 from metadata import LedgerMetadata, MetadataStore
-from protocol.errors import BKError, NoSuchEntryError
-
-READ_FROM_BATCH = 256  # entries fetched per step of read_from
-
+from protocol.errors import BKError, NoSuchEntryError, ReadTooLargeError
 
 POLL_BACKOFF_MIN = 0.05  # seconds before polling again after an early answer without news
 POLL_BACKOFF_MAX = 1.0
@@ -59,8 +57,7 @@ class ReadHandle:
             self._advance(self.metadata.last_entry_id)
         return self.metadata
 
-    async def read(self, first: int, last: int) -> list[Entry]:
-        """Entries first..last (inclusive), all at or below the LAC this handle knows."""
+    def _check_confirmed(self, first: int, last: int) -> None:
         if first < 0 or last < first:
             raise ValueError(f"bad range {first}..{last}")
         if last > self._lac:
@@ -68,7 +65,38 @@ class ReadHandle:
                 f"entry {last} is beyond the last add confirmed ({self._lac}) of ledger "
                 f"{self.ledger_id}; use read_unconfirmed to read past it"
             )
-        return await self._reader.read_range(self.metadata, first, last)
+
+    async def read(self, first: int, last: int) -> list[Entry]:
+        """Entries first..last (inclusive), all at or below the LAC this handle knows.
+
+        The list is held whole, so a range whose payloads pass ``max_read_bytes`` fails with
+        ``ReadTooLargeError`` as soon as that is known; ``read_iter`` streams any range."""
+        self._check_confirmed(first, last)
+        limit = self._config.max_read_bytes
+        entries: list[Entry] = []
+        total = 0
+        stream = self._reader.iter_range(self.metadata, first, last)
+        async with contextlib.aclosing(stream):
+            async for entry in stream:
+                total += len(entry.data)
+                if total > limit:
+                    raise ReadTooLargeError(
+                        f"read({first}, {last}) of ledger {self.ledger_id} passes "
+                        f"max_read_bytes ({limit} bytes) at entry {entry.entry_id}; stream the "
+                        f"range with read_iter({first}, {last}) instead"
+                    )
+                entries.append(entry)
+        return entries
+
+    def read_iter(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+        """Entries first..last (inclusive, at or below the LAC), in order, one at a time.
+
+        Fetches ahead of the consumer within ``read_concurrency`` entries and about
+        ``read_ahead_bytes`` bytes, so memory stays flat whatever the range. The range is
+        checked at the call, before the first entry is asked for. Leaving the loop early:
+        ``aclose()`` it (or use ``contextlib.aclosing``) to stop the fetches ahead at once."""
+        self._check_confirmed(first, last)
+        return self._reader.iter_range(self.metadata, first, last)
 
     async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
         """Entries first..last even past the LAC, as far as bookies hold them."""
@@ -119,10 +147,12 @@ class ReadHandle:
         try:
             while True:
                 if next_entry <= self._lac:
-                    last = min(self._lac, next_entry + READ_FROM_BATCH - 1)
-                    for entry in await self._reader.read_range(self.metadata, next_entry, last):
-                        yield entry
-                    next_entry = last + 1
+                    # Streamed up to the LAC known now (flat memory); then look again.
+                    stream = self._reader.iter_range(self.metadata, next_entry, self._lac)
+                    async with contextlib.aclosing(stream):
+                        async for entry in stream:
+                            yield entry
+                            next_entry = entry.entry_id + 1
                     continue
                 if self.is_closed:
                     return

@@ -168,6 +168,14 @@ class EntryTooLargeError(BKError):
     default_message = "entry too large for one add request frame"
 
 
+class ReadTooLargeError(BKError):
+    """A ``read()`` whose entries pass ``ClientConfig.max_read_bytes``: stream the range with
+    ``ReadHandle.read_iter`` instead of holding it all."""
+
+    code = -45
+    default_message = "read range larger than max_read_bytes; stream it with read_iter()"
+
+
 class MetadataVersionError(BKError):
     code = -17
     retriable = True
