@@ -415,7 +415,7 @@ class Bookie:
     async def _publish_state(self) -> None:
         try:
             await self._refresh_registration()
-        except (MetadataStoreError, BKError) as exc:
+        except Exception as exc:  # the next round tries again; the loop must not die of it
             log.warning("bookie %s: cannot publish its state yet: %s", self.bookie_id, exc)
 
     def _write_error(self, exc: OSError) -> None:
@@ -450,10 +450,7 @@ class Bookie:
             await asyncio.sleep(delay)
             with contextlib.suppress(Exception):  # counted and logged by checkpoint()
                 await self.checkpoint()
-            try:
-                await self._refresh_registration()
-            except (MetadataStoreError, BKError) as exc:
-                log.warning("bookie %s: cannot publish free disk: %s", self.bookie_id, exc)
+            await self._publish_state()
 
     async def checkpoint(self, release: bool = True) -> None:
         """Make everything journaled so far durable in ledger storage; trim the journal.

@@ -29,6 +29,7 @@ class Registration:
         self.lease = lease
         self.ttl = ttl
         self.lost = asyncio.Event()
+        self._updating = asyncio.Lock()
         self._callbacks: list[Callable[[Registration], None]] = []
         self._task: asyncio.Task[None] | None = asyncio.get_running_loop().create_task(
             self._keep_alive(), name=f"lease-{info.bookie_id}"
@@ -63,12 +64,16 @@ class Registration:
             callback(self)
 
     async def update(self, info: BookieServiceInfo) -> None:
-        """Publish new service info (free disk, read-only) under the same lease."""
-        current, _revision = await self._kv.get(self._key)
-        if current is None or current.lease != self.lease:
-            raise MetadataStoreError(f"registration of {info.bookie_id} is gone")
-        await self._kv.compare_and_set(self._key, info.to_json(), current.mod_revision, self.lease)
-        self.info = info
+        """Publish new service info (free disk, read-only) under the same lease. Updates run
+        one at a time: two at once would race their own compare-and-set."""
+        async with self._updating:
+            current, _revision = await self._kv.get(self._key)
+            if current is None or current.lease != self.lease:
+                raise MetadataStoreError(f"registration of {info.bookie_id} is gone")
+            await self._kv.compare_and_set(
+                self._key, info.to_json(), current.mod_revision, self.lease
+            )
+            self.info = info
 
     async def _stop(self) -> None:
         task, self._task = self._task, None

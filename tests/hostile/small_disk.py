@@ -4,7 +4,8 @@ As root the test mounts a real tmpfs of the asked size (and unmounts it afterwar
 root no filesystem can be mounted, so a simulated one stands in: the bookie process runs with
 ``QuotaDisk`` (installed by ``tests/hostile/quota/sitecustomize.py`` through PYTHONPATH), real
 files under a byte quota that answers ENOSPC and reports usage like a filesystem of that size.
-``SmallDisk.how`` says which one a test ran on.
+``SmallDisk.how`` says which one a test ran on; ``AIOBK_TEST_SIMULATED_DISK=1`` picks the
+simulated one as root too (how that path is checked on a machine where tests run as root).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from bookie.disk import AppendFile, OsDisk
 
 QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES" for the bookie process
+SIMULATE_ENV = "AIOBK_TEST_SIMULATED_DISK"  # set: the simulated disk even as root
 SITE_DIR = Path(__file__).parent / "quota"
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +88,7 @@ def tree_bytes(root: Path) -> int:
 def small_disk(path: Path, size: int) -> Iterator[SmallDisk]:
     path.mkdir(parents=True, exist_ok=True)
     mounted = False
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not os.environ.get(SIMULATE_ENV):
         subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
             check=True,

@@ -25,7 +25,13 @@ import pytest
 
 from client import BookieConnection, BookKeeper, LedgerHandle
 from metadata import READ_ONLY, WRITABLE, EtcdProcess, open_store
-from protocol import ReadRequest, ReadResponse, StatusCode
+from protocol import (
+    BookieStateRequest,
+    BookieStateResponse,
+    ReadRequest,
+    ReadResponse,
+    StatusCode,
+)
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
 from tests.hostile.harness import BookieUnderTest, MiB
@@ -65,6 +71,41 @@ async def _registry_state(uri: str, bookie_id: str, want: str, timeout: float = 
         raise AssertionError(f"{bookie_id} is registered {seen!r}, not {want!r}") from None
     finally:
         await store.close()
+
+
+async def _bookie_state(port: int, writable: bool, timeout: float = 20.0) -> None:
+    """Wait until the bookie itself says it is (not) writable."""
+    conn = await BookieConnection.open("127.0.0.1", port)
+    answer = None
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                answer = await conn.send(BookieStateRequest(conn.next_txn_id()), 10)
+                assert isinstance(answer, BookieStateResponse)
+                if bool(answer.writable) == writable:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"bookie {port} still says {answer}") from None
+    finally:
+        conn.close()
+
+
+async def _fill_until_read_only(small: SmallDisk, port: int, leave: int) -> None:
+    """Fill the disk but for ``leave`` bytes, and again while the bookie frees space of its
+    own (a checkpoint releases journal files) and turns writable, until it settles read-only
+    for two checks."""
+    for _ in range(20):
+        small.fill(leave=leave)
+        await _bookie_state(port, writable=False)
+        await asyncio.sleep(2 * SETTINGS["disk_check_interval"])
+        conn = await BookieConnection.open("127.0.0.1", port)
+        answer = await conn.send(BookieStateRequest(conn.next_txn_id()), 10)
+        conn.close()
+        assert isinstance(answer, BookieStateResponse)
+        if not answer.writable:
+            return
+    raise AssertionError("the bookie did not settle read-only on a full disk")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -138,7 +179,7 @@ async def test_a_full_data_disk_turns_read_only_frees_on_gc_and_restarts(
             assert rss.growth < 96 * MiB, rss.growth
             # Something else takes the rest but for the reserve's room: read-only, and it
             # stays so while the disk is that full.
-            small.fill(leave=4 * MiB)
+            await _fill_until_read_only(small, x.port, leave=4 * MiB)
             await _registry_state(uri, x_id, READ_ONLY)
             state = _state(f"127.0.0.1:{x.port}")
             assert state["state"] == "readonly"
@@ -162,16 +203,18 @@ async def test_a_full_data_disk_turns_read_only_frees_on_gc_and_restarts(
             assert gc.returncode == 0, gc.stderr
             assert (await x.stats())["gc_bytes_freed"] > 16 * MiB
             (small.path / "junk").unlink()
+            await _bookie_state(x.port, writable=True)
             await _registry_state(uri, x_id, WRITABLE)
             assert (small.path / "DISK_RESERVE").exists()  # set aside again
             # A clean stop on a full disk exits 0; a restart on it starts, read-only.
             small.fill(leave=0)
-            await _registry_state(uri, x_id, READ_ONLY)
+            await _bookie_state(x.port, writable=False)
             assert x.terminate() == 0, x.log_text()[-3000:]
             await x.start()
+            assert _state(f"127.0.0.1:{x.port}")["state"] == "readonly"  # from its first answer
             await _registry_state(uri, x_id, READ_ONLY)
-            assert _state(f"127.0.0.1:{x.port}")["state"] == "readonly"
             (small.path / "junk").unlink()
+            await _bookie_state(x.port, writable=True)
             await _registry_state(uri, x_id, WRITABLE)
             assert x.terminate() == 0
         finally:
@@ -202,6 +245,7 @@ async def test_a_full_journal_disk_turns_read_only_at_once_and_heals(
                 if x_id not in handle.metadata.ensemble:
                     break
             assert x_id not in handle.metadata.ensemble
+            await _bookie_state(x.port, writable=False)
             await _registry_state(uri, x_id, READ_ONLY)
             reasons = _state(f"127.0.0.1:{x.port}")["reasons"]
             assert any(r.startswith("journal:") for r in reasons), reasons
@@ -213,6 +257,7 @@ async def test_a_full_journal_disk_turns_read_only_at_once_and_heals(
             # Space back: the journal writes what it stalled, the bookie is writable again,
             # and takes adds; a restart replays its journal (dense LSNs, nothing refused).
             (small.path / "junk").unlink()
+            await _bookie_state(x.port, writable=True)
             await _registry_state(uri, x_id, WRITABLE)
             again = await _ledger_on(bk, x_id)
             for _ in range(20):
