@@ -17,3 +17,16 @@ def test_codec_fuzzing_finds_no_crash(tmp_path) -> None:  # type: ignore[no-unty
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-4000:]
     assert "Done 200000 runs" in run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_storage_fuzzing_finds_no_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Index segments, journal records and entry-log records, both ways (issue 12, finding 1:
+    what an encoder cannot take must never be acknowledged)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz.storage", "-runs=30000", "-seed=1",
+         f"-artifact_prefix={tmp_path}/"],
+        capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "Done 30000 runs" in run.stderr
