@@ -79,7 +79,7 @@ def _round_trip(fdp: atheris.FuzzedDataProvider) -> None:
 
 
 def _entries(state: LedgerState) -> list[tuple[int, int]]:
-    out = []
+    out: list[tuple[int, int]] = []
     for number, page in state.pages.items():
         items = page.items() if isinstance(page, dict) else enumerate(page)
         out.extend(((number << 12) + slot, loc) for slot, loc in items if loc >= 0)
