@@ -328,6 +328,7 @@ def state_command(address: str, change: str | None, timeout: float, as_json: boo
         "state": "writable" if response.writable else "readonly",
         "reasons": reasons,
         "high_priority_writes": bool(response.high_priority),
+        "checkpoint_error": response.checkpoint_error or None,
     }
     if as_json:
         click.echo(json.dumps(document))
@@ -335,5 +336,7 @@ def state_command(address: str, change: str | None, timeout: float, as_json: boo
         click.echo(f"{address}: {document['state']}")
         for reason in reasons:
             click.echo(f"  {reason}")
+        if response.checkpoint_error:
+            click.echo(f"  checkpoints failing: {response.checkpoint_error}")
     if change == "writable" and not response.writable:
         raise click.ClickException(f"{address} stays read-only: {'; '.join(reasons)}")

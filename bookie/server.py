@@ -466,7 +466,11 @@ class Bookie:
                 if isinstance(exc, OSError):
                     self.disk_monitor.report(exc)
                 self.stats.checkpoint_failures += 1
-                self.checkpoint_error = f"{type(exc).__name__}: {exc}"
+                kind = type(exc)
+                name = kind.__qualname__
+                if kind.__module__ != "builtins":
+                    name = f"{kind.__module__}.{name}"
+                self.checkpoint_error = f"{name}: {exc}"
                 log.error(
                     "bookie %s: checkpoint failed (%d so far); the journal is kept until one "
                     "succeeds: %s",

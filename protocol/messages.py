@@ -318,15 +318,16 @@ class GcResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class BookieStateResponse(Response):
-    """The state after the request: writable or not, every reason it is not, and whether
-    recovery adds are still taken."""
+    """The state after the request: writable or not, every reason it is not, whether recovery
+    adds are still taken, and a checkpoint failure if checkpoints are failing."""
 
     op = OpCode.BOOKIE_STATE
     tag = OpCode.BOOKIE_STATE | RESPONSE_BIT
-    _wire = (_INT, _INT, _STR, _INT)
+    _wire = (_INT, _INT, _STR, _INT, _STR)
     writable: int = 1
     reasons: str = ""  # "; "-separated, "source: why"
     high_priority: int = 1
+    checkpoint_error: str = ""  # why checkpoints fail, while they do (the journal is kept)
 
 
 @dataclass(frozen=True, slots=True)

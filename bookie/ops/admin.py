@@ -126,5 +126,6 @@ def handle_bookie_state(
             int(state.writable),
             "; ".join(state.reasons),
             int(state.high_priority),
+            bookie.checkpoint_error or "",
         )
     )

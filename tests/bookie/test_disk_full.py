@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,42 @@ async def test_operators_force_read_only_and_lift_it(tmp_path: Path) -> None:
         assert (await _state(conn, StateChange.WRITABLE)).writable == 1
         assert await _registered_state(uri, bookie) == WRITABLE
         assert (await add(conn, 3, 0, b"x")).status is StatusCode.EOK
+    finally:
+        conn.close()
+        await bookie.stop()
+        MemoryKV.forget(uri[len("memory://") :])
+
+
+@pytest.mark.timeout(60)
+async def test_a_failing_checkpoint_is_counted_shown_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 1: an encoder error stopped checkpoints with no log line and the counter at 0."""
+    bookie, uri = await _start(tmp_path, FaultyDisk(), flush_interval=0.05)
+    conn = await BookieConnection.open(*bookie.address)
+    real = bookie.storage.checkpoint
+    broken = True
+
+    async def checkpoint(mark: int) -> None:
+        if broken:
+            raise struct.error("'I' format requires 0 <= number <= 4294967295")
+        await real(mark)
+
+    monkeypatch.setattr(bookie.storage, "checkpoint", checkpoint)
+    try:
+        for _ in range(200):
+            if bookie.stats.checkpoint_failures >= 2:
+                break
+            await asyncio.sleep(0.02)
+        assert bookie.stats.checkpoint_failures >= 2  # retried, and counted each time
+        state = await _state(conn)
+        assert "struct.error" in state.checkpoint_error
+        broken = False
+        for _ in range(200):  # retried within CHECKPOINT_RETRY, and the error is gone
+            if bookie.checkpoint_error is None:
+                break
+            await asyncio.sleep(0.05)
+        assert (await _state(conn)).checkpoint_error == ""
     finally:
         conn.close()
         await bookie.stop()

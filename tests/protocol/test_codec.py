@@ -88,7 +88,9 @@ responses = st.one_of(
         st.dictionaries(st.text(max_size=8), i64, max_size=4),
     ),
     st.builds(GcResponse, i64, status, i64, i64, i64, i64, st.text(max_size=20)),
-    st.builds(BookieStateResponse, i64, status, i64, st.text(max_size=20), i64),
+    st.builds(
+        BookieStateResponse, i64, status, i64, st.text(max_size=20), i64, st.text(max_size=9)
+    ),
     st.builds(ErrorResponse, i64, status, st.integers(0, 255)),
 )
 
