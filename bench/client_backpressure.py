@@ -20,7 +20,8 @@ Before/after: run it once in a worktree of the old commit and once here, e.g.
     cd /tmp/before && PYTHONPATH=$PWD /work/main/.venv/bin/python -m bench.client_backpressure
     cd /work/main && .venv/bin/python -m bench.client_backpressure
 
-(the old client has no ``read_iter``: that row says so.) ``--only appends,big,read`` picks
+(the old client has no ``read_iter``: that row says so.) ``--bookie-src DIR`` runs the bookies
+from another tree, so that both clients meet the same servers; ``--only appends,big,read`` picks
 scenarios; ``--json PATH`` writes every figure.
 """
 
@@ -168,9 +169,14 @@ def _child(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------- the cluster
 
 
-def _start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[bytes]]:
+def _start_bookies(
+    count: int, base: str, uri: str, source: str | None
+) -> list[subprocess.Popen[bytes]]:
     from metadata import free_port
 
+    env = dict(os.environ)
+    if source:  # bookies from another tree: the same servers under two clients
+        env["PYTHONPATH"] = source
     procs = []
     for index in range(count):
         proc = subprocess.Popen(
@@ -179,6 +185,7 @@ def _start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[byt
                 "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri,
             ],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            env=env, cwd=source or None,
         )  # fmt: skip
         procs.append(proc)
         assert proc.stdout is not None
@@ -215,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=120.0)
     parser.add_argument("--only", default="appends,big,read")
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--bookie-src", default=None, help="run the bookies from this source tree (PYTHONPATH)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", default="", help=argparse.SUPPRESS)
     parser.add_argument("--metadata", default="", help=argparse.SUPPRESS)
@@ -232,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     bookies: list[subprocess.Popen[bytes]] = []
     results: list[dict[str, Any]] = []
     try:
-        bookies = _start_bookies(3, base, args.metadata)
+        bookies = _start_bookies(3, base, args.metadata, args.bookie_src)
         only = set(args.only.split(","))
         if "appends" in only:
             results.append(_run_child("appends", args, "--handles", "1"))
