@@ -7,6 +7,9 @@ Per connection (``bookie.connection``):
   the low mark. At most ``READS_PER_CONNECTION`` of its entry reads fetch at once. So a peer
   that pipelines reads of large entries and never reads the answers holds about one high-water
   mark, not one entry per request (BookKeeper turns ``autoRead`` off on an unwritable channel).
+- At most ``FRAMES_PER_TURN`` of its requests are handled per event-loop turn; the rest wait
+  for the next turn with reading paused, so a burst from one peer (or twenty) cannot hold the
+  loop while every other peer waits.
 - A frame must be complete within ``frame_timeout`` of its first byte; responses that could
   not be sent for ``write_timeout`` (the peer reads nothing) close the connection, as does
   ``connection_idle_timeout`` of silence with nothing in flight.
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READS_PER_CONNECTION = 8  # entry reads of one connection fetching at once
+FRAMES_PER_TURN = 256  # requests of one connection handled per event-loop turn
 SWEEP_INTERVAL = 1.0  # seconds between checks of frame and idle deadlines
 
 
