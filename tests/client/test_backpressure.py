@@ -85,7 +85,8 @@ async def test_admitted_then_cancelled_passes_its_turn_on() -> None:
     second.cancel()  # ... which is cancelled before it resumes
     with pytest.raises(asyncio.CancelledError):
         await second
-    await third  # its grant went on to the third
+    async with asyncio.timeout(10):
+        await third  # its grant went on to the third
     assert (budget.adds, budget.bytes, budget.waiting) == (1, 3, 0)
 
 
@@ -99,7 +100,8 @@ async def test_cancelled_while_waiting_leaves_no_trace() -> None:
     await asyncio.gather(*waiters[:2], return_exceptions=True)
     assert budget.waiting == 1
     budget.release(1, 1)
-    await waiters[2]
+    async with asyncio.timeout(10):
+        await waiters[2]
     assert (budget.adds, budget.bytes, budget.waiting) == (1, 1, 0)
 
 
@@ -189,8 +191,9 @@ async def test_cancelled_appenders_leak_no_slot_and_block_no_one(world) -> None:
     budget.release = release_then_cancel  # type: ignore[method-assign]
     for gate in gates:
         gate.release()
-    assert await first == 0
-    assert await last == 1  # neither cancelled appender took an entry id
+    async with asyncio.timeout(10):
+        assert await first == 0
+        assert await last == 1  # neither cancelled appender took an entry id
     for task in (gone, woken):
         with pytest.raises(asyncio.CancelledError):
             await task
