@@ -1,0 +1,404 @@
+"""The probes of issue 12 at the issue's full scale, against a bookie from any source tree.
+
+    python -m tests.hostile --src DIR [--probe NAME ...] [--cap-seconds 60] [--cap-rss-mib 3072]
+
+Each probe starts a bookie process from tree DIR (PYTHONPATH=DIR, ``python -m bookie start``;
+the probing side is this tree's raw client), attacks it, and prints one JSON line of figures:
+peak RSS growth, the honest client's latency meanwhile, lateness, statuses, exit codes, index
+bytes. The code before the fix can take long or blow up, so each attack is capped: past
+``--cap-rss-mib`` of RSS growth the bookie is killed, past ``--cap-seconds`` the probe stops
+waiting; either is reported (``"capped"``). The pytest suite beside this module runs the same
+attacks at a smaller scale with assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import struct
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from protocol import ReadFlag, ReadRequest, ReadResponse, StatusCode
+from tests.hostile.harness import BookieUnderTest, MiB, summary
+from tests.hostile.honest import HonestClient, add_request
+from tests.hostile.rawclient import RawConnection
+
+INT64_MAX = 2**63 - 1
+Figures = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Caps:
+    seconds: float
+    rss: int
+
+
+def _mib(size: int) -> float:
+    return round(size / MiB, 1)
+
+
+_STARTED: list[BookieUnderTest] = []  # stopped after each probe, whatever happened
+
+
+async def _started(root: Path, src: str, name: str, **settings: Any) -> BookieUnderTest:
+    bookie = BookieUnderTest(root, settings, name=name, src=src)
+    _STARTED.append(bookie)
+    await bookie.start()
+    return bookie
+
+
+async def _stats(bookie: BookieUnderTest) -> dict[str, int]:
+    try:
+        return await bookie.stats(5.0)
+    except (OSError, TimeoutError) as exc:
+        return {"unreachable": 1, "error": str(exc)}  # type: ignore[dict-item]
+
+
+def _stop(bookie: BookieUnderTest) -> int | str:
+    """SIGTERM's exit code, or what happened instead."""
+    if not bookie.alive:
+        return f"already dead ({bookie.proc.process.returncode if bookie.proc.process else '?'})"
+    try:
+        return bookie.terminate()
+    except Exception as exc:
+        bookie.stop()
+        return f"no exit: {exc!r}"
+
+
+def _last_error(bookie: BookieUnderTest) -> str:
+    lines = [line for line in bookie.log_text().splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or [""])[-1][-300:]
+
+
+# ---------------------------------------------------------------------- finding 1
+
+
+async def probe_poison(root: Path, src: str, caps: Caps) -> Figures:
+    """An add at entry 2**44 and at 2**63-1, an add and a fencing read of unused ledgers with
+    a 300-byte key; then checkpoints, SIGTERM, a restart and a read of entry 2**44."""
+    bookie = await _started(root, src, "poison", flush_interval=1.0)
+    long_key = b"k" * 300
+    conn = await RawConnection.open(bookie.host, bookie.port)
+    requests = {
+        "add_entry_2^44": add_request(conn.next_txn_id(), 104, 2**44, b"far"),
+        "add_entry_2^63-1": add_request(conn.next_txn_id(), 101, INT64_MAX, b"x"),
+        "add_300_byte_key": add_request(conn.next_txn_id(), 9000, 0, b"x", key=long_key),
+        "fence_300_byte_key": ReadRequest(conn.next_txn_id(), 9001, -1, ReadFlag.FENCE, long_key),
+    }
+    answers = await conn.wait_for(conn.send_many(requests.values()), 10)
+    statuses = {name: answers[r.txn_id].status.name for name, r in requests.items()}
+    before = await conn.stats()
+    conn.close()
+    deadline = time.monotonic() + min(caps.seconds, 5.0)
+    stats = before
+    while time.monotonic() < deadline and stats["checkpoints"] <= before["checkpoints"] + 1:
+        await asyncio.sleep(0.2)
+        stats = await _stats(bookie)
+    figures: Figures = {
+        "statuses": statuses,
+        "checkpoints_in_5s": stats.get("checkpoints", 0) - before["checkpoints"],
+        "checkpoint_failures": stats.get("checkpoint_failures", "not counted"),
+        "sigterm_exit": _stop(bookie),
+    }
+    try:
+        async with asyncio.timeout(caps.seconds):
+            await bookie.start()
+    except (RuntimeError, TimeoutError) as exc:
+        figures["restart"] = f"failed: {_last_error(bookie) or exc!r}"
+        bookie.stop()
+        return figures
+    conn = await RawConnection.open(bookie.host, bookie.port)
+    read = await conn.call(ReadRequest(conn.next_txn_id(), 104, 2**44), 10)
+    conn.close()
+    figures["restart"] = "ok"
+    figures["read_entry_2^44_after_restart"] = read.status.name
+    figures["second_sigterm_exit"] = _stop(bookie)
+    return figures
+
+
+# ---------------------------------------------------------------------- finding 2
+
+
+async def probe_reads(root: Path, src: str, caps: Caps) -> Figures:
+    """One 1 MiB entry; one connection pipelines 1,000 reads of it and reads no answer, held
+    10 s; an honest client adds and reads the entry on another connection meanwhile."""
+    bookie = await _started(root, src, "reads")
+    conn = await RawConnection.open(bookie.host, bookie.port)
+    added = await conn.call(add_request(conn.next_txn_id(), 50, 0, b"e" * MiB), 30)
+    conn.close()
+    assert added.status is StatusCode.EOK, added
+    honest = HonestClient(bookie.host, bookie.port, read_ledger=50, read_entry=0)
+    figures: Figures = {}
+    async with honest.running():
+        await asyncio.sleep(1.0)
+        honest.latencies.clear()
+        with bookie.sampler(caps.rss, bookie.kill_now) as rss:
+            hostile = await RawConnection.open(bookie.host, bookie.port)
+            hostile.send_many(ReadRequest(hostile.next_txn_id(), 50, 0) for _ in range(1000))
+            deadline = time.monotonic() + min(10.0, caps.seconds)
+            while time.monotonic() < deadline and bookie.alive:
+                await asyncio.sleep(0.05)
+            stats = await _stats(bookie)
+            hostile.abort()
+        figures.update(
+            rss_baseline_mib=_mib(rss.baseline),
+            rss_growth_mib=_mib(rss.growth),
+            capped=f"killed past {_mib(caps.rss)} MiB" if rss.limit_hit else False,
+            honest=summary(honest.latencies),
+            honest_requests=len(honest.latencies),
+            honest_failures=len(honest.failures),
+            connections_shed=stats.get("connections_shed", "not counted"),
+            connection_bytes_held=stats.get("connection_bytes_held", "not counted"),
+        )
+    figures["sigterm_exit"] = _stop(bookie)
+    return figures
+
+
+# ---------------------------------------------------------------------- finding 3
+
+
+async def probe_long_polls(
+    root: Path, src: str, caps: Caps, polls: int, connections: int = 1
+) -> Figures:
+    """``polls`` long polls of 8 s sent at once, over ``connections`` connections; a plain
+    read every 100 ms on another."""
+    timeout = 8.0
+    bookie = await _started(root, src, f"polls{polls}")
+    plain_conn = await RawConnection.open(bookie.host, bookie.port)
+    added = await plain_conn.call(add_request(plain_conn.next_txn_id(), 60, 0, b"x"))
+    assert added.status is StatusCode.EOK, added
+    loop = asyncio.get_running_loop()
+    plain: list[float] = []
+
+    async def plain_reads() -> None:
+        while True:
+            start = time.monotonic()
+            await plain_conn.call(ReadRequest(plain_conn.next_txn_id(), 60, 0), caps.seconds)
+            plain.append(time.monotonic() - start)
+            await asyncio.sleep(0.1)
+
+    async def collect(peer: RawConnection, count: int) -> None:
+        while len(peer.received) < count:
+            await peer.read_some(caps.seconds)
+
+    share = polls // connections
+    wait_ms = int(timeout * 1000)
+    with bookie.sampler(caps.rss, bookie.kill_now) as rss:
+        peers = [await RawConnection.open(bookie.host, bookie.port) for _ in range(connections)]
+        batches = [
+            [
+                ReadRequest(peer.next_txn_id(), 60, 1, ReadFlag.LONG_POLL, b"", 0, wait_ms)
+                for _ in range(share)
+            ]
+            for peer in peers
+        ]
+        reader = loop.create_task(plain_reads())
+        sent = loop.time()
+        for peer, batch in zip(peers, batches, strict=True):
+            peer.send_many(batch)
+        capped: str | bool = False
+        try:
+            async with asyncio.timeout(caps.seconds):
+                await asyncio.gather(*(collect(peer, share) for peer in peers))
+        except TimeoutError:
+            capped = f"stopped waiting after {caps.seconds:g} s"
+        except ConnectionError:
+            capped = f"connection lost ({'killed past the RSS cap' if rss.limit_hit else 'closed'})"
+        elapsed = loop.time() - sent
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError, TimeoutError):
+            await reader
+    answers = [answer for peer in peers for answer in peer.received.values()]
+    statuses: dict[str, int] = {}
+    for _at, response in answers:
+        statuses[response.status.name] = statuses.get(response.status.name, 0) + 1
+    late = [at - sent - timeout for at, r in answers if r.status is StatusCode.EOK]
+    refused = [at - sent for at, r in answers if r.status is StatusCode.ETOOMANYREQUESTS]
+    stats = await _stats(bookie)
+    for peer in [*peers, plain_conn]:
+        peer.abort()
+    return {
+        "polls": polls,
+        "connections": connections,
+        "answered": len(answers),
+        "statuses": statuses,
+        "lateness_of_waited": summary(late),
+        "latency_of_refused": summary(refused),
+        "plain_read": summary(plain),
+        "plain_reads": len(plain),
+        "rss_growth_mib": _mib(rss.growth),
+        "seconds": round(elapsed, 1),
+        "capped": capped,
+        "long_polls_refused": stats.get("long_polls_refused", "not counted"),
+        "sigterm_exit": _stop(bookie),
+    }
+
+
+# ---------------------------------------------------------------------- finding 6
+
+
+async def probe_slow_frames(root: Path, src: str, caps: Caps) -> Figures:
+    """100 connections each send 5 MiB - 1 bytes of a 5 MiB frame, then idle; an honest client
+    meanwhile. Held until every one is closed or frame_timeout (30 s) + 5 s."""
+    frame = 5 * MiB
+    bookie = await _started(root, src, "slow")
+    honest = HonestClient(bookie.host, bookie.port)
+    closed_at: list[float] = []
+    async with honest.running():
+        await asyncio.sleep(0.5)
+        honest.latencies.clear()
+        with bookie.sampler(caps.rss, bookie.kill_now) as rss:
+            start = time.monotonic()
+            peers = []
+            head = struct.pack(">I", frame - 4) + bytes(frame - 5)
+            for _ in range(100):
+                if not bookie.alive:
+                    break
+                peer = await RawConnection.open(bookie.host, bookie.port)
+                peer.send_bytes(head)
+                with contextlib.suppress(ConnectionError):
+                    await peer.drain(30)
+                peers.append(peer)
+            sent = time.monotonic() - start
+            window = min(caps.seconds, 35.0)
+
+            async def watch(peer: RawConnection) -> None:
+                if await peer.closed_by_peer(window - (time.monotonic() - start)):
+                    closed_at.append(time.monotonic() - start)
+
+            await asyncio.gather(*(watch(peer) for peer in peers))
+            stats = await _stats(bookie)
+            for peer in peers:
+                peer.abort()
+        figures: Figures = {
+            "sent_seconds": round(sent, 1),
+            "rss_growth_mib": _mib(rss.growth),
+            "capped": f"killed past {_mib(caps.rss)} MiB" if rss.limit_hit else False,
+            "closed_within_5s": sum(1 for at in closed_at if at < 5),
+            "closed_within_35s": len(closed_at),
+            "last_close_s": round(max(closed_at, default=0.0), 1),
+            "honest": summary(honest.latencies),
+            "honest_failures": len(honest.failures),
+            "connections_shed": stats.get("connections_shed", "not counted"),
+            "connections_timed_out": stats.get("connections_timed_out", "not counted"),
+        }
+    figures["sigterm_exit"] = _stop(bookie)
+    return figures
+
+
+# ---------------------------------------------------------------------- finding 7
+
+
+async def probe_sparse(root: Path, src: str, caps: Caps) -> Figures:
+    """3,000 adds of a 42-byte body at entry ids i * 10**9; a checkpoint; a restart that reads
+    them all back."""
+    entries = [i * 10**9 for i in range(3000)]
+    bookie = await _started(root, src, "sparse", flush_interval=1.0)
+    conn = await RawConnection.open(bookie.host, bookie.port)
+    warm = await conn.call(add_request(conn.next_txn_id(), 71, 0, b"sparse"))
+    assert warm.status is StatusCode.EOK, warm
+    await asyncio.sleep(1.5)
+    index_before = bookie.dir_bytes("ledgers/index")
+    with bookie.sampler(caps.rss, bookie.kill_now) as rss:
+        txns = conn.send_many(add_request(conn.next_txn_id(), 70, e, b"sparse") for e in entries)
+        answers = await conn.wait_for(txns, caps.seconds)
+        before = await conn.stats()
+        deadline = time.monotonic() + 15
+        stats = before
+        while time.monotonic() < deadline and stats["checkpoints"] <= before["checkpoints"] + 1:
+            await asyncio.sleep(0.2)
+            stats = await conn.stats()
+    conn.close()
+    figures: Figures = {
+        "adds_ok": sum(1 for r in answers.values() if r.status is StatusCode.EOK),
+        "rss_growth_mib": _mib(rss.growth),
+        "index_bytes": bookie.dir_bytes("ledgers/index") - index_before,
+        "checkpoint_failures": stats.get("checkpoint_failures", "not counted"),
+        "sigterm_exit": _stop(bookie),
+    }
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(caps.seconds):
+            await bookie.start()
+    except (RuntimeError, TimeoutError) as exc:
+        figures["restart"] = f"failed: {_last_error(bookie) or exc!r}"
+        bookie.stop()
+        return figures
+    figures["restart_seconds"] = round(time.monotonic() - start, 1)
+    conn = await RawConnection.open(bookie.host, bookie.port)
+    txns = conn.send_many(ReadRequest(conn.next_txn_id(), 70, e) for e in entries)
+    reads = await conn.wait_for(txns, caps.seconds)
+    conn.close()
+    figures["read_back_ok"] = sum(
+        1 for r in reads.values() if isinstance(r, ReadResponse) and r.status is StatusCode.EOK
+    )
+    figures["second_sigterm_exit"] = _stop(bookie)
+    return figures
+
+
+Probe = Callable[[Path, str, Caps], Awaitable[Figures]]
+
+
+def _polls(polls: int, connections: int) -> Probe:
+    async def probe(root: Path, src: str, caps: Caps) -> Figures:
+        return await probe_long_polls(root, src, caps, polls, connections)
+
+    return probe
+
+
+PROBES: dict[str, Probe] = {
+    "1-poison": probe_poison,
+    "2-reads": probe_reads,
+    # One connection, as the issue's probe (its lateness came from that connection not being
+    # read while 10,000 polls waited); then spread so that no cap refuses any.
+    "3-long-polls-50k": _polls(50_000, 1),
+    "3-long-polls-100k": _polls(100_000, 1),
+    "3-long-polls-50k-over-10": _polls(50_000, 10),
+    "3-long-polls-100k-over-20": _polls(100_000, 20),
+    "6-slow-frames": probe_slow_frames,
+    "7-sparse": probe_sparse,
+}
+
+
+async def _run(name: str, src: str, caps: Caps) -> Figures:
+    with tempfile.TemporaryDirectory(prefix=f"hostile-{name}-") as tmp:
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(4 * caps.seconds):  # the whole probe, restarts included
+                figures = await PROBES[name](Path(tmp), src, caps)
+        except Exception as exc:
+            figures = {"error": repr(exc)[:500]}
+        finally:
+            for bookie in _STARTED:
+                bookie.stop()
+            _STARTED.clear()
+        seconds = round(time.monotonic() - start, 1)
+        return {"probe": name, "src": src, **figures, "probe_seconds": seconds}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.hostile", description=__doc__)
+    parser.add_argument("--src", required=True, help="source tree the bookie runs from")
+    parser.add_argument("--probe", action="append", choices=sorted(PROBES), default=None)
+    parser.add_argument("--cap-seconds", type=float, default=60.0)
+    parser.add_argument("--cap-rss-mib", type=int, default=3072)
+    args = parser.parse_args(argv)
+    caps = Caps(args.cap_seconds, args.cap_rss_mib * MiB)
+    src = str(Path(args.src).resolve())
+    for name in args.probe or list(PROBES):
+        figures = uvloop.run(_run(name, src, caps))
+        print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
