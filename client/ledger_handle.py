@@ -173,7 +173,12 @@ class LedgerHandle:
 
     async def close(self) -> None:
         """Wait for outstanding adds, then close the ledger at the last confirmed entry.
-        Idempotent; concurrent calls share one close."""
+        Idempotent; concurrent calls share one close, and a close that failed fails again
+        (the ledger is not closed: a second call must not report that it is)."""
+        closing = self._closing
+        if closing is not None and closing.done():
+            closing.result()  # raises what the first close raised
+            return
         if self._closed:
             return
         if self._closing is None:

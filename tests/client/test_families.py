@@ -338,6 +338,8 @@ async def test_ensemble_change_losing_to_recovery_stops_the_writer(world) -> Non
         await lh.append(b"e2")
     with pytest.raises(LedgerFencedError):
         await lh.close()
+    with pytest.raises(LedgerFencedError):  # the ledger is not closed: saying so twice is true
+        await lh.close()
     assert (await world.store.read_ledger(lh.ledger_id)).version == version  # untouched
 
 
