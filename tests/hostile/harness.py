@@ -17,7 +17,6 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -238,7 +237,3 @@ def summary(values: list[float]) -> dict[str, float]:
         "p99_ms": round(percentile(values, 0.99) * 1000, 1),
         "max_ms": round(max(values, default=0.0) * 1000, 1),
     }
-
-
-def elapsed(start: float) -> float:
-    return time.monotonic() - start
