@@ -31,6 +31,10 @@ class _FilteringTransport:
         if out:
             self._inner.write(b"".join(out))
 
+    def writelines(self, chunks: Any) -> None:
+        """The client hands over a turn's frames in one ``writelines``: each is filtered."""
+        self.write(b"".join(bytes(chunk) for chunk in chunks))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
