@@ -151,3 +151,26 @@ async def test_peers_over_max_connection_memory_lose_the_biggest(
     assert sum(closed) >= 1, closed
     assert stats["connection_bytes_held"] < 64 * 1024, stats
     assert bookie.terminate() == 0, bookie.log_text()
+
+
+@pytest.mark.timeout(60)
+async def test_a_peer_that_never_reads_its_answers_is_closed_after_write_timeout(
+    launch: Launch, connect: Connect
+) -> None:
+    """Under every bound one such peer could still hold its high-water mark for ever; after
+    ``write_timeout`` with its responses unsendable the bookie lets it go."""
+    bookie = await launch(server_write_buffer_high_water_mark=HIGH_WATER, write_timeout=2.0)
+    await _write_entry(await connect(bookie))
+    peer = await connect(bookie)
+    peer.send_many(ReadRequest(peer.next_txn_id(), LEDGER, 0) for _ in range(HOSTILE_READS))
+    await asyncio.sleep(1.0)  # paused, under the timeout: not closed yet
+    stats = await bookie.stats()
+    assert stats["connections_open"] >= 2, stats  # the peer and the one asking
+    started = time.monotonic()
+    stats = await _settled(bookie, open_connections=1)
+    assert stats["connections_open"] <= 1, stats  # the peer is gone
+    assert stats["connections_timed_out"] >= 1, stats
+    assert stats["connection_bytes_held"] < 64 * 1024, stats
+    assert time.monotonic() - started < 4.0  # write_timeout plus the one-second sweep
+    assert await peer.closed_by_peer(5.0)
+    assert bookie.terminate() == 0, bookie.log_text()
