@@ -38,6 +38,7 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
+    from bookie.ops.read import LongPoll
     from bookie.server import Bookie
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class ServerConnection(asyncio.Protocol):
         self.frame_started: float | None = None  # when the partial frame held began
         self.write_paused_since: float | None = None  # responses unsendable since
         self.reads = FifoGate(READS_PER_CONNECTION)
-        self._long_polls = 0
+        self.polls: set[LongPoll] = set()  # this peer's long polls waiting now
         self._backlog: deque[bytes] = deque()  # requests read, not handled yet
         self._backlog_bytes = 0
         self._drain_scheduled = False
@@ -96,6 +97,8 @@ class ServerConnection(asyncio.Protocol):
         self.flow.forget(self)
         for task in self.tasks:
             task.cancel()
+        for poll in list(self.polls):
+            poll.cancel()
         self._out.clear()
         self._out_bytes = 0
         self._backlog.clear()
@@ -175,7 +178,7 @@ class ServerConnection(asyncio.Protocol):
     def reply(self, response: Response) -> None:
         """Answer one request (every handled request gets exactly one reply)."""
         self._inflight -= 1
-        if self._read_paused and self._inflight - self._long_polls < self._max_inflight // 2:
+        if self._read_paused and self._inflight - len(self.polls) < self._max_inflight // 2:
             self.update_reading()
         self._send(response)
 
@@ -200,23 +203,27 @@ class ServerConnection(asyncio.Protocol):
 
     @property
     def long_polls(self) -> int:
-        """Long polls of this peer waiting now (``bookie.ops.read`` counts them in and out)."""
-        return self._long_polls
+        """Long polls of this peer waiting now."""
+        return len(self.polls)
 
-    @long_polls.setter
-    def long_polls(self, count: int) -> None:
+    def poll_started(self, poll: LongPoll) -> None:
         # A waiting long poll leaves the in-flight count that may have paused this peer: look
         # again. Before, a connection with max_inflight_per_connection polls waiting was not
         # read until they expired, so its next requests -- more polls past the cap, a plain
         # read -- were answered a whole poll timeout late (issue 12, finding 3: 50,000 polls
         # of 8 s on one connection came back 24 s late).
-        self._long_polls = count
+        self.polls.add(poll)
+        if self._read_paused:
+            self.update_reading()
+
+    def poll_ended(self, poll: LongPoll) -> None:
+        self.polls.discard(poll)
         if self._read_paused:
             self.update_reading()
 
     def _busy(self) -> bool:
         """As many requests in flight as the peer may have, waiting long polls aside."""
-        return self._inflight - self._long_polls >= self._max_inflight
+        return self._inflight - len(self.polls) >= self._max_inflight
 
     @property
     def idle(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections.abc import Iterator
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 from bookie.sync_cursor import SyncCursor
 
@@ -43,6 +43,12 @@ def page_items(page: Page) -> Iterator[tuple[int, int]]:
     if isinstance(page, dict):
         return iter(page.items())
     return ((slot, location) for slot, location in enumerate(page) if location >= 0)
+
+
+class Waiter(Protocol):
+    """A long poll (``bookie.ops.read.LongPoll``): woken when the LAC moves."""
+
+    def wake(self) -> None: ...
 
 
 class LedgerState:
@@ -76,7 +82,7 @@ class LedgerState:
         self.pages: dict[int, Page] = {}
         self.dirty_pages: set[int] = set()
         self.meta_dirty = True
-        self.waiters: set[asyncio.Future[None]] = set()  # long polls waiting for the LAC
+        self.waiters: set[Waiter] = set()  # long polls waiting for the LAC to move
         # A fence journaled but not yet synced; its result is the journal's error, if any.
         self.fence_pending: asyncio.Future[BaseException | None] | None = None
 
@@ -117,6 +123,5 @@ class LedgerState:
         if waiters:
             self.waiters = set()
             for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
+                waiter.wake()
         return True

@@ -69,8 +69,7 @@ class LedgerStorage:
         self.deleted.add(ledger_id)
         waiters, state.waiters = state.waiters, set()
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+            waiter.wake()
         self.index.require_full()
         return True
 

@@ -6,8 +6,8 @@
   recovery read carries the flag (RELIABILITY trap 1), so each bookie that answers recovery
   has promised to refuse the old writer.
 - LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
-  (capped), whichever is first; the waiter is removed either way. Over the long-poll caps
-  (``bookie.flow``) the answer is ETOOMANYREQUESTS at once.
+  (capped), whichever is first; the waiter (``LongPoll``: no task) is removed either way. Over
+  the long-poll caps (``bookie.flow``) the answer is ETOOMANYREQUESTS at once.
 - Fetching an entry waits for a turn (``ServerConnection.reading``): a peer that does not read
   its answers cannot make the bookie hold one entry per request it pipelined.
 - A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives) -- except in a
@@ -58,49 +58,95 @@ async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:
     return await asyncio.shield(pending_fence)
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+class LongPoll:
+    """One long poll waiting for its ledger's LAC to pass ``previous_lac``: an entry in the
+    ledger's waiter set and a timer, no task (a task, its future and its frames cost about
+    three times as much per poll). Registering, expiring and leaving are O(1). ``wake``
+    answers it -- the LAC moved, the ledger was dropped, or its time is up; ``cancel`` forgets
+    it (its connection went away)."""
+
+    __slots__ = ("_bookie", "_conn", "_request", "_state", "_timer")
+
+    def __init__(
+        self,
+        bookie: Bookie,
+        conn: ServerConnection,
+        request: ReadRequest,
+        state: LedgerState,
+        timeout: float,
+    ) -> None:
+        self._bookie = bookie
+        self._conn = conn
+        self._request = request
+        self._state = state
+        bookie.stats.long_polls += 1
+        bookie.flow.long_polls += 1
+        state.waiters.add(self)
+        conn.poll_started(self)
+        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
+            timeout, self.wake
+        )
+
+    def _leave(self) -> bool:
+        if self._timer is None:
+            return False
+        self._timer.cancel()
+        self._timer = None
+        self._state.waiters.discard(self)
+        self._bookie.flow.long_polls -= 1
+        self._conn.poll_ended(self)
+        return True
+
+    def wake(self) -> None:
+        if self._leave() and not self._conn.closed:
+            _after_poll(self._bookie, self._request, self._conn, self._state)
+
+    def cancel(self) -> None:
+        self._leave()
 
 
-async def _long_poll(
-    bookie: Bookie, conn: ServerConnection, state: LedgerState, timeout: float
+def _long_poll(
+    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
 ) -> None:
-    """Wait until the LAC moves (``advance_lac`` wakes every waiter) or ``timeout`` passes.
-    Registering, expiring and leaving are O(1) (a set and one timer), so many waiters cost
-    no more per poll than a few."""
-    bookie.stats.long_polls += 1
-    flow = bookie.flow
-    flow.long_polls += 1
-    conn.long_polls += 1
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-    state.waiters.add(waiter)
-    handle = loop.call_later(timeout, _wake, waiter)
-    try:
-        await waiter
-    finally:
-        handle.cancel()
-        state.waiters.discard(waiter)
-        flow.long_polls -= 1
-        conn.long_polls -= 1
+    """Answer now if the LAC is already past ``previous_lac`` (or no wait was asked), else
+    wait (``LongPoll``) -- unless the caps are reached: ETOOMANYREQUESTS at once."""
+    timeout = min(request.timeout_ms / 1000, bookie.config.max_long_poll_timeout)
+    if state.lac > request.previous_lac or timeout <= 0:
+        _after_poll(bookie, request, conn, state)
+    elif not bookie.flow.long_poll_room(conn):
+        bookie.stats.long_polls_refused += 1
+        conn.reply(_answer(request, state, StatusCode.ETOOMANYREQUESTS))
+    else:
+        LongPoll(bookie, conn, request, state, timeout)
+
+
+def _after_poll(
+    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
+) -> None:
+    """A long poll's answer: the LAC, and the entry asked for if the LAC now covers it."""
+    if request.entry_id == LAC_ENTRY_ID or request.entry_id > state.lac:
+        conn.reply(_answer(request, state, StatusCode.EOK))
+    else:
+        conn.spawn(_fetch(bookie, request, conn, state))
 
 
 def handle_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
     bookie.stats.reads += 1
-    if request.flags & (ReadFlag.FENCE | ReadFlag.LONG_POLL):
-        conn.spawn(_read(bookie, request, conn))
+    if request.flags & ReadFlag.FENCE:
+        conn.spawn(_fenced_read(bookie, request, conn))
         return
     state = bookie.storage.ledgers.get(request.ledger_id)
-    if state is None or request.entry_id == LAC_ENTRY_ID:
-        conn.spawn(_read(bookie, request, conn))
-        return
-    location = state.location(request.entry_id)
-    if location < 0:
+    if state is None:
+        conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
+    elif request.flags & ReadFlag.LONG_POLL:
+        _long_poll(bookie, request, conn, state)
+    elif request.entry_id == LAC_ENTRY_ID:
+        conn.reply(_answer(request, state, StatusCode.EOK))
+    elif state.location(request.entry_id) < 0:
         bookie.stats.read_misses += 1
         conn.reply(_answer(request, state, _missing(state)))
-        return
-    conn.spawn(_read(bookie, request, conn))
+    else:
+        conn.spawn(_fetch(bookie, request, conn, state))
 
 
 def _missing(state: LedgerState) -> StatusCode:
@@ -118,39 +164,28 @@ def _answer(
     )
 
 
-async def _read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
-    ledger_id, entry_id = request.ledger_id, request.entry_id
-    state: LedgerState | None
-    if request.flags & ReadFlag.FENCE:
-        state, status = ensure_ledger(bookie, ledger_id, request.master_key)
-        if state is None:
-            conn.reply(_answer(request, None, status))
-            return
-        if await fence(bookie, state) is not None:
-            conn.reply(_answer(request, state, StatusCode.EIO))
-            return
-    else:
-        state = bookie.storage.ledgers.get(ledger_id)
-        if state is None:
-            conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
-            return
-    if request.flags & ReadFlag.LONG_POLL:
-        timeout = min(request.timeout_ms / 1000, bookie.config.max_long_poll_timeout)
-        if state.lac <= request.previous_lac and timeout > 0:
-            if not bookie.flow.long_poll_room(conn):
-                bookie.stats.long_polls_refused += 1
-                conn.reply(_answer(request, state, StatusCode.ETOOMANYREQUESTS))
-                return
-            await _long_poll(bookie, conn, state, timeout)
-        if entry_id == LAC_ENTRY_ID or entry_id > state.lac:
-            conn.reply(_answer(request, state, StatusCode.EOK))
-            return
-    if entry_id == LAC_ENTRY_ID:
-        conn.reply(_answer(request, state, StatusCode.EOK))
+async def _fenced_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
+    state, status = ensure_ledger(bookie, request.ledger_id, request.master_key)
+    if state is None:
+        conn.reply(_answer(request, None, status))
         return
+    if await fence(bookie, state) is not None:
+        conn.reply(_answer(request, state, StatusCode.EIO))
+    elif request.flags & ReadFlag.LONG_POLL:
+        _long_poll(bookie, request, conn, state)
+    elif request.entry_id == LAC_ENTRY_ID:
+        conn.reply(_answer(request, state, StatusCode.EOK))
+    else:
+        await _fetch(bookie, request, conn, state)
+
+
+async def _fetch(
+    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
+) -> None:
+    """Read the entry's body from storage and answer with it."""
     async with conn.reading():  # bounded: see bookie.flow
         try:
-            body = await bookie.storage.read_entry(state, entry_id)
+            body = await bookie.storage.read_entry(state, request.entry_id)
         except (CorruptEntryError, OSError) as exc:
             # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
             # an answer -- an unanswered read would only time out at the client.
