@@ -144,8 +144,12 @@ async def marker_present(disk: Disk, config: BookieConfig) -> bool:
 
 
 async def set_marker(disk: Disk, config: BookieConfig) -> None:
+    """Its existence is the mark, so it is empty: creating it needs no data block, and a
+    bookie can start on a disk with no byte left (it is already there after a crash)."""
+    path = os.path.join(config.data_dir, MARKER_FILE)
     await disk.makedirs(config.data_dir)
-    await disk.write_file_atomic(os.path.join(config.data_dir, MARKER_FILE), b"running\n")
+    if not await disk.exists(path):
+        await disk.write_file_atomic(path, b"")
 
 
 async def clear_marker(disk: Disk, config: BookieConfig) -> None:

@@ -17,13 +17,15 @@ journal directory when that is another filesystem) are measured:
 Between two checks a fast writer can fill a disk; an ENOSPC from the journal, an entry log or a
 checkpoint (``report``) turns the bookie read-only at once and checks again.
 
-Room for what must work on a full disk: ``disk_reserved_space`` bytes (at most 5% of the
-filesystem) are set aside in a ``DISK_RESERVE`` file on each filesystem and released when the
-bookie turns read-only for lack of space, so that checkpoints (which garbage collection needs
-before it can remove a file), fences and a clean stop can still write even if something else
-filled the disk; it is set aside again once writable. Usage is reckoned as if the reserve were
-in place, so releasing it cannot flip the decision. A bookie starting on a full disk releases
-the reserve before it writes anything, and starts read-only.
+Room for what must work on a full disk: ``disk_reserved_space`` bytes (``reserve_size``: at
+most 5% of the filesystem, at least what a checkpoint needs) are set aside in a
+``DISK_RESERVE`` file on each filesystem and released when the bookie turns read-only for lack
+of space, so that checkpoints (which garbage collection needs before it can remove a file),
+fences and a clean stop can still write even if something else filled the disk; it is set
+aside again once writable. Usage is reckoned as if the reserve were in place, so releasing it
+cannot flip the decision. A bookie starting on a full disk releases the reserve before it
+writes anything and starts read-only; with not a byte left (something else took the reserve
+too) it still starts, its journal failed until there is room again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 
 from bookie.config import BookieConfig
 from bookie.disk import Disk
+from bookie.journal import PREALLOCATE as JOURNAL_CHUNK
 from bookie.journal import Journal
 from bookie.stats import BookieStats
 from bookie.write_state import DISK, JOURNAL, WriteState
@@ -91,6 +94,15 @@ def judge(usages: list[Usage], config: BookieConfig, was_full: bool) -> Verdict:
             u.free >= config.min_usable_size_for_high_priority_writes for u in usages
         ),
     )
+
+
+def reserve_size(config: BookieConfig, total: int) -> int:
+    """``disk_reserved_space``, at most 5% of the filesystem -- but never less than what a
+    checkpoint must write on a full disk (the entry-log buffer the full disk stopped, a
+    journal chunk, a margin for the index), and never more than a quarter of the disk."""
+    floor = config.entry_log_write_buffer + JOURNAL_CHUNK + (1 << 20)
+    wanted = min(config.disk_reserved_space, int(total * RESERVE_SHARE))
+    return min(max(wanted, floor), total // 4)
 
 
 @dataclass(slots=True)
@@ -172,7 +184,7 @@ class DiskMonitor:
         for fs in self._filesystems:
             free, total = await self._disk.usage(fs.path)
             if not fs.reserve:
-                fs.reserve = min(self._config.disk_reserved_space, int(total * RESERVE_SHARE))
+                fs.reserve = reserve_size(self._config, total)
             if not fs.held:
                 free = max(0, free - fs.reserve)  # as if the reserve were in place
             usages.append(Usage(fs.path, free, total))

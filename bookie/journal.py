@@ -277,7 +277,13 @@ class Journal:
         if next_lsn is not None:
             self._next_lsn = max(self._next_lsn, next_lsn)
         await self._disk.makedirs(self._dir)
-        await self._open_file(self._next_lsn)
+        try:
+            await self._open_file(self._next_lsn)
+        except OSError as exc:
+            # No room for a new file (a full disk at boot): start failed, as after a failed
+            # write; recover() opens the file once there is room.
+            self._file = None
+            self._fail(exc, [])
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="journal-writer")
         self._sync_task = loop.create_task(self._sync_loop(), name="journal-sync")
@@ -514,10 +520,10 @@ class Journal:
         await self._drain_syncs()  # every failed group is stalled, in order
         stalled = self._stalled
         try:
+            if self._file is None:  # a rollover, or the start, could not open its file
+                await self._open_file(stalled[0].first_lsn if stalled else self._next_lsn)
             if stalled:
                 first = stalled[0]
-                if self._file is None:  # a rollover could not open the next file
-                    await self._open_file(first.first_lsn)
                 handle = self._file
                 assert handle is not None
                 if first.handle is handle:

@@ -337,3 +337,35 @@ async def test_a_failing_checkpoint_is_counted_shown_and_retried(
         conn.close()
         await bookie.stop()
         MemoryKV.forget(uri[len("memory://") :])
+
+
+@pytest.mark.timeout(60)
+async def test_a_bookie_starts_on_a_disk_with_no_byte_left(tmp_path: Path) -> None:
+    """Something else took every byte, the reserve too: the bookie still starts (read-only,
+    its journal without a file until there is room) and serves reads; once space is back it
+    is writable again. Before: ``cannot start bookie: [Errno 28] No space left on device``."""
+    disk = FaultyDisk()
+    bookie, uri = await _start(tmp_path, disk, disk_check_interval=3600.0)
+    conn = await BookieConnection.open(*bookie.address)
+    ledger = await _ledger(uri)
+    assert (await add(conn, ledger, 0, b"kept")).status is StatusCode.EOK
+    conn.close()
+    await bookie.crash()  # the UNCLEAN marker stays: nothing needs writing for it
+    disk = FaultyDisk()
+    disk.full = True
+    again = Bookie(bookie.config.with_changes(port=bookie.address.port), disk=disk)
+    await again.start()
+    try:
+        assert not again.write_state.writable
+        assert again.journal.failed is not None
+        conn = await BookieConnection.open(*again.address)
+        assert (await read(conn, ledger, 0)).body is not None  # replayed, served
+        assert (await add(conn, ledger, 1, b"refused")).status is StatusCode.EREADONLY
+        disk.full = False
+        await again.disk_monitor.check()
+        assert again.write_state.writable, again.write_state.reasons
+        assert (await add(conn, ledger, 1, b"after")).status is StatusCode.EOK
+        conn.close()
+    finally:
+        await again.stop()
+        MemoryKV.forget(uri[len("memory://") :])

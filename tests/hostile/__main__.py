@@ -27,10 +27,14 @@ from typing import Any
 
 import uvloop
 
-from protocol import ReadFlag, ReadRequest, ReadResponse, StatusCode
+from client import BookKeeper
+from metadata import EtcdProcess, open_store
+from protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, ReadResponse, StatusCode
+from protocol.errors import BKError
 from tests.hostile.harness import BookieUnderTest, MiB, summary
 from tests.hostile.honest import HonestClient, add_request
 from tests.hostile.rawclient import RawConnection
+from tests.hostile.small_disk import small_disk
 
 INT64_MAX = 2**63 - 1
 Figures = dict[str, Any]
@@ -346,6 +350,89 @@ async def probe_sparse(root: Path, src: str, caps: Caps) -> Figures:
     return figures
 
 
+async def probe_disk_full(root: Path, src: str, caps: Caps) -> Figures:
+    """A bookie on a 64 MiB filesystem (tmpfs as root, else simulated) beside three ordinary
+    ones: 128 KiB appends to ledgers placed on it until 128 MiB are written; then every ledger
+    deleted and a GC pass on the full bookie; SIGTERM; a restart on its full disk."""
+    etcd = EtcdProcess().start()
+    figures: Figures = {}
+    try:
+        uri = etcd.uri("diskfull")
+        with small_disk(root / "x", 64 * MiB) as small:
+            figures["disk"] = small.how
+            args = ("--metadata", uri)
+            x = BookieUnderTest(root, {"gc_interval": 0.0}, name="x", src=src, args=args)
+            x.proc.env.update(small.env())
+            _STARTED.append(x)
+            await x.start()
+            for index in range(3):
+                await _started(root, src, f"o{index}", metadata_uri=uri, gc_interval=0.0)
+            x_id = f"127.0.0.1:{x.port}"
+            store = open_store(uri)
+            states: set[str] = set()
+            errors: dict[str, int] = {}
+            written = 0
+            bk = await BookKeeper.connect(uri)
+            deadline = time.monotonic() + caps.seconds
+            misses = 0
+            with x.sampler(caps.rss, x.kill_now) as rss:
+                while written < 1024 and time.monotonic() < deadline and x.alive:
+                    handle = await bk.create_ledger(3, 3, 2, password=b"p")
+                    if x_id not in handle.metadata.ensemble:
+                        await handle.close()
+                        misses += 1
+                        if misses >= 20:  # placed elsewhere every time: it is read-only
+                            break
+                        continue
+                    misses = 0
+                    for _ in range(16):
+                        results = await asyncio.gather(
+                            *(handle.append(b"e" * (128 * 1024)) for _ in range(8)),
+                            return_exceptions=True,
+                        )
+                        for result in results:
+                            if isinstance(result, BaseException):
+                                name = type(result).__name__
+                                errors[name] = errors.get(name, 0) + 1
+                            else:
+                                written += 1
+                        info = {b.bookie_id: b.state for b in await store.list_bookies()}
+                        states.add(info.get(x_id, "gone"))
+                        if isinstance(results[-1], BaseException):
+                            break
+                    with contextlib.suppress(BKError):
+                        await handle.close()
+            figures.update(
+                appends_ok=written,
+                append_errors=errors,
+                registered_states_seen=sorted(states),
+                rss_growth_mib=_mib(rss.growth),
+                disk_free_mib=_mib(small.free()),
+            )
+            async for ledger_id in bk.list_ledgers():
+                await bk.delete_ledger(ledger_id)
+            await bk.close()
+            await store.close()
+            conn = await RawConnection.open(x.host, x.port)
+            gc = await conn.call(GcRequest(conn.next_txn_id()), caps.seconds)
+            conn.close()
+            assert isinstance(gc, GcResponse), gc
+            figures["gc"] = {"bytes_freed": gc.bytes_freed, "detail": gc.detail}
+            figures["disk_free_after_gc_mib"] = _mib(small.free())
+            small.fill(leave=0)
+            figures["sigterm_exit_on_full_disk"] = _stop(x)
+            try:
+                async with asyncio.timeout(caps.seconds):
+                    await x.start()
+                figures["restart_on_full_disk"] = "started"
+                figures["sigterm_exit_after_restart"] = _stop(x)
+            except (RuntimeError, TimeoutError) as exc:
+                figures["restart_on_full_disk"] = f"failed: {_last_error(x) or exc!r}"
+    finally:
+        etcd.stop()
+    return figures
+
+
 Probe = Callable[[Path, str, Caps], Awaitable[Figures]]
 
 
@@ -365,6 +452,7 @@ PROBES: dict[str, Probe] = {
     "3-long-polls-100k": _polls(100_000, 1),
     "3-long-polls-50k-over-10": _polls(50_000, 10),
     "3-long-polls-100k-over-20": _polls(100_000, 20),
+    "5-disk-full": probe_disk_full,
     "6-slow-frames": probe_slow_frames,
     "7-sparse": probe_sparse,
 }
