@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+from bookie.journal import Journal
+from bookie.journal_format import RecordType
 from client import BookieConnection, Digester
 from protocol import (
     AddFlag,
@@ -66,3 +70,14 @@ async def read(
     response = await conn.send(request, TIMEOUT + timeout_ms / 1000)
     assert isinstance(response, ReadResponse)
     return response
+
+
+async def append_records(journal: Journal, payloads: list[bytes]) -> list[BaseException | None]:
+    """Append ADD records; what each one's callback was given (None once synced)."""
+    loop = asyncio.get_running_loop()
+    futures = []
+    for payload in payloads:
+        future: asyncio.Future[BaseException | None] = loop.create_future()
+        journal.append(RecordType.ADD, payload, future.set_result)
+        futures.append(future)
+    return await asyncio.gather(*futures)

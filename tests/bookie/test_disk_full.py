@@ -16,7 +16,6 @@ import pytest
 from bookie import Bookie, BookieConfig
 from bookie.disk_monitor import Usage, judge
 from bookie.journal import Journal, JournalFailedError
-from bookie.journal_format import RecordType
 from bookie.journal_policy import GroupCommitPolicy
 from bookie.stats import BookieStats
 from bookie.write_state import DISK, JOURNAL, OPERATOR, WriteState
@@ -30,7 +29,7 @@ from protocol import (
     StateChange,
     StatusCode,
 )
-from tests.bookie.helpers import KEY, add, add_request, read
+from tests.bookie.helpers import KEY, add, add_request, append_records, read
 from tests.conftest import unique_name
 from tests.faulty_disk import FaultyDisk
 
@@ -99,16 +98,6 @@ def _journal(path: Path, disk: FaultyDisk, **kw: Any) -> Journal:
     return Journal(disk, str(path), GroupCommitPolicy(), max_file_size=1 << 20, **kw)
 
 
-async def _append(journal: Journal, payloads: list[bytes]) -> list[BaseException | None]:
-    loop = asyncio.get_running_loop()
-    futures = []
-    for payload in payloads:
-        future: asyncio.Future[BaseException | None] = loop.create_future()
-        journal.append(RecordType.ADD, payload, future.set_result)
-        futures.append(future)
-    return await asyncio.gather(*futures)
-
-
 @pytest.mark.parametrize("fault", ["no space", "torn write", "failed fdatasync"])
 async def test_a_journal_that_failed_recovers_with_dense_lsns(tmp_path: Path, fault: str) -> None:
     disk = FaultyDisk()
@@ -117,24 +106,24 @@ async def test_a_journal_that_failed_recovers_with_dense_lsns(tmp_path: Path, fa
     journal.on_failure = failures.append
     await journal.replay(-1, lambda r: None)
     await journal.start()
-    assert await _append(journal, [b"a%d" % i for i in range(10)]) == [None] * 10
+    assert await append_records(journal, [b"a%d" % i for i in range(10)]) == [None] * 10
     if fault == "failed fdatasync":
         disk.sync_error = errno.EIO
     else:
         disk.full, disk.partial = True, fault == "torn write"
-    results = await _append(journal, [b"b%d" % i for i in range(5)])
+    results = await append_records(journal, [b"b%d" % i for i in range(5)])
     assert all(isinstance(r, JournalFailedError) for r in results)
     assert len(failures) == 1  # the bookie hears of it once, and turns read-only
     assert journal.failed is not None
     lsn = journal.next_lsn
-    refused = await _append(journal, [b"refused"])
+    refused = await append_records(journal, [b"refused"])
     assert isinstance(refused[0], JournalFailedError)
     assert journal.next_lsn == lsn  # a refused record takes no LSN: no gap on disk
     assert not await journal.recover()  # still failing
     disk.full, disk.sync_error = False, 0
     assert await journal.recover()
     assert journal.failed is None
-    assert await _append(journal, [b"c%d" % i for i in range(3)]) == [None] * 3
+    assert await append_records(journal, [b"c%d" % i for i in range(3)]) == [None] * 3
     await journal.stop()
     await disk.close()
     seen: list[bytes] = []

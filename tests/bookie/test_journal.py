@@ -13,21 +13,12 @@ from bookie.journal import Journal
 from bookie.journal_format import FILE_HEADER, Record, RecordType
 from bookie.journal_policy import GroupCommitPolicy
 from bookie.stats import BookieStats
+from tests.bookie.helpers import append_records
 
 
 def _journal(path: Path, disk: OsDisk, **kw: object) -> Journal:
     policy = kw.pop("policy", GroupCommitPolicy())
     return Journal(disk, str(path), policy, max_file_size=kw.pop("max_file_size", 1 << 20), **kw)  # type: ignore[arg-type]
-
-
-async def _append_all(journal: Journal, payloads: list[bytes]) -> list[BaseException | None]:
-    loop = asyncio.get_running_loop()
-    futures = []
-    for payload in payloads:
-        future: asyncio.Future[BaseException | None] = loop.create_future()
-        journal.append(RecordType.ADD, payload, future.set_result)
-        futures.append(future)
-    return await asyncio.gather(*futures)
 
 
 async def _replay(path: Path, after: int = -1) -> tuple[Journal, list[Record]]:
@@ -45,7 +36,7 @@ async def test_one_fdatasync_serves_many_records(tmp_path: Path) -> None:
     journal = _journal(tmp_path, disk, stats=stats)
     await journal.replay(-1, lambda r: None)
     await journal.start()
-    results = await _append_all(journal, [b"%d" % i for i in range(300)])
+    results = await append_records(journal, [b"%d" % i for i in range(300)])
     assert results == [None] * 300
     assert stats.journal_records == 300
     assert stats.journal_syncs < 100
@@ -64,7 +55,7 @@ async def test_group_wait_delays_a_lone_record_when_asked(tmp_path: Path) -> Non
     await journal.start()
     loop = asyncio.get_running_loop()
     started = loop.time()
-    await _append_all(journal, [b"x"])
+    await append_records(journal, [b"x"])
     assert loop.time() - started >= 0.045
     await journal.stop()
     await disk.close()
@@ -106,7 +97,7 @@ async def test_volatile_records_wait_for_a_shared_fdatasync(tmp_path: Path) -> N
 
     for tag in range(20, 25):
         await volatile(tag)
-    assert await _append_all(journal, [b"persistent"]) == [None]  # its fdatasync covers them
+    assert await append_records(journal, [b"persistent"]) == [None]  # its fdatasync covers them
     assert synced == list(range(25))
 
     await volatile(25)
@@ -127,7 +118,7 @@ async def test_rollover_release_and_replay_from_a_mark(tmp_path: Path) -> None:
     await journal.replay(-1, lambda r: None)
     await journal.start()
     for _start in range(0, 400, 40):
-        await _append_all(journal, [b"p" * 100] * 40)
+        await append_records(journal, [b"p" * 100] * 40)
     assert len(journal.files) > 5
     removed = await journal.release(199)
     assert removed > 0
@@ -158,7 +149,7 @@ async def _write_file(tmp_path: Path, count: int) -> Path:
     journal = _journal(tmp_path, disk)
     await journal.replay(-1, lambda r: None)
     await journal.start()
-    await _append_all(journal, [b"record-%03d" % i for i in range(count)])
+    await append_records(journal, [b"record-%03d" % i for i in range(count)])
     await journal.stop()
     await disk.close()
     (path,) = tmp_path.glob("*.txn")

@@ -87,6 +87,17 @@ def _last_error(bookie: BookieUnderTest) -> str:
 # ---------------------------------------------------------------------- finding 1
 
 
+async def _restarted(bookie: BookieUnderTest, caps: Caps) -> str | None:
+    """Start ``bookie`` again: None once it serves, else why not (and it is stopped)."""
+    try:
+        async with asyncio.timeout(caps.seconds):
+            await bookie.start()
+    except (RuntimeError, TimeoutError) as exc:
+        bookie.stop()
+        return f"failed: {_last_error(bookie) or exc!r}"
+    return None
+
+
 async def probe_poison(root: Path, src: str, caps: Caps) -> Figures:
     """An add at entry 2**44 and at 2**63-1, an add and a fencing read of unused ledgers with
     a 300-byte key; then checkpoints, SIGTERM, a restart and a read of entry 2**44."""
@@ -114,12 +125,9 @@ async def probe_poison(root: Path, src: str, caps: Caps) -> Figures:
         "checkpoint_failures": stats.get("checkpoint_failures", "not counted"),
         "sigterm_exit": _stop(bookie),
     }
-    try:
-        async with asyncio.timeout(caps.seconds):
-            await bookie.start()
-    except (RuntimeError, TimeoutError) as exc:
-        figures["restart"] = f"failed: {_last_error(bookie) or exc!r}"
-        bookie.stop()
+    failed = await _restarted(bookie, caps)
+    if failed is not None:
+        figures["restart"] = failed
         return figures
     conn = await RawConnection.open(bookie.host, bookie.port)
     read = await conn.call(ReadRequest(conn.next_txn_id(), 104, 2**44), 10)
@@ -331,12 +339,9 @@ async def probe_sparse(root: Path, src: str, caps: Caps) -> Figures:
         "sigterm_exit": _stop(bookie),
     }
     start = time.monotonic()
-    try:
-        async with asyncio.timeout(caps.seconds):
-            await bookie.start()
-    except (RuntimeError, TimeoutError) as exc:
-        figures["restart"] = f"failed: {_last_error(bookie) or exc!r}"
-        bookie.stop()
+    failed = await _restarted(bookie, caps)
+    if failed is not None:
+        figures["restart"] = failed
         return figures
     figures["restart_seconds"] = round(time.monotonic() - start, 1)
     conn = await RawConnection.open(bookie.host, bookie.port)
@@ -421,13 +426,10 @@ async def probe_disk_full(root: Path, src: str, caps: Caps) -> Figures:
             figures["disk_free_after_gc_mib"] = _mib(small.free())
             small.fill(leave=0)
             figures["sigterm_exit_on_full_disk"] = _stop(x)
-            try:
-                async with asyncio.timeout(caps.seconds):
-                    await x.start()
-                figures["restart_on_full_disk"] = "started"
+            failed = await _restarted(x, caps)
+            figures["restart_on_full_disk"] = failed or "started"
+            if failed is None:
                 figures["sigterm_exit_after_restart"] = _stop(x)
-            except (RuntimeError, TimeoutError) as exc:
-                figures["restart_on_full_disk"] = f"failed: {_last_error(x) or exc!r}"
     finally:
         etcd.stop()
     return figures
