@@ -14,8 +14,8 @@ the fewer fdatasyncs BP-14 is for ("Performance degradation happens when using s
 layout").
 
 Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
-Replay reads every record after the checkpoint's LSN and refuses (``JournalCorruptError``) if
-one is missing or damaged in a way that is not a torn tail.
+Replay (``bookie.journal_replay``) reads every record after the checkpoint's LSN and refuses
+(``JournalCorruptError``) if one is missing or damaged in a way that is not a torn tail.
 
 A write or fdatasync that fails (a full disk, an I/O error) fails every record not yet synced
 and stops the journal: ``failed`` is set, ``on_failure`` tells the bookie (which turns
@@ -38,31 +38,21 @@ from dataclasses import dataclass
 from bookie.disk import AppendFile, Disk
 from bookie.journal_format import (
     FILE_HEADER,
-    JournalCorruptError,
     Record,
     RecordType,
-    Stop,
-    decode_file_header,
     encode_file_header,
     encode_record,
     padding,
-    scan,
-    valid_record_after,
 )
 from bookie.journal_policy import GroupCommitPolicy
+from bookie.journal_replay import file_name, replay
 from bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
-SUFFIX = ".txn"
-READ_CHUNK = 4 * 1024 * 1024
 INLINE_BYTES = 16 * 1024
 PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites commit no metadata
-
-
-def file_name(first_lsn: int) -> str:
-    return f"{first_lsn:016x}{SUFFIX}"
 
 
 def _notify(callbacks: Iterable[Callback], error: BaseException | None) -> None:
@@ -169,106 +159,13 @@ class Journal:
 
     # ------------------------------------------------------------------ replay
 
-    async def _list_files(self) -> list[tuple[int, str]]:
-        await self._disk.makedirs(self._dir)
-        found = []
-        for name in await self._disk.listdir(self._dir):
-            stem, suffix = os.path.splitext(name)
-            if suffix != SUFFIX or len(stem) != 16:
-                continue
-            try:
-                found.append((int(stem, 16), os.path.join(self._dir, name)))
-            except ValueError:
-                continue
-        return sorted(found)
-
     async def replay(self, after_lsn: int, apply: Callable[[Record], None]) -> int:
-        """Apply every record with an LSN above ``after_lsn``, in order; return how many.
-
-        Afterwards ``next_lsn`` is one past the highest LSN known (replayed or checkpointed).
-        """
-        files = await self._list_files()
-        expected = after_lsn + 1
-        applied = 0
-        kept: list[tuple[int, str]] = []
-        for index, (first, path) in enumerate(files):
-            is_last = index == len(files) - 1
-            next_first = None if is_last else files[index + 1][0]
-            if next_first is not None and next_first <= after_lsn + 1:
-                kept.append((first, path))  # wholly covered by the checkpoint
-                continue
-            if first > expected:
-                raise JournalCorruptError(
-                    f"journal records {expected}..{first - 1} are missing before {path}"
-                )
-            records = await self._read_file(path, first, is_last)
-            if records is None:  # an empty last file whose header never made it to disk
-                await self._disk.remove(path)
-                continue
-            kept.append((first, path))
-            for record in records:
-                if record.kind is RecordType.PADDING or record.lsn <= after_lsn:
-                    continue
-                if record.lsn != expected:
-                    raise JournalCorruptError(
-                        f"journal record {record.lsn} in {path} where {expected} was due"
-                    )
-                apply(record)
-                applied += 1
-                expected += 1
-        self._files = kept
-        self._next_lsn = expected
-        return applied
-
-    async def _read_file(self, path: str, first: int, is_last: bool) -> list[Record] | None:
-        handle = await self._disk.open_read(path)
-        try:
-            size = await handle.size()
-            header = await handle.pread(0, FILE_HEADER.size)
-            try:
-                header_lsn = decode_file_header(header)
-            except JournalCorruptError:
-                if is_last and size <= FILE_HEADER.size:
-                    return None
-                raise
-            if header_lsn != first:
-                raise JournalCorruptError(f"{path} says it starts at LSN {header_lsn}")
-            out: list[Record] = []
-            pending = b""
-            base = position = FILE_HEADER.size
-            while True:
-                chunk = await handle.pread(position, READ_CHUNK)
-                position += len(chunk)
-                at_end = position >= size or not chunk
-                data = pending + chunk
-                records, stop, why = scan(data)
-                out.extend(records)
-                if why is Stop.END and not at_end:
-                    pending, base = b"", base + stop
-                    continue
-                if why is Stop.INCOMPLETE and not at_end:
-                    pending, base = data[stop:], base + stop
-                    continue
-                if why is not Stop.END:
-                    rest = data[stop:] + await handle.pread(position, max(0, size - position))
-                    if not rest.strip(b"\0"):
-                        return out  # the unused, zero-filled end of a preallocated file
-                    later = valid_record_after(rest, 0) if why is Stop.INVALID else None
-                    if later is not None:
-                        raise JournalCorruptError(
-                            f"{path}: damaged record at offset {base + stop} is followed by "
-                            f"a valid one at {base + stop + later}"
-                        )
-                    log.warning(
-                        "journal %s: dropping a torn tail of %d bytes at offset %d",
-                        path,
-                        size - (base + stop),
-                        base + stop,
-                    )
-                    await self._disk.truncate(path, base + stop)
-                return out
-        finally:
-            await handle.close()
+        """Apply every record with an LSN above ``after_lsn``, in order; return how many
+        (``bookie.journal_replay``). Afterwards ``next_lsn`` is one past the highest LSN known
+        (replayed or checkpointed)."""
+        replayed = await replay(self._disk, self._dir, after_lsn, apply)
+        self._files, self._next_lsn = replayed.files, replayed.next_lsn
+        return replayed.applied
 
     # ------------------------------------------------------------------ writing
 
