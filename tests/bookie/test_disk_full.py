@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import struct
+import sys
+from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
 
@@ -357,4 +360,41 @@ async def test_a_bookie_starts_on_a_disk_with_no_byte_left(tmp_path: Path) -> No
         conn.close()
     finally:
         await again.stop()
+        MemoryKV.forget(uri[len("memory://") :])
+
+
+async def _aiobk(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiobk", *args, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+@pytest.mark.timeout(90)
+async def test_bookie_state_command(tmp_path: Path) -> None:
+    disk = FaultyDisk()
+    bookie, uri = await _start(tmp_path, disk, disk_reserved_space=0)
+    address = str(bookie.address)
+    try:
+        code, out, _err = await _aiobk("bookie", "state", address, "--readonly", "--json")
+        assert code == 0
+        document = json.loads(out)
+        assert document["state"] == "readonly"
+        assert document["reasons"] == ["operator: set read-only by an operator"]
+        assert not bookie.write_state.writable
+        code, out, _err = await _aiobk("bookie", "state", address, "--writable")
+        assert (code, out.strip()) == (0, f"{address}: writable")
+        # A full disk keeps it read-only whatever the operator says, and the command says why.
+        disk.free = 1 << 30  # 99.9% of the 1 TiB FaultyDisk reports
+        await bookie.disk_monitor.check()
+        code, out, err = await _aiobk("bookie", "state", address, "--writable")
+        assert code != 0
+        assert "stays read-only" in err
+        assert "disk:" in err
+        code, _out, err = await _aiobk("bookie", "state", "nonsense", "--readonly")
+        assert code != 0
+        assert "HOST:PORT" in err
+    finally:
+        await bookie.stop()
         MemoryKV.forget(uri[len("memory://") :])
