@@ -187,6 +187,8 @@ def cookie_show(
     data_dir: str, journal_dir: str | None, bookie_id: str | None, metadata: str | None
 ) -> None:
     config = _cookie_config(data_dir, journal_dir)
+    if not os.path.isdir(data_dir):
+        raise click.ClickException(f"no bookie data directory at {data_dir}")
 
     async def collect() -> dict[str, object]:
         disk = OsDisk()
@@ -210,9 +212,18 @@ def cookie_show(
         return out
 
     try:
-        click.echo(json.dumps(uvloop.run(collect()), indent=2))
+        found = uvloop.run(collect())
     except (MetadataURIError, BKError) as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the cookies: {exc}") from None
+    cookies = [v for k, v in found.items() if k != "unclean_shutdown_marker" and v is not None]
+    if not cookies:
+        where = ", ".join(k for k in found if k != "unclean_shutdown_marker")
+        raise click.ClickException(
+            f"no cookie in {where}: no bookie has started on these directories"
+        )
+    click.echo(json.dumps(found, indent=2))
 
 
 @cookie_group.command("fix", help="Rewrite the cookies after a disk was lost or replaced.")

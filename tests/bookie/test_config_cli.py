@@ -139,3 +139,18 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
         assert b"aiobk_bookie_journal_syncs_total" in text
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("made", [False, True], ids=["missing-dir", "empty-dir"])
+def test_cookie_show_without_cookies_is_a_one_line_error(tmp_path: Path, made: bool) -> None:
+    """Issue 13: `cookie show --data-dir /nonexistent` printed nulls and exited 0."""
+    data_dir = tmp_path / "never-started"
+    if made:
+        data_dir.mkdir()
+    result = _aiobk("cookie", "show", "--data-dir", str(data_dir))
+    assert result.returncode != 0, result.stdout
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("aiobk: error: ")
+    assert str(data_dir) in lines[0]
