@@ -11,6 +11,7 @@ import click
 from aiobk.standalone import standalone_command
 from bookie.cli import bookie_group, cookie_group, run_group
 from client.cli import add_ledger_commands, simpletest_command
+from client.log_cli import log_group
 from metadata.cli import bookies_group, ledger_group
 
 
@@ -26,6 +27,7 @@ cli.add_command(cookie_group)
 cli.add_command(bookies_group)
 cli.add_command(ledger_group)
 add_ledger_commands(ledger_group)
+cli.add_command(log_group)
 cli.add_command(simpletest_command)
 
 

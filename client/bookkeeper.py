@@ -32,17 +32,36 @@ def password_digest(password: bytes) -> bytes:
     return hashlib.sha256(b"aiobk-password\x00" + password).digest()
 
 
+def check_password(ledger_id: int, metadata: LedgerMetadata, password: bytes) -> None:
+    """UnauthorizedError unless ``password`` is the ledger's (compared in constant time)."""
+    if not hmac.compare_digest(metadata.password_digest, password_digest(password)):
+        raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+
+
 class BookKeeper:
+    """The client. ``async with BookKeeper(uri) as bk`` (or ``async with await
+    BookKeeper.connect(uri) as bk``) closes it, and the store it opened, on exit."""
+
     def __init__(
         self,
-        store: MetadataStore,
-        config: ClientConfig,
+        metadata: str | MetadataStore,
+        config: ClientConfig | None = None,
         *,
         rng: random.Random | None = None,
         connector: Connector | None = None,
         wall_clock: Callable[[], float] = time.time,
-        owns_store: bool = True,
+        owns_store: bool | None = None,
     ) -> None:
+        """A client for the cluster whose metadata lives at ``metadata``: a URI (the store is
+        opened here, which checks the URI and does no I/O; the client closes it) or a store
+        (the caller's: left open unless ``owns_store``)."""
+        config = config or ClientConfig()
+        if isinstance(metadata, str):
+            store = open_store(metadata, timeout=config.metadata_timeout)
+            owns_store = True if owns_store is None else owns_store
+        else:
+            store = metadata
+            owns_store = False if owns_store is None else owns_store
         self.store = store
         self.config = config
         self._rng = rng or random.Random()
@@ -64,15 +83,19 @@ class BookKeeper:
         wall_clock: Callable[[], float] = time.time,
     ) -> BookKeeper:
         """A client for the cluster whose metadata lives at ``metadata`` (a URI or a store)."""
-        config = config or ClientConfig()
-        if isinstance(metadata, str):
-            store = open_store(metadata, timeout=config.metadata_timeout)
-            return cls(store, config, rng=rng, connector=connector, wall_clock=wall_clock)
-        return cls(
-            metadata, config, rng=rng, connector=connector, wall_clock=wall_clock, owns_store=False
-        )
+        bk = cls(metadata, config, rng=rng, connector=connector, wall_clock=wall_clock)
+        await bk._connect()
+        return bk
+
+    async def _connect(self) -> None:
+        """What connecting takes. Nothing yet: the store and the bookie connections open on
+        first use, so a cluster that is down shows at the first operation (one place for a
+        future handshake, e.g. TLS, that ``connect()`` and ``async with`` share)."""
+        if self._closed:
+            raise RuntimeError("this BookKeeper is closed; make a new one")
 
     async def __aenter__(self) -> BookKeeper:
+        await self._connect()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -146,8 +169,7 @@ class BookKeeper:
         """Open for reading. With recovery (default) an unclosed ledger is fenced, recovered
         and closed first; without, nothing is changed and reads stop at the bookies' LAC."""
         metadata = await self.store.read_ledger(ledger_id)
-        if not hmac.compare_digest(metadata.password_digest, password_digest(password)):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        check_password(ledger_id, metadata, password)
         digest = Digester(metadata.digest_type, password)
         if recovery and not metadata.is_closed:
             metadata = await LedgerRecovery(
@@ -171,8 +193,12 @@ class BookKeeper:
             await handle.read_last_add_confirmed()
         return handle
 
-    async def delete_ledger(self, ledger_id: int) -> None:
-        """Remove the ledger's metadata (bookies reclaim its space later)."""
+    async def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
+        """Remove the ledger's metadata (bookies reclaim its space later). With ``password``,
+        only if it is the ledger's (``UnauthorizedError`` otherwise), as ``open_ledger``
+        checks it; without, whoever can reach the metadata may delete."""
+        if password is not None:
+            check_password(ledger_id, await self.store.read_ledger(ledger_id), password)
         await self.store.delete_ledger(ledger_id)
 
     async def list_ledgers(self) -> AsyncIterator[int]:
@@ -204,11 +230,23 @@ class BookKeeper:
         return await open_log_writer(self, name, settings)
 
     async def open_log_reader(
-        self, name: str, start: LogPosition = LogPosition.EARLIEST, password: bytes = b""
+        self,
+        name: str,
+        start: LogPosition = LogPosition.EARLIEST,
+        password: bytes = b"",
+        *,
+        follow: bool = True,
     ) -> LogReader:
-        """Iterate the log from ``start`` (inclusive), following live appends."""
-        await self.store.read_log(name)  # NoSuchLogError now rather than at the first record
-        return LogReader(self, name, start, password)
+        """Iterate the log from ``start`` (inclusive). Following (the default), it tails live
+        appends and never ends on its own; with ``follow=False`` it stops at the end of the
+        log as seen now: the ledgers the log has now, the last one up to the LAC its bookies
+        report now (``reader.end``). Neither mode fences anything."""
+        reader = LogReader(self, name, start, password, follow=follow)
+        if follow:
+            await self.store.read_log(name)  # NoSuchLogError now rather than at the first record
+        else:
+            await reader.find_end()
+        return reader
 
     async def truncate_log(self, name: str, before: LogPosition) -> list[int]:
         """Drop (and delete) the log's ledgers wholly below ``before``; returns their ids."""
@@ -218,10 +256,11 @@ class BookKeeper:
         async for name in self.store.list_logs():
             yield name
 
-    async def delete_log(self, name: str) -> None:
-        """Remove the log record and every ledger in it."""
+    async def delete_log(self, name: str) -> list[int]:
+        """Remove the log record and every ledger in it; returns the ledgers' ids."""
         record = await self.store.read_log(name)
         await self.store.delete_log(name, record.version)
         for ledger_id in record.ledgers:
             with contextlib.suppress(NoSuchLedgerError):
                 await self.delete_ledger(ledger_id)
+        return list(record.ledgers)

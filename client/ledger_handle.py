@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 
 from client.add import AddPipeline, ReplacementsChosen
@@ -18,6 +19,8 @@ from client.recovery import LedgerRecovery
 from metadata import LedgerMetadata, MetadataStore
 from protocol import Durability, ForceRequest, ForceResponse, StatusCode
 from protocol.errors import BKError, LedgerClosedError
+
+log = logging.getLogger(__name__)
 
 
 class LedgerHandle:
@@ -208,6 +211,24 @@ class LedgerHandle:
                     self._pipeline.fail(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
         else:
             await asyncio.shield(self._closing)
+
+    async def __aenter__(self) -> LedgerHandle:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        """Close the ledger. Leaving on an exception, the ledger is still closed (at what was
+        confirmed) and that exception is what propagates: a close that fails too is logged."""
+        if exc is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        except BKError as close_error:
+            if close_error is not exc:  # often the same failure, raised by both
+                log.warning("ledger %d: close on leaving with %r failed: %s",
+                            self.ledger_id, exc, close_error)  # fmt: skip
 
     async def _seal_volatile(self) -> LedgerMetadata | None:
         """Close-to-open (BP-14 "a failure at any point treats the entire ledger write

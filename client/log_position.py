@@ -1,11 +1,19 @@
 """Positions in a log: (ledger id, entry id), ordered. A log's ledgers are created one after
 another and ledger ids only grow (metadata allocates them from etcd's revision), so the order
-of positions is the order of the log."""
+of positions is the order of the log.
+
+Text form (``str()`` and ``LogPosition.parse``, what the CLI prints and takes): ``LEDGER:ENTRY``
+in decimal, e.g. ``12:0`` for the first record of ledger 12, and ``earliest`` for
+``LogPosition.EARLIEST``, before every record of any log.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar
+
+_TEXT = re.compile(r"([0-9]+):([0-9]+)", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -20,18 +28,20 @@ class LogPosition:
         return LogPosition(self.ledger_id, self.entry_id + 1)
 
     def __str__(self) -> str:
+        if self == LogPosition.EARLIEST:
+            return "earliest"
         return f"{self.ledger_id}:{self.entry_id}"
 
     @classmethod
     def parse(cls, text: str) -> LogPosition:
-        """The inverse of ``str()``: ``"LEDGER:ENTRY"``."""
-        ledger, sep, entry = text.partition(":")
-        try:
-            if not sep:
-                raise ValueError
-            return cls(int(ledger), int(entry))
-        except ValueError:
-            raise ValueError(f"not a log position (LEDGER:ENTRY): {text!r}") from None
+        """The inverse of ``str()``: ``"LEDGER:ENTRY"`` (non-negative decimals) or
+        ``"earliest"``; ValueError naming the form otherwise."""
+        if text.strip().lower() == "earliest":
+            return cls.EARLIEST
+        match = _TEXT.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"not a log position (LEDGER:ENTRY or earliest): {text!r}")
+        return cls(int(match[1]), int(match[2]))
 
 
 LogPosition.EARLIEST = LogPosition(-1, -1)

@@ -1,6 +1,11 @@
 """Reading a log: its closed ledgers in order, then the open one followed with long polls; when
 that ledger is closed and a next one appears in the log record (watched), reading moves on.
 
+A reader that does not follow (``follow=False``) fixes its end first (``find_end``): the log's
+ledgers as its record lists them then, the last of them read up to the LAC its bookies report
+then. It reads to that end and stops, so a script can read a log "to its end" while a writer
+keeps appending. Neither kind fences: only a writer opening the log does.
+
 Positions are exact, so a reader that saved the position of the last record it processed
 resumes with ``start=position.next()`` and sees neither a gap nor a duplicate.
 """
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from client.entry import Entry
 from client.log_position import LogEntry, LogPosition
+from client.read_handle import ReadHandle
 from metadata import LogRecord
 from protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
 
@@ -23,15 +29,75 @@ if TYPE_CHECKING:
 
 class LogReader:
     def __init__(
-        self, bk: BookKeeper, name: str, start: LogPosition, password: bytes = b""
+        self,
+        bk: BookKeeper,
+        name: str,
+        start: LogPosition,
+        password: bytes = b"",
+        *,
+        follow: bool = True,
     ) -> None:
         self._bk = bk
         self.name = name
         self.position = start  # the next position to read
         self._password = password
+        self.follow = follow
+        # follow=False: the position of the last record to read (None: nothing to read), the
+        # log's ledgers and the handle of the end's ledger when find_end ran.
+        self.end: LogPosition | None = None
+        self._ledgers: tuple[int, ...] | None = None
+        self._end_handle: ReadHandle | None = None
 
     def __aiter__(self) -> AsyncIterator[LogEntry]:
-        return self._records()
+        return self._records() if self.follow else self._to_end()
+
+    async def find_end(self) -> LogPosition | None:
+        """Fix where a reader that does not follow stops: the last record it will return,
+        None when there is none at or after its position. Runs at the first iteration unless
+        called before (``open_log_reader(follow=False)`` calls it). Raises NoSuchLogError."""
+        record = await self._bk.store.read_log(self.name)
+        self._ledgers = tuple(i for i in record.ledgers if i >= self.position.ledger_id)
+        self.end = None
+        self._end_handle = None
+        for ledger_id in reversed(self._ledgers):  # an empty last ledger: the one before
+            try:
+                handle = await self._bk.open_ledger(ledger_id, self._password, recovery=False)
+            except NoSuchLedgerError:
+                continue  # truncated away meanwhile
+            if handle.last_add_confirmed >= 0:
+                self.end = LogPosition(ledger_id, handle.last_add_confirmed)
+                self._end_handle = handle
+                break
+        return self.end
+
+    async def _to_end(self) -> AsyncIterator[LogEntry]:
+        if self._ledgers is None:
+            await self.find_end()
+        end, ledgers = self.end, self._ledgers or ()
+        if end is None:
+            return
+        for ledger_id in ledgers:
+            if ledger_id > end.ledger_id:
+                break
+            if ledger_id < self.position.ledger_id:
+                continue
+            first = self.position.entry_id if ledger_id == self.position.ledger_id else 0
+            try:
+                if ledger_id == end.ledger_id and self._end_handle is not None:
+                    handle, last = self._end_handle, end.entry_id
+                else:
+                    handle = await self._bk.open_ledger(ledger_id, self._password, recovery=False)
+                    last = handle.last_add_confirmed
+                if max(first, 0) <= last:
+                    stream = handle.read_iter(max(first, 0), last)
+                    async with contextlib.aclosing(stream):
+                        async for entry in stream:
+                            self.position = LogPosition(ledger_id, entry.entry_id + 1)
+                            yield LogEntry(LogPosition(ledger_id, entry.entry_id), entry.data)
+            except NoSuchLedgerError:
+                pass  # truncated away under the reader
+            if ledger_id < end.ledger_id:  # the end's ledger may grow: resume inside it
+                self.position = LogPosition(ledger_id + 1, 0)
 
     async def _records(self) -> AsyncIterator[LogEntry]:
         store = self._bk.store

@@ -192,5 +192,11 @@ class ReadHandle:
     async def close(self) -> None:
         """Nothing to release on the bookies; present for symmetry with LedgerHandle."""
 
+    async def __aenter__(self) -> ReadHandle:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
     def __repr__(self) -> str:
         return f"ReadHandle({self.ledger_id}, lac={self._lac}, {self.metadata!r})"

@@ -116,7 +116,12 @@ def ledger_show(ledger_id: int, metadata: str | None, as_json: bool) -> None:
     found = run_with_store(metadata, lambda store: store.read_ledger(ledger_id))
     if as_json:
         click.echo(json.dumps(ledger_document(ledger_id, found)))
-        return
+    else:
+        print_ledger_table(ledger_id, found)
+
+
+def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
+    """One ledger's metadata as a two-column table (``ledger show``, ``ledger recover``)."""
     table = Table(show_header=False)
     table.add_column("field")
     table.add_column("value")
