@@ -6,6 +6,9 @@ click's multi-line usage dump is kept for ``--help``.
 
 from __future__ import annotations
 
+import importlib
+from typing import ClassVar
+
 import click
 
 from aiobk.standalone import standalone_command
@@ -31,20 +34,35 @@ cli.add_command(log_group)
 cli.add_command(simpletest_command)
 
 
-@cli.group(name="bench", help="Benchmarks (see bench/README.md).")
+class _BenchGroup(click.Group):
+    """The benchmarks, each imported only when asked for (they load the client, rich, hdrh).
+
+    Each is the click command of its module, so ``aiobk bench NAME`` and
+    ``python -m bench.NAME`` take the same options and print the same help.
+    """
+
+    commands_by_module: ClassVar[dict[str, str]] = {
+        "add": "bench.add",
+        "journal": "bench.journal",
+        "metadata": "bench.metadata",
+        "spark": "bench.spark",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.commands_by_module})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = self.commands_by_module.get(cmd_name)
+        if module is None:
+            return super().get_command(ctx, cmd_name)
+        command = importlib.import_module(module).command
+        assert isinstance(command, click.Command)
+        return command
+
+
+@cli.group(name="bench", cls=_BenchGroup, help="Benchmarks (see bench/README.md).")
 def bench_group() -> None:
     pass
-
-
-@bench_group.command(
-    "add", context_settings={"ignore_unknown_options": True, "allow_extra_args": True}
-)
-@click.pass_context
-def bench_add(ctx: click.Context) -> int:
-    """Client append throughput and latency on a local cluster (bench/add.py)."""
-    from bench.add import main as bench_main  # noqa: PLC0415 - benchmarks load on demand
-
-    return bench_main(list(ctx.args))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Client append throughput and latency on a local cluster (``aiobk bench add``).
+"""Client append throughput and latency on a local cluster (aiobk bench add).
 
 Starts etcd and N bookies as separate processes on loopback (data on the project's disk),
 measures the floor in the same run -- fdatasync p50 plus one loopback round trip -- then appends
@@ -8,7 +8,6 @@ Prints a table with HDR percentiles, checks the targets as ratios to the floor, 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -20,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import click
 import uvloop
 from rich.console import Console
 from rich.progress import Progress
@@ -31,6 +31,8 @@ from bench.floors import (
     new_histogram,
     quorum_fdatasync_floor,
 )
+from bench.targets import fail_on_miss_option, parse_levels, report_checks
+from bookie.cli import run_group
 from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
 from protocol import GetBookieInfoRequest, GetBookieInfoResponse
@@ -161,30 +163,27 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.stdout.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="aiobk bench add", description=__doc__)
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--entry-size", type=int, default=1024)
-    parser.add_argument("--in-flight", default="1,64,512")
-    parser.add_argument("--json", default=None)
-    parser.add_argument(
-        "--modes",
-        default="persistent",
-        help="comma list of persistent, volatile (BP-14: acknowledged once written) and "
-        "journal-less (BP-46: bookies started with --no-journal-write-data)",
-    )
-    parser.add_argument("--durability", choices=["persistent", "volatile"], default=None)
-    parser.add_argument("--no-journal-write-data", action="store_true")
-    args = parser.parse_args(argv)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if args.durability or args.no_journal_write_data:
-        modes = ["journal-less" if args.no_journal_write_data else args.durability or "persistent"]
-    unknown = set(modes) - {"persistent", "volatile", "journal-less"}
-    if unknown:
-        parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
-    levels = [int(x) for x in args.in_flight.split(",")]
-    console = Console(width=160)
+@dataclass
+class Floors:
+    """The floors measured in the same run (microseconds, p50)."""
+
+    fdatasync_us: int
+    loopback_rtt_us: int
+    quorum_fdatasync_us: int
+
+    @property
+    def floor_us(self) -> int:
+        return self.fdatasync_us + self.loopback_rtt_us
+
+    @property
+    def quorum_floor_us(self) -> int:
+        return self.quorum_fdatasync_us + self.loopback_rtt_us
+
+
+def measure(
+    bookies: int, seconds: float, entry_size: int, levels: list[int], modes: list[str]
+) -> tuple[Floors, list[Level]]:
+    """Start etcd, measure the floors, then each mode's levels on fresh bookie processes."""
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     procs: list[subprocess.Popen[bytes]] = []
@@ -196,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         for index, mode in enumerate(modes):
             extra = ("--no-journal-write-data",) if mode == "journal-less" else ()
             uri = etcd.uri(f"bench{index}")
-            procs = start_bookies(args.bookies, os.path.join(base, mode), uri, extra)
+            procs = start_bookies(bookies, os.path.join(base, mode), uri, extra)
             durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
             try:
-                levels_run = uvloop.run(run(uri, levels, args.seconds, args.entry_size, durability))
+                levels_run = uvloop.run(run(uri, levels, seconds, entry_size, durability))
             finally:
                 _stop(procs)
                 procs = []
@@ -210,16 +209,39 @@ def main(argv: list[str] | None = None) -> int:
         _stop(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
-    sync_p50 = sync.get_value_at_percentile(50)
-    rtt_p50 = rtt.get_value_at_percentile(50)
-    floor_us = sync_p50 + rtt_p50
-    quorum_p50 = quorum.get_value_at_percentile(50)
-    quorum_floor_us = quorum_p50 + rtt_p50
+    floors = Floors(
+        sync.get_value_at_percentile(50),
+        rtt.get_value_at_percentile(50),
+        quorum.get_value_at_percentile(50),
+    )
+    return floors, results
+
+
+def check_targets(floors: Floors, results: list[Level]) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+    by_level = {r.in_flight: r for r in results if r.mode == "persistent"}
+    if 1 in by_level:
+        ratio = by_level[1].p50_us / floors.floor_us
+        checks.append({"target": "1 in flight: p50 <= 2x floor", "ratio": round(ratio, 2),
+                       "quorum_floor_ratio": round(by_level[1].p50_us / floors.quorum_floor_us, 2),
+                       "pass": ratio <= 2.0})  # fmt: skip
+    if 512 in by_level:
+        rate = by_level[512].appends_per_s
+        checks.append({"target": "512 in flight: >= 15000 appends/s", "measured": rate,
+                       "pass": rate >= 15000})  # fmt: skip
+    return checks
+
+
+def print_table(
+    console: Console, floors: Floors, results: list[Level], bookies: int, seconds: float,
+    entry_size: int,
+) -> None:  # fmt: skip
+    floor_us, quorum_floor_us = floors.floor_us, floors.quorum_floor_us
     table = Table(
-        title=f"appends, E3 WQ3 AQ2, {args.entry_size} B, {args.bookies} bookies, "
-        f"{args.seconds:g} s per level (floor {floor_us} us = fdatasync {sync_p50} "
-        f"+ RTT {rtt_p50}; quorum floor {quorum_floor_us} us = 2nd of 3 concurrent "
-        f"fdatasyncs {quorum_p50} + RTT)"
+        title=f"appends, E3 WQ3 AQ2, {entry_size} B, {bookies} bookies, "
+        f"{seconds:g} s per level (floor {floor_us} us = fdatasync {floors.fdatasync_us} "
+        f"+ RTT {floors.loopback_rtt_us}; quorum floor {quorum_floor_us} us = 2nd of 3 "
+        f"concurrent fdatasyncs {floors.quorum_fdatasync_us} + RTT)"
     )
     for column in (
         "mode",
@@ -242,39 +264,96 @@ def main(argv: list[str] | None = None) -> int:
             str(r.errors),
         )  # fmt: skip
     console.print(table)
-    checks = []
-    by_level = {r.in_flight: r for r in results if r.mode == "persistent"}
-    if 1 in by_level:
-        ratio = by_level[1].p50_us / floor_us
-        checks.append({"target": "1 in flight: p50 <= 2x floor", "ratio": round(ratio, 2),
-                       "quorum_floor_ratio": round(by_level[1].p50_us / quorum_floor_us, 2),
-                       "pass": ratio <= 2.0})  # fmt: skip
-    if 512 in by_level:
-        rate = by_level[512].appends_per_s
-        checks.append({"target": "512 in flight: >= 15000 appends/s", "measured": rate,
-                       "pass": rate >= 15000})  # fmt: skip
-    for check in checks:
-        mark = "[green]PASS[/green]" if check["pass"] else "[red]MISS[/red]"
-        console.print(f"{mark} {check}")
-    path = args.json or os.path.join(
+
+
+def _modes(
+    modes: str, durability: str | None, no_journal_write_data: bool
+) -> list[str]:  # fmt: skip
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    if durability or no_journal_write_data:
+        chosen = ["journal-less" if no_journal_write_data else durability or "persistent"]
+    unknown = set(chosen) - {"persistent", "volatile", "journal-less"}
+    if unknown or not chosen:
+        raise click.BadParameter(
+            f"unknown mode(s): {', '.join(sorted(unknown)) or modes!r}", param_hint="--modes"
+        )
+    return chosen
+
+
+@click.command(
+    "add", help=__doc__, short_help="Client appends on a local cluster, against the floors."
+)
+@click.option("--bookies", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option(
+    "--seconds", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+    help="Per in-flight level.",
+)  # fmt: skip
+@click.option(
+    "--entry-size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes."
+)
+@click.option(
+    "--in-flight", "levels", default="1,64,512", show_default=True, callback=parse_levels,
+    help="Comma list of appends kept in flight, one level after the other.",
+)  # fmt: skip
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    help="Result file (default bench/results/add-TIMESTAMP.json).",
+)  # fmt: skip
+@click.option(
+    "--modes",
+    default="persistent",
+    show_default=True,
+    help="Comma list of persistent, volatile (BP-14: acknowledged once written) and "
+    "journal-less (BP-46: bookies started with --no-journal-write-data).",
+)
+@click.option(
+    "--durability", type=click.Choice(["persistent", "volatile"]), default=None,
+    help="One mode only (instead of --modes).",
+)  # fmt: skip
+@click.option(
+    "--no-journal-write-data", is_flag=True, help="The journal-less mode only (instead of --modes)."
+)
+@fail_on_miss_option()
+def command(
+    bookies: int,
+    seconds: float,
+    entry_size: int,
+    levels: list[int],
+    json_path: str | None,
+    modes: str,
+    durability: str | None,
+    no_journal_write_data: bool,
+    fail_on_miss: bool,
+) -> int:
+    chosen = _modes(modes, durability, no_journal_write_data)
+    console = Console(width=160)
+    floors, results = measure(bookies, seconds, entry_size, levels, chosen)
+    print_table(console, floors, results, bookies, seconds, entry_size)
+    checks = check_targets(floors, results)
+    path = json_path or os.path.join(
         "bench", "results", f"add-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         report = {
-            "modes": modes,
-            "floor_us": floor_us,
-            "fdatasync_p50_us": sync_p50,
-            "loopback_rtt_p50_us": rtt_p50,
-            "quorum_fdatasync_p50_us": quorum_p50,
-            "quorum_floor_us": quorum_floor_us,
+            "modes": chosen,
+            "floor_us": floors.floor_us,
+            "fdatasync_p50_us": floors.fdatasync_us,
+            "loopback_rtt_p50_us": floors.loopback_rtt_us,
+            "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us,
+            "quorum_floor_us": floors.quorum_floor_us,
             "levels": [asdict(r) for r in results],
             "checks": checks,
         }
         json.dump(report, handle, indent=2)
     console.print(f"wrote {path}")
-    return 0 if all(c["pass"] for c in checks) else 1
+    return report_checks(console, checks, fail_on_miss)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.add``: the same command as ``aiobk bench add``."""
+    run_group(command, "python -m bench.add", argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

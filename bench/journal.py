@@ -1,4 +1,4 @@
-"""Bookie add throughput and latency against the fdatasync and loopback floors (``make bench``).
+"""Bookie add throughput and latency against the fdatasync and loopback floors (make bench).
 
 One run measures, in order: the fdatasync floor of the data disk, the loopback round-trip floor,
 then a bookie (its own process, data on the same disk) taking 1 KiB adds over loopback with 1,
@@ -8,7 +8,6 @@ against the floors of the same run, and writes JSON. See bench/README.md for how
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -20,11 +19,14 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import click
 import uvloop
 from rich.console import Console
 from rich.table import Table
 
 from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
+from bench.targets import fail_on_miss_option, parse_levels, report_checks
+from bookie.cli import run_group
 from client import BookieConnection, Digester
 from metadata import free_port
 from protocol import (
@@ -202,23 +204,49 @@ def check_targets(
     return checks
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.journal", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=5.0, help="per in-flight level")
-    parser.add_argument("--entry-size", type=int, default=1024)
-    parser.add_argument("--in-flight", default="1,16,256")
-    parser.add_argument(
-        "--durability",
-        choices=("persistent", "volatile"),
-        default="persistent",
-        help="volatile (BP-14): adds are answered once written, synced later",
-    )
-    parser.add_argument("--data-dir", default=None, help="where the bookie and floor write")
-    parser.add_argument("--json", default=None, help="result file (default bench/results/)")
-    args = parser.parse_args(argv)
-    levels = [int(x) for x in args.in_flight.split(",")]
+@click.command(
+    "journal",
+    help=__doc__,
+    short_help="One bookie's adds against the fdatasync and loopback floors.",
+)
+@click.option(
+    "--seconds", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+    help="Per in-flight level.",
+)  # fmt: skip
+@click.option(
+    "--entry-size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes."
+)
+@click.option(
+    "--in-flight", "levels", default="1,16,256", show_default=True, callback=parse_levels,
+    help="Comma list of adds kept in flight, one level after the other.",
+)  # fmt: skip
+@click.option(
+    "--durability",
+    type=click.Choice(["persistent", "volatile"]),
+    default="persistent",
+    show_default=True,
+    help="volatile (BP-14): adds are answered once written, synced later.",
+)
+@click.option(
+    "--data-dir", type=click.Path(file_okay=False), default=None,
+    help="Where the bookie and the floor write (default: a temporary directory here).",
+)  # fmt: skip
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    help="Result file (default bench/results/journal-TIMESTAMP.json).",
+)  # fmt: skip
+@fail_on_miss_option()
+def command(
+    seconds: float,
+    entry_size: int,
+    levels: list[int],
+    durability: str,
+    data_dir: str | None,
+    json_path: str | None,
+    fail_on_miss: bool,
+) -> int:
     console = Console()
-    base = args.data_dir or tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
+    base = data_dir or tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     os.makedirs(base, exist_ok=True)
     try:
         console.print(f"[bold]floors[/bold] (data disk under {base})")
@@ -228,9 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         rtt_p50 = rtt.get_value_at_percentile(50)
         process, port = start_bookie_process(os.path.join(base, "bookie"))
         try:
-            durability = Durability[args.durability.upper()]
             results = uvloop.run(
-                bench_bookie(port, levels, args.seconds, args.entry_size, durability)
+                bench_bookie(port, levels, seconds, entry_size, Durability[durability.upper()])
             )
         finally:
             process.terminate()
@@ -238,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             if process.stdout is not None:
                 process.stdout.close()
     finally:
-        if args.data_dir is None:
+        if data_dir is None:
             shutil.rmtree(base, ignore_errors=True)
 
     floor = Table(title="floors (same run)")
@@ -255,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(floor)
     table = Table(
-        title=f"bookie adds ({args.durability}), {args.entry_size} B entries, "
-        f"{args.seconds:g} s per level"
+        title=f"bookie adds ({durability}), {entry_size} B entries, {seconds:g} s per level"
     )
     columns = ("in flight", "adds/s", "p50 us", "p99 us", "p99.9 us", "fdatasync/s", "adds/sync")
     for column in columns:
@@ -273,15 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     console.print(table)
     checks = check_targets(results, sync_p50, sync_mean, rtt_p50)
-    for check in checks:
-        mark = "[green]PASS[/green]" if check["pass"] else "[red]MISS[/red]"
-        detail = {k: v for k, v in check.items() if k not in ("target", "pass")}
-        console.print(f"{mark} {check['target']}: {detail}")
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "entry_size": args.entry_size,
-        "durability": args.durability,
-        "seconds_per_level": args.seconds,
+        "entry_size": entry_size,
+        "durability": durability,
+        "seconds_per_level": seconds,
         "floors": {
             "fdatasync_p50_us": sync_p50,
             "fdatasync_p99_us": sync.get_value_at_percentile(99),
@@ -292,15 +314,20 @@ def main(argv: list[str] | None = None) -> int:
         "levels": [asdict(r) for r in results],
         "checks": checks,
     }
-    path = args.json or os.path.join(
+    path = json_path or os.path.join(
         "bench", "results", f"journal-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         json.dump(report, handle, indent=2)
     console.print(f"wrote {path}")
-    return 0 if all(c["pass"] for c in checks) else 1
+    return report_checks(console, checks, fail_on_miss)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.journal``: the same command as ``aiobk bench journal``."""
+    run_group(command, "python -m bench.journal", argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,4 +1,4 @@
-"""Latency of metadata operations against a local etcd (``python -m bench.metadata``).
+"""Latency of metadata operations against a local etcd (python -m bench.metadata).
 
 Starts its own etcd on loopback (data on the project's disk), then times, one at a time:
 ledger id allocation, ledger create, compare-and-set update and read, and reports them next to
@@ -7,19 +7,19 @@ the fdatasync floor of the same disk (every etcd write waits for etcd's own WAL 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
+import click
 import uvloop
 from rich.console import Console
 from rich.table import Table
 
 from bench.floors import fdatasync_floor, new_histogram
+from bookie.cli import run_group
 from metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
@@ -59,20 +59,27 @@ async def measure(uri: str, count: int) -> dict[str, dict[str, float]]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.metadata", description=__doc__)
-    parser.add_argument("--count", type=int, default=500)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+@click.command(
+    "metadata", help=__doc__, short_help="Metadata operations, one at a time, on a local etcd."
+)
+@click.option(
+    "--count", type=click.IntRange(1), default=500, show_default=True,
+    help="Operations of each kind.",
+)  # fmt: skip
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    help="Result file (default bench/results/metadata-TIMESTAMP.json).",
+)  # fmt: skip
+def command(count: int, json_path: str | None) -> int:
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     try:
         floor = fdatasync_floor(base, 1000)
-        results = uvloop.run(measure(etcd.uri("bench"), args.count))
+        results = uvloop.run(measure(etcd.uri("bench"), count))
     finally:
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
-    table = Table(title=f"metadata operations on a local etcd, {args.count} each, one at a time")
+    table = Table(title=f"metadata operations on a local etcd, {count} each, one at a time")
     for column in ("operation", "p50 us", "p99 us", "mean us", "p50 / fdatasync p50"):
         table.add_column(column, justify="right")
     sync_p50 = floor.get_value_at_percentile(50)
@@ -92,14 +99,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{figures['p50_us'] / sync_p50:.2f}",
         )
     Console().print(table)
-    path = args.json or os.path.join(
+    path = json_path or os.path.join(
         "bench", "results", f"metadata-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
         json.dump({"fdatasync_p50_us": sync_p50, "operations": results}, handle, indent=2)
     return 0
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.metadata``: the same command as ``aiobk bench metadata``."""
+    run_group(command, "python -m bench.metadata", argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

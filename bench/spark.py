@@ -3,17 +3,17 @@
 Starts etcd and three bookies as processes on loopback (data on the project's disk), then, for
 N records of S bytes (default 100,000 x 1 KiB):
 
+\b
 - client write: one log writer, appends pipelined (512 in flight);
 - Spark write: a DataFrame of the same records in 4 partitions, ``df.write.format("aiobk")``;
 - client read: one reader over the log, ledgers read in ranges;
 - Spark read: ``spark.read.format("aiobk")`` summing the payload lengths (every row is read).
 
-Rows/s for each, and the Spark/client ratio. ``python -m bench.spark --records 100000``.
+Rows/s for each, and the Spark/client ratio. python -m bench.spark --records 100000.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -23,10 +23,12 @@ import sys
 import tempfile
 import time
 
+import click
 from rich.console import Console
 from rich.table import Table
 
 from bench.add import _stop, start_bookies
+from bookie.cli import run_group
 from client import BookKeeper
 from metadata import EtcdProcess
 
@@ -59,12 +61,14 @@ async def client_read(uri: str, log: str, records: int) -> float:
         return records / (time.perf_counter() - started)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__)
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
+@click.command("spark", help=__doc__, short_help="The Spark data source next to a plain client.")
+@click.option("--records", type=click.IntRange(1), default=100_000, show_default=True)
+@click.option("--size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes.")
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    help="Also write the figures to this file.",
+)  # fmt: skip
+def command(records: int, size: int, json_path: str | None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import functions as F
 
@@ -77,43 +81,48 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uri = etcd.uri("bench-spark")
         procs = start_bookies(3, base, uri)
-        results["client write"] = asyncio.run(client_write(uri, "plain", args.records, args.size))
-        results["client read"] = asyncio.run(client_read(uri, "plain", args.records))
+        results["client write"] = asyncio.run(client_write(uri, "plain", records, size))
+        results["client read"] = asyncio.run(client_read(uri, "plain", records))
         spark = local_session("aiobk-bench")
         try:
-            df = spark.range(args.records, numPartitions=4).select(
-                F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("data")
+            df = spark.range(records, numPartitions=4).select(
+                F.expr(f"cast(repeat('x', {size}) as binary)").alias("data")
             )
             df.cache().count()  # generated before the clock starts
             started = time.perf_counter()
             df.write.format("aiobk").option("metadata", uri).option("log", "spark").mode(
                 "append"
             ).save()
-            results["Spark write"] = args.records / (time.perf_counter() - started)
+            results["Spark write"] = records / (time.perf_counter() - started)
             reader = spark.read.format("aiobk").option("metadata", uri).option("log", "spark")
             started = time.perf_counter()
             total = reader.option("split", "25000").load().agg(F.sum(F.length("data"))).first()
-            results["Spark read"] = args.records / (time.perf_counter() - started)
+            results["Spark read"] = records / (time.perf_counter() - started)
             assert total is not None
-            assert total[0] == args.records * args.size
+            assert total[0] == records * size
         finally:
             spark.stop()
     finally:
         _stop(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
-    table = Table(title=f"{args.records} records of {args.size} B, 3 bookies, local[2] Spark")
+    table = Table(title=f"{records} records of {size} B, 3 bookies, local[2] Spark")
     for column in ("path", "rows/s", "vs client"):
         table.add_column(column, justify="right")
     for name in ("client write", "Spark write", "client read", "Spark read"):
         plain = results["client " + name.split()[1]]
         table.add_row(name, f"{results[name]:.0f}", f"{results[name] / plain:.2f}")
     Console().print(table)
-    if args.json:
-        with open(args.json, "w") as out:
+    if json_path:
+        with open(json_path, "w") as out:
             json.dump(results, out, indent=2)
     return 0
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.spark``: the same command as ``aiobk bench spark``."""
+    run_group(command, "python -m bench.spark", argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -154,7 +154,7 @@ def format_command(data_dir: str, journal_dir: str | None, force: bool) -> None:
     click.echo(f"formatted {data_dir}" + (f" (journal {journal_dir})" if journal_dir else ""))
 
 
-def run_group(group: click.Group, prog_name: str, argv: list[str] | None = None) -> None:
+def run_group(group: click.Command, prog_name: str, argv: list[str] | None = None) -> None:
     try:
         result = group.main(args=argv, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:

@@ -1,0 +1,63 @@
+"""What the benchmarks share about their command line and their targets.
+
+A benchmark is a measurement, not a test: it prints each target it checks as PASS or MISS and
+ends with one line that says how many were missed, and it exits 0 either way (a shared 2-core
+machine misses latency targets for reasons of its own). ``--fail-on-miss`` makes a missed
+target exit 1, for a script that wants to gate on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+MISSED_EXIT_CODE = 1  # with --fail-on-miss
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_levels(
+    _ctx: click.Context | None, _param: click.Parameter | None, value: str
+) -> list[int]:
+    """``--in-flight 1,64,512`` as a list of positive ints (a click callback)."""
+    try:
+        levels = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected a comma list of integers, got {value!r}") from None
+    if not levels or any(level < 1 for level in levels):
+        raise click.BadParameter(f"expected in-flight levels of at least 1, got {value!r}")
+    return levels
+
+
+def fail_on_miss_option() -> Callable[[F], F]:
+    return click.option(
+        "--fail-on-miss",
+        is_flag=True,
+        help="Exit 1 when a target is missed (by default a benchmark reports and exits 0).",
+    )
+
+
+def summary(checks: list[dict[str, Any]], fail_on_miss: bool = False) -> str:
+    """The last line of a benchmark's output."""
+    missed = sum(1 for check in checks if not check["pass"])
+    if not checks:
+        return "no target checked at these in-flight levels"
+    if not missed:
+        return f"all {len(checks)} targets met" if len(checks) > 1 else "the target was met"
+    noun = "target" if len(checks) == 1 else "targets"
+    why = "--fail-on-miss: exit 1" if fail_on_miss else "a benchmark reports, it does not fail"
+    return f"{missed} of {len(checks)} {noun} missed ({why})"
+
+
+def report_checks(console: Console, checks: list[dict[str, Any]], fail_on_miss: bool) -> int:
+    """Print each check, then the summary line last; the exit code."""
+    for check in checks:
+        mark = "[green]PASS[/green]" if check["pass"] else "[red]MISS[/red]"
+        detail = {k: v for k, v in check.items() if k not in ("target", "pass")}
+        console.print(f"{mark} {escape(str(check['target']))}: {escape(str(detail))}")
+    console.print(escape(summary(checks, fail_on_miss)))
+    missed = any(not check["pass"] for check in checks)
+    return MISSED_EXIT_CODE if missed and fail_on_miss else 0

@@ -1,0 +1,120 @@
+"""The benchmarks' command lines (issue 13): ``aiobk bench NAME --help`` lists the options of
+``python -m bench.NAME --help``, and a missed target is reported in the last line, exit 0."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bench.add
+from aiobk.cli import main as aiobk_main
+from bench.add import Floors, Level
+from bench.targets import summary
+
+EXPECTED_OPTIONS = {
+    "add": {
+        "--bookies", "--seconds", "--entry-size", "--in-flight", "--json", "--modes",
+        "--durability", "--no-journal-write-data", "--fail-on-miss",
+    },
+    "journal": {
+        "--seconds", "--entry-size", "--in-flight", "--durability", "--data-dir", "--json",
+        "--fail-on-miss",
+    },
+    "metadata": {"--count", "--json"},
+    "spark": {"--records", "--size", "--json"},
+}  # fmt: skip
+
+
+def _help(*command: str) -> str:
+    result = subprocess.run(
+        [sys.executable, *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _options(text: str) -> set[str]:
+    return set(re.findall(r"^\s+(--[a-z][a-z-]*)", text, re.MULTILINE)) - {"--help"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_OPTIONS))
+def test_aiobk_bench_help_lists_the_module_options(name: str) -> None:
+    through_aiobk = _help("-m", "aiobk", "bench", name)
+    through_module = _help("-m", f"bench.{name}")
+    assert _options(through_aiobk) == EXPECTED_OPTIONS[name]
+    assert _options(through_module) == EXPECTED_OPTIONS[name]
+    assert f"Usage: aiobk bench {name} [OPTIONS]" in through_aiobk
+
+
+def _level(in_flight: int, p50_us: int, appends_per_s: float) -> Level:
+    return Level("persistent", in_flight, 1000, 1.0, appends_per_s, p50_us, p50_us, p50_us, 0)
+
+
+@pytest.mark.parametrize(
+    ("p50_us", "rate", "flags", "code", "last_line"),
+    [
+        (5000, 900.0, [], 0, "2 of 2 targets missed (a benchmark reports, it does not fail)"),
+        (5000, 20000.0, [], 0, "1 of 2 targets missed (a benchmark reports, it does not fail)"),
+        (5000, 900.0, ["--fail-on-miss"], 1, "2 of 2 targets missed (--fail-on-miss: exit 1)"),
+        (150, 20000.0, ["--fail-on-miss"], 0, "all 2 targets met"),
+    ],
+)
+def test_bench_add_ends_with_the_targets_missed_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    p50_us: int,
+    rate: float,
+    flags: list[str],
+    code: int,
+    last_line: str,
+) -> None:
+    """The measurement itself is replaced (it takes processes and seconds); the report,
+    the targets and the exit code are the real ones."""
+    floors = Floors(fdatasync_us=100, loopback_rtt_us=20, quorum_fdatasync_us=200)
+    canned = [_level(1, p50_us, 500.0), _level(512, 40_000, rate)]
+    seen: list[tuple[int, float, int, list[int], list[str]]] = []
+
+    def fake_measure(
+        bookies: int, seconds: float, entry_size: int, levels: list[int], modes: list[str]
+    ) -> tuple[Floors, list[Level]]:
+        seen.append((bookies, seconds, entry_size, levels, modes))
+        return floors, canned
+
+    monkeypatch.setattr(bench.add, "measure", fake_measure)
+    argv = ["bench", "add", "--in-flight", "1,512", "--seconds", "0.5", "--json"]
+    with pytest.raises(SystemExit) as exited:
+        aiobk_main([*argv, str(tmp_path / "add.json"), *flags])
+    assert exited.value.code == code
+    assert seen == [(3, 0.5, 1024, [1, 512], ["persistent"])]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert lines[-1] == last_line
+    assert (tmp_path / "add.json").exists()
+
+
+def test_summary_without_targets() -> None:
+    assert summary([]) == "no target checked at these in-flight levels"
+    assert summary([{"target": "t", "pass": True}]) == "the target was met"
+
+
+def test_bad_in_flight_is_a_one_line_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.add", "--in-flight", "1,x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "python -m bench.add: error: Invalid value for '--in-flight': expected a comma list "
+        "of integers, got '1,x'"
+    ]
