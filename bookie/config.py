@@ -11,6 +11,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from metadata.uri import redact_uri
+
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
 MAX_FRAME_SIZE = 64 * 1024 * 1024 - 64 * 1024
 
@@ -28,7 +30,8 @@ class BookieConfig:
     bookie_id: str | None = None  # default: the advertised host:port
     # What clients dial, when something (a proxy, NAT) stands in front of host:port.
     advertised_address: str | None = None
-    metadata_uri: str | None = None  # etcd://... or memory://...; None runs unregistered
+    # etcd://[USER:PASSWORD@]HOST:PORT/PREFIX or memory://NAME; None runs unregistered.
+    metadata_uri: str | None = None
     registration_ttl: float = 10.0  # lease TTL: a dead bookie vanishes from the registry after it
     # BP-46: rewrite disagreeing cookies at boot (and then fence and recover) instead of refusing.
     allow_cookie_fix: bool = False
@@ -161,6 +164,16 @@ class BookieConfig:
             raise ConfigError("disk sizes must not be negative")
         if self.entry_log_max_size > 1 << 40:
             raise ConfigError("entry_log_max_size cannot pass 1 TiB (locations hold 40 bits)")
+
+    def __repr__(self) -> str:
+        # The metadata URI may hold an etcd password: shown redacted (metadata.uri.redact_uri).
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "metadata_uri" and value:
+                value = redact_uri(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"BookieConfig({', '.join(parts)})"
 
     @property
     def journal_path(self) -> str:

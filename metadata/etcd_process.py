@@ -46,6 +46,7 @@ class EtcdProcess:
     data_dir: str | None = None
     host: str = "127.0.0.1"
     startup_timeout: float = 20.0
+    extra_args: tuple[str, ...] = ()  # more etcd flags, e.g. ("--auth-token-ttl=2",)
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _own_dir: bool = field(default=False, init=False)
 
@@ -85,6 +86,7 @@ class EtcdProcess:
                     f"--initial-advertise-peer-urls={peer}",
                     f"--initial-cluster=aiobk={peer}",
                     "--log-level=error",
+                    *self.extra_args,
                 ],
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

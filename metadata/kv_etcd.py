@@ -1,4 +1,5 @@
-"""``etcd://HOST:PORT[,HOST:PORT...]/PREFIX``: the KV on a real etcd v3, through aetcd.
+"""``etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX``: the KV on a real etcd v3, through
+aetcd.
 
 aetcd drops response headers and has no range limit, so requests that need the revision or
 pagination go through its generated ``rpc`` stubs directly. Every call runs under
@@ -7,6 +8,12 @@ arrives as the call completes, leaving a cancelled task running); gRPC reconnect
 when etcd comes back. With several endpoints, a call that finds its endpoint unavailable (the
 request never reached etcd) moves to the next one; a timeout is reported as it is, since the
 request may have been applied.
+
+With credentials (etcd's ``auth enable``), connecting authenticates and every call carries the
+token. A token dies with an etcd restart or after ``--auth-token-ttl`` idle seconds; a call
+refused with ``invalid auth token`` authenticates again and is retried once. A watch is created
+right after a unary call on the same client: a watch created with a dead token is cancelled by
+etcd in a way aetcd does not report, so the unary call renews the token first.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from metadata.kv import (
     WatchEvent,
     prefix_end,
 )
+from metadata.uri import EtcdCredentials
 from protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
@@ -74,7 +82,7 @@ class _EtcdWatch(Watch):
         backoff = 0.05
         while not self._closed:
             try:
-                client = await self._owner._get_client()
+                client = await self._owner._client_for_watch(self._key)
                 async with asyncio.timeout(self._owner.timeout):
                     self._current = await client.watch(
                         self._key, range_end=self._range_end, start_revision=self._next
@@ -106,14 +114,25 @@ class _EtcdWatch(Watch):
 
 
 class EtcdKV(KV):
-    def __init__(self, endpoints: list[tuple[str, int]], timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]],
+        timeout: float = 5.0,
+        *,
+        credentials: EtcdCredentials | None = None,
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = endpoints
         self._index = 0
         self._client: aetcd.Client | None = None
+        self._credentials = credentials
         self.timeout = timeout
-        self.description = "etcd://" + ",".join(f"{h}:{p}" for h, p in endpoints)
+        user = f"{credentials.user}:***@" if credentials is not None else ""
+        self.description = "etcd://" + user + ",".join(f"{h}:{p}" for h, p in endpoints)
+
+    def __repr__(self) -> str:
+        return f"<EtcdKV {self.description}>"
 
     @property
     def endpoint(self) -> str:
@@ -121,16 +140,51 @@ class EtcdKV(KV):
         return f"{host}:{port}"
 
     async def _get_client(self) -> aetcd.Client:
+        """The connected client; with credentials, connecting authenticates (a round trip)."""
         if self._client is None:
             host, port = self._endpoints[self._index]
-            client = aetcd.Client(host=host, port=port, timeout=self.timeout)
-            await client.connect()  # opens the gRPC channel; no round trip yet
+            creds = self._credentials
+            client = aetcd.Client(
+                host=host,
+                port=port,
+                timeout=self.timeout,
+                username=creds.user if creds is not None else None,
+                password=creds.password if creds is not None else None,
+            )
+            try:
+                await client.connect()  # opens the gRPC channel (and authenticates)
+            except etcd_errors.PreconditionFailedError as exc:
+                await self._close_client(client)
+                if "authentication is not enabled" not in str(exc):
+                    raise
+                # As etcd's own client does: credentials for an etcd without auth are unused.
+                client = aetcd.Client(host=host, port=port, timeout=self.timeout)
+                await client.connect()
+            except BaseException:
+                await self._close_client(client)
+                raise
             self._client = client
         return self._client
+
+    async def _client_for_watch(self, key: bytes) -> aetcd.Client:
+        if self._credentials is not None:
+            probe = rpc.RangeRequest(key=key, count_only=True)
+            await self._call("watch", lambda c: c.kvstub.Range(probe, **self._opts(c)))
+        return await self._get_client()
+
+    def _opts(self, client: aetcd.Client) -> dict[str, Any]:
+        """Keyword arguments of a raw stub call: the deadline and the auth token, if any."""
+        return {"timeout": self.timeout, "metadata": client.metadata}
 
     async def _rotate(self) -> None:
         client, self._client = self._client, None
         self._index = (self._index + 1) % len(self._endpoints)
+        await self._close_client(client)
+
+    async def _forget_client(self, client: aetcd.Client) -> None:
+        """Drop ``client`` (if still the current one): the next call connects anew."""
+        if self._client is client:
+            self._client = None
         await self._close_client(client)
 
     async def _close_client(self, client: aetcd.Client | None) -> None:
@@ -141,12 +195,16 @@ class EtcdKV(KV):
 
     async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         last: BaseException | None = None
-        for _attempt in range(len(self._endpoints)):
-            client = await self._get_client()
+        attempts = len(self._endpoints)
+        renewed = False
+        while attempts > 0:
+            attempts -= 1
             endpoint = self.endpoint
+            client: aetcd.Client | None = None
             try:
                 try:
                     async with asyncio.timeout(self.timeout):
+                        client = await self._get_client()
                         return await fn(client)
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
                     etcd_errors._handle_exception(exc)
@@ -162,6 +220,14 @@ class EtcdKV(KV):
                 raise MetadataStoreError(
                     f"etcd {endpoint} did not answer {what} within {self.timeout}s"
                 ) from exc
+            except etcd_errors.UnauthenticatedError as exc:
+                # A token etcd no longer knows (it restarted, or the token idled out).
+                if self._credentials is None or renewed or client is None:
+                    raise MetadataStoreError(f"etcd {endpoint}: {what} refused: {exc}") from exc
+                renewed = True
+                attempts += 1
+                await self._forget_client(client)
+                continue
             except etcd_errors.ClientError as exc:
                 raise MetadataStoreError(f"etcd {endpoint}: {what} failed: {exc}") from exc
         raise MetadataStoreError(f"{self.description} is unreachable ({what}): {last}") from last
@@ -170,13 +236,13 @@ class EtcdKV(KV):
         self, what: str, compare: list[Any], success: list[Any], failure: list[Any]
     ) -> Any:
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
-        return await self._call(what, lambda c: c.kvstub.Txn(request, timeout=self.timeout))
+        return await self._call(what, lambda c: c.kvstub.Txn(request, **self._opts(c)))
 
     # ------------------------------------------------------------------ KV
 
     async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
         request = rpc.RangeRequest(key=key)
-        response = await self._call("get", lambda c: c.kvstub.Range(request, timeout=self.timeout))
+        response = await self._call("get", lambda c: c.kvstub.Range(request, **self._opts(c)))
         found = _kv(response.kvs[0]) if response.kvs else None
         return found, int(response.header.revision)
 
@@ -230,9 +296,7 @@ class EtcdKV(KV):
             sort_order=rpc.RangeRequest.ASCEND,
             sort_target=rpc.RangeRequest.KEY,
         )
-        response = await self._call(
-            "range", lambda c: c.kvstub.Range(request, timeout=self.timeout)
-        )
+        response = await self._call("range", lambda c: c.kvstub.Range(request, **self._opts(c)))
         return [_kv(item) for item in response.kvs], int(response.header.revision)
 
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
@@ -241,7 +305,7 @@ class EtcdKV(KV):
     async def grant_lease(self, ttl: float) -> tuple[int, float]:
         request = rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl)))
         response = await self._call(
-            "lease grant", lambda c: c.leasestub.LeaseGrant(request, timeout=self.timeout)
+            "lease grant", lambda c: c.leasestub.LeaseGrant(request, **self._opts(c))
         )
         return int(response.ID), float(response.TTL)
 
@@ -253,7 +317,7 @@ class EtcdKV(KV):
         request = rpc.LeaseRevokeRequest(ID=lease)
         with contextlib.suppress(MetadataStoreError):
             await self._call(
-                "lease revoke", lambda c: c.leasestub.LeaseRevoke(request, timeout=self.timeout)
+                "lease revoke", lambda c: c.leasestub.LeaseRevoke(request, **self._opts(c))
             )
 
     async def close(self) -> None:
