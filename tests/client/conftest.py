@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from client import BookKeeper, ClientConfig, ProtocolSwitches
-from metadata import BookieServiceInfo, MemoryKV, MetadataStore, Registration, open_store
+from metadata import (
+    BookieServiceInfo,
+    EtcdProcess,
+    MemoryKV,
+    MetadataStore,
+    Registration,
+    open_store,
+)
 from tests.client.fakes import FakeBookie, FakeNetwork
 from tests.cluster import Cluster, forget, start_cluster
 from tests.conftest import unique_name
@@ -69,3 +76,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     yield cluster
     await cluster.stop()
     forget(cluster)
+
+
+@pytest.fixture
+async def etcd_cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Three in-process bookies registered in the session's etcd, which the CLI reaches."""
+    cluster = await start_cluster(tmp_path, 3, uri=etcd_server.uri(unique_name("cli")))
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()

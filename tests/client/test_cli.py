@@ -5,61 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import pty
 import subprocess
 import sys
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from client import BookKeeper, ClientConfig
-from metadata import EtcdProcess
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
-
-
-def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def _aiobk_on_terminal(*args: str, answer: bytes = b"") -> tuple[int, str, str]:
-    """Run aiobk with stdin and stderr on a pseudo-terminal, typing ``answer``; returns the
-    status, stdout and what the terminal showed."""
-    master, slave = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "100"}
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
-            stdin=slave, stdout=out, stderr=slave, env=env,
-        )  # fmt: skip
-        os.close(slave)
-        os.write(master, answer)
-        shown = bytearray()
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: every holder of the terminal's other end has gone
-                break
-            if not chunk:
-                break
-            shown += chunk
-        os.close(master)
-        status = proc.wait(timeout=120)
-        out.seek(0)
-        return status, out.read().decode(), shown.decode(errors="replace")
-
-
-async def aiobk(*args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(_aiobk, *args)
+from tests.client.clirun import aiobk, aiobk_on_terminal
+from tests.cluster import Cluster
 
 
 async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac: int) -> None:
@@ -68,16 +20,6 @@ async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac:
     async with asyncio.timeout(10):
         while await rh.read_last_add_confirmed() < lac:
             await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def etcd_cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterator[Cluster]:
-    """Three in-process bookies registered in the session's etcd, which the CLI reaches."""
-    cluster = await start_cluster(tmp_path, 3, uri=etcd_server.uri(unique_name("cli")))
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()
 
 
 async def test_ledger_read_leaves_a_live_writer_writing(etcd_cluster: Cluster) -> None:
@@ -181,7 +123,7 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
         )
         assert await exists()
         status, out, shown = await asyncio.to_thread(
-            _aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, answer=b"n\n"
+            aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, answer=b"n\n"
         )
         assert f"Delete ledger {ledger} (CLOSED, entries 0..0, 7 bytes)? [y/N]" in shown
         assert status == 1
@@ -193,14 +135,14 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
         assert wrong.returncode == 1
         assert wrong.stderr == f"aiobk: error: wrong password for ledger {ledger}\n"
         status, out, shown = await asyncio.to_thread(
-            _aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, "--password", "x"
+            aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, "--password", "x"
         )
         assert status == 1
         assert "wrong password" in shown
         assert "Delete ledger" not in shown  # refused before asking
         assert await exists()
         status, out, shown = await asyncio.to_thread(
-            _aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri,
+            aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri,
             "--password", "pw", answer=b"y\n",
         )  # fmt: skip
         assert status == 0, shown
@@ -218,3 +160,58 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
         gone = await aiobk("ledger", "delete", str(other.ledger_id), "--metadata", uri, "--yes")
         assert gone.returncode == 1
         assert "does not exist" in gone.stderr
+
+
+async def test_ledger_read_into_a_closed_pipe_ends_quietly(
+    etcd_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Issue 13, defect 2: ``aiobk ledger read ID | head -1`` ended with a BrokenPipeError
+    traceback and "Exception ignored" (status 1); now status 0 and nothing on stderr."""
+    uri = etcd_cluster.uri
+    async with BookKeeper(uri) as bk, await bk.create_ledger(3, 3, 2) as lh:
+        # ~1 MiB: well past the pipe's and stdout's buffers, so writes fail once head exits.
+        await asyncio.gather(*(lh.append(b"%05d" % i + b"." * 250) for i in range(4000)))
+    errors = tmp_path / "stderr"
+    script = (
+        f'"{sys.executable}" -c "from aiobk.cli import main; main()" ledger read '
+        f'{lh.ledger_id} --metadata "{uri}" 2>"{errors}" | head -1; echo "${{PIPESTATUS[0]}}"'
+    )
+    result = await asyncio.to_thread(
+        subprocess.run, ["bash", "-c", script], capture_output=True, text=True, timeout=120
+    )
+    first, status = result.stdout.splitlines()
+    assert first == "0\t00000" + "." * 250
+    assert errors.read_text() == ""
+    assert status == "0"
+
+
+async def test_simpletest_json_and_no_progress_off_a_terminal(etcd_cluster: Cluster) -> None:
+    """Issue 13: simpletest reports appends/s and latency percentiles, --json for scripts;
+    off a terminal it prints the summary and nothing else."""
+    uri = etcd_cluster.uri
+    result = await aiobk("simpletest", "--metadata", uri, "--entries", "300", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    summary = json.loads(result.stdout)  # one JSON document, nothing around it
+    assert summary["entries"] == 300
+    assert summary["verified"] is True
+    assert summary["appends_per_second"] > 0
+    latency = summary["append_latency_ms"]
+    assert 0 < latency["p50"] <= latency["p99"] <= latency["max"]
+    assert {"ledger_id", "write_seconds", "read_seconds", "entry_size"} <= summary.keys()
+    plain = await aiobk("simpletest", "--metadata", uri, "--entries", "300")
+    assert plain.stderr == ""
+    (line,) = plain.stdout.splitlines()
+    assert "appends/s, latency p50" in line
+    assert line.endswith("all verified")
+
+
+async def test_simpletest_shows_progress_on_a_terminal(etcd_cluster: Cluster) -> None:
+    """Issue 13: silent for 45 s at 100,000 entries; on a terminal it now shows its progress."""
+    status, out, shown = await asyncio.to_thread(
+        aiobk_on_terminal, "simpletest", "--metadata", etcd_cluster.uri, "--entries", "3000"
+    )
+    assert status == 0, shown
+    assert "appending" in shown
+    assert "/3000" in shown  # done / total
+    assert out.endswith("all verified\n")

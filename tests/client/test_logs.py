@@ -238,3 +238,62 @@ async def test_the_writer_rolls_by_age(logs_cluster: Cluster) -> None:
         await writer.close()
         records = await take(await bk.open_log_reader("aged"), 3)
         assert [r.data for r in records] == [b"old", b"due", b"new"]
+
+
+async def wait_until_readable(bk: BookKeeper, name: str, last: LogPosition) -> None:
+    """Until the bookies report ``last`` confirmed (a quiet writer sends its LAC explicitly)."""
+    handle = await bk.open_ledger(last.ledger_id, recovery=False)
+    async with asyncio.timeout(10):
+        while await handle.read_last_add_confirmed() < last.entry_id:
+            await asyncio.sleep(0.02)
+
+
+async def test_a_reader_that_does_not_follow_stops_at_the_end_it_saw(
+    logs_cluster: Cluster,
+) -> None:
+    """Issue 13: ``open_log_reader(follow=False)`` reads to the end of the log as it is when
+    opened -- every ledger then, the last up to its bookies' LAC then -- and stops, while the
+    writer keeps appending (a following reader never ends)."""
+    async with await BookKeeper.connect(logs_cluster.uri) as bk:
+        writer = await bk.open_log_writer("ends", roll_bytes=40)
+        positions = [await writer.append(b"e%02d" % i) for i in range(30)]
+        assert len({p.ledger_id for p in positions}) >= 3
+        await wait_until_readable(bk, "ends", positions[-1])
+        reader = await bk.open_log_reader("ends", follow=False)
+        assert reader.end == positions[-1]
+        later = [await writer.append(b"late%d" % i) for i in range(3)]  # after the open
+        records = [r async for r in reader]
+        assert [r.position for r in records] == positions
+        assert [r.data for r in records] == [b"e%02d" % i for i in range(30)]
+        assert reader.position == positions[-1].next()  # resumes inside the live ledger
+        # From a saved position, to a new end.
+        await wait_until_readable(bk, "ends", later[-1])
+        resumed = await bk.open_log_reader("ends", start=reader.position, follow=False)
+        assert [r.position async for r in resumed] == later
+        beyond = await bk.open_log_reader("ends", start=later[-1].next(), follow=False)
+        assert [r async for r in beyond] == []
+        await writer.close()
+        # A log whose last ledger is empty (a writer just took over): the end is before it.
+        successor = await bk.open_log_writer("ends")
+        reader = await bk.open_log_reader("ends", follow=False)
+        assert reader.end == later[-1]
+        assert len([r async for r in reader]) == 33
+        await successor.close()
+        empty = await bk.open_log_writer("empty")
+        assert [r async for r in await bk.open_log_reader("empty", follow=False)] == []
+        await empty.close()
+        with pytest.raises(NoSuchLogError):
+            await bk.open_log_reader("nope", follow=False)
+
+
+def test_log_position_text_form() -> None:
+    """``LEDGER:ENTRY`` both ways, and ``earliest`` for EARLIEST; nothing else."""
+    assert str(LogPosition(12, 0)) == "12:0"
+    assert LogPosition.parse("12:0") == LogPosition(12, 0)
+    assert LogPosition.parse(str(LogPosition(7, 123))) == LogPosition(7, 123)
+    assert str(LogPosition.EARLIEST) == "earliest"
+    assert LogPosition.parse("earliest") is LogPosition.EARLIEST
+    assert LogPosition.parse("EARLIEST") is LogPosition.EARLIEST
+    for bad in ("12", "-1:0", "1:-2", "1:2:3", "a:b", "", "1_0:2", "+1:2", "1 :2", "\u0661:\u0662"):
+        with pytest.raises(ValueError, match="LEDGER:ENTRY or earliest"):
+            LogPosition.parse(bad)
