@@ -250,8 +250,13 @@ def _progress(console: Console) -> Progress:
 @click.option("--ensemble", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--write-quorum", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--ack-quorum", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--entries", type=click.IntRange(min=1, max=10_000_000), default=1000)
-@click.option("--entry-size", type=click.IntRange(min=0, max=4 * 1024 * 1024), default=1024)
+@click.option(
+    "--entries", type=click.IntRange(min=1, max=10_000_000), default=1000, show_default=True
+)
+@click.option(
+    "--entry-size", type=click.IntRange(min=0, max=4 * 1024 * 1024), default=1024,
+    show_default=True, help="Payload bytes (at least 10: each starts with its number).",
+)  # fmt: skip
 @metadata_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 def simpletest_command(
