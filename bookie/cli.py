@@ -81,14 +81,19 @@ def bookie_group() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (default 3181).")
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Ledger data.")
 @click.option("--journal-dir", type=click.Path(file_okay=False), default=None, help="Journal.")
-@click.option("--host", default=None, help="Address to listen on (default 127.0.0.1).")
+@click.option(
+    "--host", default=None, help="Address to listen on (default 127.0.0.1; 0.0.0.0: all)."
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-journal-write-data", is_flag=True, help="BP-46: adds skip the journal.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
 @click.option("--bookie-id", default=None, help="Identity in metadata (default host:port).")
 @click.option("--metadata", envvar="AIOBK_METADATA", default=None, help="Metadata service URI.")
 @click.option(
-    "--advertised-address", default=None, help="host:port clients dial (a proxy in front)."
+    "--advertised-address",
+    default=None,
+    help="host:port clients dial (default --host:--port; with --host 0.0.0.0, this host's "
+    "address toward other hosts).",
 )
 def start_command(
     port: int | None,

@@ -28,7 +28,10 @@ class BookieConfig:
     host: str = "127.0.0.1"  # loopback unless told otherwise
     journal_dir: str | None = None  # default: DATA_DIR/journal (a separate disk is faster)
     bookie_id: str | None = None  # default: the advertised host:port
-    # What clients dial, when something (a proxy, NAT) stands in front of host:port.
+    # The host:port clients dial, registered in the metadata store (a proxy, NAT, a name). Unset:
+    # host:port, except that a host listening on every interface (0.0.0.0, ::) publishes this
+    # machine's address toward other hosts (its default route's source address), and a bookie
+    # on a machine with no such address refuses to start until this is set (bookie.advertised).
     advertised_address: str | None = None
     # etcd://[USER:PASSWORD@]HOST:PORT/PREFIX or memory://NAME; None runs unregistered.
     metadata_uri: str | None = None

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
+from bookie.advertised import advertised_host
 from bookie.boot import Repairer, fence_and_limbo, load_repairer, repair
 from bookie.config import BookieConfig, ConfigError
 from bookie.connection import ServerConnection
@@ -100,6 +101,7 @@ class Bookie:
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._checkpoint_lock = asyncio.Lock()
         self._port = config.port
+        self._advertised_host = config.host
         self._running = False
         self.write_state = WriteState()
         self.write_state.on_change(self._state_changed)
@@ -151,8 +153,8 @@ class Bookie:
 
     @property
     def advertised_address(self) -> str:
-        """The address published for clients (``advertised_address`` or host:port)."""
-        return self.config.advertised_address or str(self.address)
+        """The address published for clients (the rule: ``bookie.advertised``)."""
+        return self.config.advertised_address or f"{self._advertised_host}:{self._port}"
 
     @property
     def running(self) -> bool:
@@ -171,6 +173,7 @@ class Bookie:
             # Journal-less adds are only safe with BP-46's boot-time fencing, which needs the
             # metadata store to know which ledgers this bookie holds.
             raise ConfigError("journal_write_data = false needs a metadata store (BP-46)")
+        self._advertised_host = advertised_host(self.config)  # before the cookie records the id
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
         # Bind (without accepting) first: the cookie records the address actually bound.
