@@ -1,4 +1,11 @@
-"""``aiobk standalone``: etcd plus N bookies on loopback, for trying aiobk out (``make run``)."""
+"""``aiobk standalone``: etcd plus N bookies on loopback, for trying aiobk out (``make run``).
+
+It never joins a cluster it did not start: the ports it needs must be free (else one line names
+the port), and the etcd that answers must be the member it started (``EtcdProcess``). It never
+leaves its etcd behind: etcd dies with it, even on ``kill -9`` (Linux), and an etcd an earlier
+standalone left in the same data directory is stopped at start (one still owned by a running
+standalone is refused).
+"""
 
 from __future__ import annotations
 
@@ -10,36 +17,61 @@ import click
 
 from bookie.cli import install_event_loop_policy
 from bookie.config import BookieConfig
+from bookie.index import IndexCorruptError
+from bookie.journal_format import JournalCorruptError
 from bookie.server import Bookie
-from metadata.etcd_process import EtcdNotFoundError, EtcdProcess
+from metadata.etcd_process import EtcdNotFoundError, EtcdProcess, port_in_use
+from protocol.errors import BKError
+
+HOST = "127.0.0.1"
+
+
+def _check_bookie_ports(bookies: int, bookie_port: int) -> None:
+    if not bookie_port:
+        return
+    for port in range(bookie_port, bookie_port + bookies):
+        if port_in_use(HOST, port):
+            raise click.ClickException(
+                f"bookie port {HOST}:{port} is in use (another standalone or bookie running?); "
+                "choose others with --bookie-port"
+            )
 
 
 async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
+    if bookie_port and bookie_port + bookies - 1 > 65535:
+        raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
+    _check_bookie_ports(bookies, bookie_port)
     etcd = EtcdProcess(
         client_port=etcd_port,
         peer_port=etcd_port + 1,
         data_dir=os.path.join(data_dir, "etcd"),
     )
-    os.makedirs(etcd.data_dir or data_dir, exist_ok=True)
-    try:
-        await asyncio.to_thread(etcd.start)
-    except (EtcdNotFoundError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
-    uri = etcd.uri()
-    running: list[Bookie] = []
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    running: list[Bookie] = []
     try:
+        try:
+            etcd.launch()  # on this (the main) thread: etcd dies with this process
+            if etcd.stopped_leftover is not None:
+                click.echo(f"stopped the etcd (pid {etcd.stopped_leftover}) left in {data_dir}")
+            await asyncio.to_thread(etcd.wait_ready)
+        except (EtcdNotFoundError, RuntimeError) as exc:
+            raise click.ClickException(str(exc)) from None
+        uri = etcd.uri()
         for index in range(bookies):
             config = BookieConfig(
                 data_dir=os.path.join(data_dir, f"bookie-{index}"),
                 port=bookie_port + index if bookie_port else 0,
+                host=HOST,
                 metadata_uri=uri,
             )
             bookie = Bookie(config)
-            await bookie.start()
+            try:
+                await bookie.start()
+            except (OSError, ValueError, BKError, JournalCorruptError, IndexCorruptError) as exc:
+                raise click.ClickException(f"bookie {index} did not start: {exc}") from None
             running.append(bookie)
             click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}")
         click.echo(f"metadata: {uri}")
@@ -48,8 +80,9 @@ async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) ->
     finally:
         for bookie in running:
             await bookie.stop()
-        await asyncio.to_thread(etcd.stop, False)
-        click.echo("standalone cluster stopped")
+        if etcd.process is not None:
+            await asyncio.to_thread(etcd.stop, False)
+            click.echo("standalone cluster stopped")
 
 
 @click.command("standalone", help="Start etcd and N bookies on loopback until interrupted.")
@@ -57,7 +90,13 @@ async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) ->
 @click.option(
     "--data-dir", type=click.Path(file_okay=False), default="standalone-data", show_default=True
 )
-@click.option("--etcd-port", type=click.IntRange(1, 65534), default=2379, show_default=True)
+@click.option(
+    "--etcd-port",
+    type=click.IntRange(1, 65534),
+    default=2379,
+    show_default=True,
+    help="etcd's client port; its peer port is the next one.",
+)
 @click.option("--bookie-port", type=click.IntRange(0, 65535), default=3181, show_default=True)
 def standalone_command(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
     install_event_loop_policy()

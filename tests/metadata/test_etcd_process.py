@@ -1,0 +1,111 @@
+"""EtcdProcess starts only an etcd of its own (issue 13): busy ports are refused by name, ready
+means the member it started answers (not whichever etcd holds the port), and an etcd left on
+its data directory is stopped, or refused while its owner runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import metadata.etcd_process
+from metadata import EtcdProcess
+from metadata.etcd_process import EtcdInUseError, free_port, port_in_use
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie with no thread left (a zombie leader whose other
+    threads still exit holds the process's ports)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX" and threads <= 1
+
+
+@pytest.mark.timeout(60)
+def test_a_busy_client_port_is_refused_by_name(etcd_server: EtcdProcess, tmp_path: Path) -> None:
+    second = EtcdProcess(client_port=etcd_server.client_port, data_dir=str(tmp_path / "e"))
+    try:
+        with pytest.raises(RuntimeError, match=f"127.0.0.1:{etcd_server.client_port} is in use"):
+            second.start()
+        assert not second.running
+    finally:
+        second.stop()
+
+
+@pytest.mark.timeout(60)
+def test_ready_means_our_member_answers_not_the_etcd_on_the_port(
+    etcd_server: EtcdProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the port check cannot close: the ports looked free, the new etcd then failed
+    to bind, and the etcd already there answered. Before the fix this "started"."""
+    monkeypatch.setattr(metadata.etcd_process, "port_in_use", lambda host, port: False)
+    second = EtcdProcess(client_port=etcd_server.client_port, data_dir=str(tmp_path / "e"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=f"127.0.0.1:{etcd_server.client_port}"):
+            second.start()
+        assert time.monotonic() - started < 10
+        assert not second.running
+    finally:
+        second.stop()
+    assert etcd_server.running
+
+
+@pytest.mark.timeout(90)
+def test_an_orphaned_etcd_on_the_data_dir_is_stopped_at_start(tmp_path: Path) -> None:
+    """An etcd whose parent died (a standalone killed before etcd was tied to it, or one of a
+    version that wrote no pid file): started by a shell that exits at once, so that etcd is
+    reparented as a real orphan is. Before the fix the next start "succeeded" against it."""
+    data_dir = tmp_path / "e"
+    client, peer = free_port(), free_port()
+    etcd = [
+        "etcd", "--name=orphan", f"--data-dir={data_dir / 'member-data'}",
+        f"--listen-client-urls=http://127.0.0.1:{client}",
+        f"--advertise-client-urls=http://127.0.0.1:{client}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer}",
+        f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+        f"--initial-cluster=orphan=http://127.0.0.1:{peer}", "--log-level=error",
+    ]  # fmt: skip
+    script = 'exec "$@" >/dev/null 2>&1 &\necho $!'
+    launched = subprocess.run(
+        ["sh", "-c", script, "sh", *etcd], capture_output=True, text=True, timeout=30, check=True
+    )
+    orphan = int(launched.stdout.strip())
+    try:
+        deadline = time.monotonic() + 20
+        while not port_in_use("127.0.0.1", client) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert port_in_use("127.0.0.1", client)
+        second = EtcdProcess(client_port=client, peer_port=peer, data_dir=str(data_dir))
+        second.start()
+        try:
+            assert _gone(orphan)
+            assert second.stopped_leftover == orphan
+            assert second.running
+        finally:
+            second.stop()
+    finally:
+        if not _gone(orphan):
+            os.kill(orphan, signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_data_dir_whose_etcd_owner_runs_is_refused(tmp_path: Path) -> None:
+    first = EtcdProcess(data_dir=str(tmp_path / "e")).start()
+    second = EtcdProcess(data_dir=first.data_dir)  # other ports, same directory
+    try:
+        assert first.process is not None
+        with pytest.raises(EtcdInUseError, match=f"pid {first.process.pid}"):
+            second.start()
+        assert first.running
+    finally:
+        second.stop()
+        first.stop()

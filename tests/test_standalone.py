@@ -1,0 +1,211 @@
+"""``aiobk standalone`` as real processes (issue 13): a second one on busy ports fails at once
+with one line naming the port and registers nothing in the first one's cluster (it used to say
+"ready" against the other etcd); ``kill -9`` of a standalone takes its etcd along (it was
+orphaned, and the next ``make run`` silently reused it); a start and a SIGINT stop still work."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from metadata import open_store
+from metadata.etcd_process import free_port
+
+
+def _in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _free_pair() -> int:
+    """A port P with P + 1 free too (etcd's client and peer ports)."""
+    for _attempt in range(50):
+        port = free_port()
+        if port < 65535 and not _in_use(port + 1):
+            return port
+    raise RuntimeError("no two consecutive free ports after 50 tries")
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie with no thread left (a zombie leader whose other
+    threads still exit holds the process's ports)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2] in "ZX" and threads <= 1
+
+
+def _until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def _child_etcd(parent: int) -> int:
+    """The etcd process whose parent is ``parent``."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        name = stat[stat.find("(") + 1 : stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if name == "etcd" and int(fields[1]) == parent and fields[0] not in "ZX":
+            return int(entry)
+    raise AssertionError(f"process {parent} has no etcd child")
+
+
+def _bookies(uri: str) -> list[str]:
+    async def listing() -> list[str]:
+        async with open_store(uri, timeout=5.0) as store:
+            return sorted(info.bookie_id for info in await store.list_bookies())
+
+    return asyncio.run(listing())
+
+
+class Standalone:
+    """One ``aiobk standalone`` process with one bookie."""
+
+    def __init__(self, data_dir: Path, etcd_port: int, bookie_port: int) -> None:
+        self.uri = f"etcd://127.0.0.1:{etcd_port}/aiobk"
+        self.output: list[str] = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "aiobk", "standalone", "--bookies", "1",
+                "--data-dir", str(data_dir), "--etcd-port", str(etcd_port),
+                "--bookie-port", str(bookie_port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, name="standalone-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:  # until the process closes its end
+            self.output.append(line)
+
+    def wait_for(self, text: str, seconds: float = 60.0) -> None:
+        found = _until(lambda: any(text in line for line in self.output), seconds)
+        assert found, f"no {text!r} in {self.output} (exit status {self.proc.poll()})"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def standalones() -> Iterator[list[Standalone]]:
+    started: list[Standalone] = []
+    yield started
+    for standalone in reversed(started):
+        standalone.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_second_standalone_on_busy_ports_fails_fast_and_joins_nothing(
+    tmp_path: Path, standalones: list[Standalone]
+) -> None:
+    etcd_port, bookie_port = _free_pair(), free_port()
+    first = Standalone(tmp_path / "first", etcd_port, bookie_port)
+    standalones.append(first)
+    first.wait_for("ready")
+
+    second = Standalone(tmp_path / "second", etcd_port, free_port())
+    standalones.append(second)
+    started = time.monotonic()
+    exited = _until(lambda: second.proc.poll() is not None, 20)
+    elapsed = time.monotonic() - started
+    registered = _bookies(first.uri)  # while the second one runs, if it does
+    assert second.proc.stderr is not None
+    error = second.proc.stderr.read() if exited else ""
+    second.close()
+    assert registered == [f"127.0.0.1:{bookie_port}"]  # the first one's bookie, no other
+    assert exited, "the second standalone kept running"
+    assert elapsed < 10
+    assert second.proc.returncode == 1
+    assert error.strip().splitlines() == [
+        f"aiobk: error: etcd client port 127.0.0.1:{etcd_port} is in use "
+        "(another etcd or standalone running?)"
+    ]
+    busy_bookie = subprocess.run(
+        [
+            sys.executable, "-m", "aiobk", "standalone", "--bookies", "1",
+            "--data-dir", str(tmp_path / "fourth"), "--etcd-port", str(_free_pair()),
+            "--bookie-port", str(bookie_port),
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert busy_bookie.returncode == 1
+    lines = busy_bookie.stderr.strip().splitlines()
+    assert len(lines) == 1, busy_bookie.stderr
+    assert f"bookie port 127.0.0.1:{bookie_port} is in use" in lines[0]
+    assert _bookies(first.uri) == [f"127.0.0.1:{bookie_port}"]
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_a_standalone_takes_its_etcd_along(
+    tmp_path: Path, standalones: list[Standalone]
+) -> None:
+    etcd_port, bookie_port = _free_pair(), free_port()
+    killed = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    standalones.append(killed)
+    killed.wait_for("ready")
+    etcd_pid = _child_etcd(killed.proc.pid)
+    try:
+        killed.proc.kill()
+        killed.proc.wait(10)
+        assert _until(lambda: _gone(etcd_pid), 10), f"etcd {etcd_pid} outlived its standalone"
+
+        # The next start on the same ports and directory runs an etcd of its own, and a
+        # SIGINT stops everything.
+        restarted = Standalone(tmp_path / "data", etcd_port, bookie_port)
+        standalones.append(restarted)
+        restarted.wait_for("ready")
+        own_etcd = _child_etcd(restarted.proc.pid)
+        assert own_etcd != etcd_pid
+        assert _bookies(restarted.uri) == [f"127.0.0.1:{bookie_port}"]
+        restarted.proc.send_signal(signal.SIGINT)
+        assert restarted.proc.wait(30) == 0
+        restarted.wait_for("standalone cluster stopped", 5)
+        assert _until(lambda: _gone(own_etcd), 10)
+    finally:
+        if not _gone(etcd_pid):  # before the fix: the orphan is this test's to clean up
+            os.kill(etcd_pid, signal.SIGKILL)
