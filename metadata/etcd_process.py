@@ -301,8 +301,9 @@ class EtcdProcess:
     # ------------------------------------------------------------------ internals
 
     def _member_dir(self) -> str:
+        """Absolute: another etcd's command line is matched against it."""
         assert self.data_dir is not None
-        return os.path.join(self.data_dir, "member-data")
+        return os.path.abspath(os.path.join(self.data_dir, "member-data"))
 
     def _answering_member(self) -> str | None:
         """The name of the member answering on the client port (None: no answer yet)."""
@@ -390,8 +391,16 @@ class EtcdProcess:
             os.remove(self.pidfile)
 
     def _runs_here(self, pid: int) -> bool:
-        """Whether ``pid`` is a live etcd on this data directory."""
-        return _alive(pid) and f"--data-dir={self._member_dir()}" in _cmdline(pid)
+        """Whether ``pid`` is a live etcd on this data directory (a relative --data-dir is
+        taken from that process's working directory)."""
+        given = [a[len("--data-dir=") :] for a in _cmdline(pid) if a.startswith("--data-dir=")]
+        if not given or not _alive(pid):
+            return False
+        try:
+            path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), given[-1])
+        except OSError:
+            return False
+        return os.path.realpath(path) == os.path.realpath(self._member_dir())
 
     def _kill_leftover(self, pid: int) -> None:
         log.warning("stopping the etcd (pid %d) an earlier owner left in %s", pid, self.data_dir)

@@ -67,7 +67,7 @@ def test_an_orphaned_etcd_on_the_data_dir_is_stopped_at_start(tmp_path: Path) ->
     data_dir = tmp_path / "e"
     client, peer = free_port(), free_port()
     etcd = [
-        "etcd", "--name=orphan", f"--data-dir={data_dir / 'member-data'}",
+        "etcd", "--name=orphan", "--data-dir=e/member-data",  # relative, as make run's
         f"--listen-client-urls=http://127.0.0.1:{client}",
         f"--advertise-client-urls=http://127.0.0.1:{client}",
         f"--listen-peer-urls=http://127.0.0.1:{peer}",
@@ -76,7 +76,12 @@ def test_an_orphaned_etcd_on_the_data_dir_is_stopped_at_start(tmp_path: Path) ->
     ]  # fmt: skip
     script = 'exec "$@" >/dev/null 2>&1 &\necho $!'
     launched = subprocess.run(
-        ["sh", "-c", script, "sh", *etcd], capture_output=True, text=True, timeout=30, check=True
+        ["sh", "-c", script, "sh", *etcd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        cwd=tmp_path,
     )
     orphan = int(launched.stdout.strip())
     try:
