@@ -17,9 +17,9 @@ An etcd started here is this process's alone, and never outlives it:
   process). It runs in its own session: a Ctrl-C in a terminal reaches this process, which
   stops its bookies while etcd is still up, then etcd.
 - ``etcd.pid`` in the data directory names the etcd and its owner. A start finds an etcd a
-  dead owner left running (one launched from a thread other than the main one, or by a version
-  without the parent-death signal) and stops it; one whose owner still runs is refused
-  (``EtcdInUseError``).
+  dead owner left running on the directory (one launched from a thread other than the main
+  one, or by a version without the parent-death signal; on Linux also by its command line)
+  and stops it; one whose owner still runs is refused (``EtcdInUseError``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 PIDFILE = "etcd.pid"
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Loopback requests must not go through an http_proxy from the environment.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
