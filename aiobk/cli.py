@@ -12,13 +12,13 @@ from typing import ClassVar
 import click
 
 from aiobk.standalone import standalone_command
-from bookie.cli import bookie_group, cookie_group, run_group
+from bookie.cli import QuietPipeGroup, bookie_group, cookie_group, run_group, with_log_level
 from client.cli import add_ledger_commands, simpletest_command
 from client.log_cli import log_group
 from metadata.cli import bookies_group, ledger_group
 
 
-@click.group(help="aiobk: BookKeeper's replicated log, asyncio-native.")
+@click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
 @click.version_option(package_name="aiobk")
 def cli() -> None:
     pass
@@ -32,6 +32,10 @@ cli.add_command(ledger_group)
 add_ledger_commands(ledger_group)
 cli.add_command(log_group)
 cli.add_command(simpletest_command)
+# Every long-running command takes --log-level (API.md); bookie start has its own, which
+# falls back on the log_level of its --config.
+for _command in (standalone_command, simpletest_command, log_group.commands["tail"]):
+    with_log_level(_command)
 
 
 class _BenchGroup(click.Group):
@@ -57,7 +61,7 @@ class _BenchGroup(click.Group):
             return super().get_command(ctx, cmd_name)
         command = importlib.import_module(module).command
         assert isinstance(command, click.Command)
-        return command
+        return with_log_level(command)
 
 
 @cli.group(name="bench", cls=_BenchGroup, help="Benchmarks (see bench/README.md).")

@@ -40,6 +40,52 @@ from protocol.errors import BKError
 log = logging.getLogger("aiobk.bookie")
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def configure_logging(level: str) -> None:
+    """One format for every command; each package logs under its own name (``bookie.*``,
+    ``client.*``, ``metadata.*``), so ``logging.getLogger("client")`` tunes one of them."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, force=True)
+
+
+def with_log_level(command: click.Command, default: str = "warning") -> click.Command:
+    """Give a long-running command ``--log-level``, applied before it runs."""
+    if any(param.name == "log_level" for param in command.params):
+        return command
+
+    def apply(_ctx: click.Context, _param: click.Parameter, value: str) -> None:
+        configure_logging(value)
+
+    command.params.append(
+        click.Option(
+            ["--log-level"],
+            type=click.Choice(LOG_LEVELS, case_sensitive=False),
+            default=default,
+            show_default=True,
+            expose_value=False,
+            callback=apply,
+            help="Log messages at this level and above to stderr.",
+        )
+    )
+    return command
+
+
+class QuietPipeGroup(click.Group):
+    """A reader that stops reading (``aiobk ledger list | head -1``) is not an error: exit 0,
+    with no "Exception ignored ... BrokenPipeError" at interpreter exit."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout once more at exit
+            os.close(devnull)
+            return 0
+
+
 def install_event_loop_policy() -> None:
     """uvloop (a declared dependency) for every command that runs a loop."""
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
@@ -72,7 +118,7 @@ def run_until_signalled(bookie: Bookie) -> None:
     asyncio.run(main())
 
 
-@click.group(name="bookie", help="Run and manage a bookie (storage server).")
+@click.group(name="bookie", cls=QuietPipeGroup, help="Run and manage a bookie (storage server).")
 def bookie_group() -> None:
     pass
 
@@ -95,6 +141,12 @@ def bookie_group() -> None:
     help="host:port clients dial (default --host:--port; with --host 0.0.0.0, this host's "
     "address toward other hosts).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="Log at this level and above to stderr (default: log_level in --config, else info).",
+)
 def start_command(
     port: int | None,
     data_dir: str | None,
@@ -106,6 +158,7 @@ def start_command(
     bookie_id: str | None,
     metadata: str | None,
     advertised_address: str | None,
+    log_level: str | None,
 ) -> None:
     overrides: dict[str, Any] = {
         "advertised_address": advertised_address,
@@ -127,7 +180,7 @@ def start_command(
             config = BookieConfig.from_mapping({}, **overrides)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level or config.log_level)
     try:
         run_until_signalled(Bookie(config))
     except ConfigError as exc:

@@ -100,6 +100,7 @@ class BookieConfig:
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
     max_long_polls_per_connection: int = 10_000
     metrics_port: int | None = None  # Prometheus exporter; None disables it
+    log_level: str = "info"  # debug, info, warning or error (--log-level wins)
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -144,6 +145,10 @@ class BookieConfig:
             raise ConfigError("journal_max_group_wait must not be negative")
         if self.journal_volatile_sync_delay < 0:
             raise ConfigError("journal_volatile_sync_delay must not be negative")
+        if self.log_level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(
+                f"log_level must be debug, info, warning or error, got {self.log_level!r}"
+            )
         if not 1024 <= self.max_frame_size <= MAX_FRAME_SIZE:
             raise ConfigError(f"max_frame_size must be in 1024..{MAX_FRAME_SIZE} bytes")
         if self.server_write_buffer_high_water_mark <= self.server_write_buffer_low_water_mark:
