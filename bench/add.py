@@ -32,7 +32,7 @@ from bench.floors import (
     quorum_fdatasync_floor,
 )
 from bench.targets import fail_on_miss_option, parse_levels, report_checks
-from bookie.cli import run_group
+from bookie.cli import run_group, with_log_level
 from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
 from protocol import GetBookieInfoRequest, GetBookieInfoResponse
@@ -348,6 +348,9 @@ def command(
         json.dump(report, handle, indent=2)
     console.print(f"wrote {path}")
     return report_checks(console, checks, fail_on_miss)
+
+
+with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
 from bench.targets import fail_on_miss_option, parse_levels, report_checks
-from bookie.cli import run_group
+from bookie.cli import run_group, with_log_level
 from client import BookieConnection, Digester
 from metadata import free_port
 from protocol import (
@@ -322,6 +322,9 @@ def command(
         json.dump(report, handle, indent=2)
     console.print(f"wrote {path}")
     return report_checks(console, checks, fail_on_miss)
+
+
+with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:

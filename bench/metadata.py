@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.floors import fdatasync_floor, new_histogram
-from bookie.cli import run_group
+from bookie.cli import run_group, with_log_level
 from metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
@@ -106,6 +106,9 @@ def command(count: int, json_path: str | None) -> int:
     with open(path, "w") as handle:
         json.dump({"fdatasync_p50_us": sync_p50, "operations": results}, handle, indent=2)
     return 0
+
+
+with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.add import _stop, start_bookies
-from bookie.cli import run_group
+from bookie.cli import run_group, with_log_level
 from client import BookKeeper
 from metadata import EtcdProcess
 
@@ -117,6 +117,9 @@ def command(records: int, size: int, json_path: str | None) -> int:
         with open(json_path, "w") as out:
             json.dump(results, out, indent=2)
     return 0
+
+
+with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,14 +18,14 @@ from bench.targets import summary
 EXPECTED_OPTIONS = {
     "add": {
         "--bookies", "--seconds", "--entry-size", "--in-flight", "--json", "--modes",
-        "--durability", "--no-journal-write-data", "--fail-on-miss",
+        "--durability", "--no-journal-write-data", "--fail-on-miss", "--log-level",
     },
     "journal": {
         "--seconds", "--entry-size", "--in-flight", "--durability", "--data-dir", "--json",
-        "--fail-on-miss",
+        "--fail-on-miss", "--log-level",
     },
-    "metadata": {"--count", "--json"},
-    "spark": {"--records", "--size", "--json"},
+    "metadata": {"--count", "--json", "--log-level"},
+    "spark": {"--records", "--size", "--json", "--log-level"},
 }  # fmt: skip
 
 
