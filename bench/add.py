@@ -31,7 +31,7 @@ from bench.floors import (
     new_histogram,
     quorum_fdatasync_floor,
 )
-from bench.targets import fail_on_miss_option, parse_levels, report_checks
+from bench.targets import fail_on_miss_option, load_options, report_checks
 from bookie.cli import run_group, with_log_level
 from client import BookKeeper, ClientConfig, Durability
 from metadata import EtcdProcess, free_port
@@ -284,17 +284,7 @@ def _modes(
     "add", help=__doc__, short_help="Client appends on a local cluster, against the floors."
 )
 @click.option("--bookies", type=click.IntRange(1, 32), default=3, show_default=True)
-@click.option(
-    "--seconds", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
-    help="Per in-flight level.",
-)  # fmt: skip
-@click.option(
-    "--entry-size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes."
-)
-@click.option(
-    "--in-flight", "levels", default="1,64,512", show_default=True, callback=parse_levels,
-    help="Comma list of appends kept in flight, one level after the other.",
-)  # fmt: skip
+@load_options("1,64,512", "appends")
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None,
     help="Result file (default bench/results/add-TIMESTAMP.json).",

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
-from bench.targets import fail_on_miss_option, parse_levels, report_checks
+from bench.targets import fail_on_miss_option, load_options, report_checks
 from bookie.cli import run_group, with_log_level
 from client import BookieConnection, Digester
 from metadata import free_port
@@ -209,17 +209,7 @@ def check_targets(
     help=__doc__,
     short_help="One bookie's adds against the fdatasync and loopback floors.",
 )
-@click.option(
-    "--seconds", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
-    help="Per in-flight level.",
-)  # fmt: skip
-@click.option(
-    "--entry-size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes."
-)
-@click.option(
-    "--in-flight", "levels", default="1,16,256", show_default=True, callback=parse_levels,
-    help="Comma list of adds kept in flight, one level after the other.",
-)  # fmt: skip
+@load_options("1,16,256", "adds")
 @click.option(
     "--durability",
     type=click.Choice(["persistent", "volatile"]),

@@ -32,6 +32,27 @@ def parse_levels(
     return levels
 
 
+def load_options(levels: str, what: str) -> Callable[[F], F]:
+    """``--seconds``, ``--entry-size`` and ``--in-flight``, as every load benchmark takes them
+    (``levels``: the default in-flight levels; ``what``: what is kept in flight)."""
+    seconds = click.option(
+        "--seconds", type=click.FloatRange(min=0, min_open=True), default=5.0,
+        show_default=True, help="Per in-flight level.",
+    )  # fmt: skip
+    entry_size = click.option(
+        "--entry-size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes."
+    )
+    in_flight = click.option(
+        "--in-flight", "levels", default=levels, show_default=True, callback=parse_levels,
+        help=f"Comma list of {what} kept in flight, one level after the other.",
+    )  # fmt: skip
+
+    def decorate(function: F) -> F:
+        return seconds(entry_size(in_flight(function)))
+
+    return decorate
+
+
 def fail_on_miss_option() -> Callable[[F], F]:
     return click.option(
         "--fail-on-miss",

@@ -124,6 +124,11 @@ def _proc_state(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def exited(pid: int) -> bool:
+    """The process is gone (or a zombie with no thread left holding its files)."""
+    return _proc_state(pid) is None
+
+
 def _cmdline(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,38 +18,16 @@ from pathlib import Path
 import pytest
 
 from metadata import open_store
-from metadata.etcd_process import free_port
-
-
-def _in_use(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+from metadata.etcd_process import exited, free_port, port_in_use
 
 
 def _free_pair() -> int:
     """A port P with P + 1 free too (etcd's client and peer ports)."""
     for _attempt in range(50):
         port = free_port()
-        if port < 65535 and not _in_use(port + 1):
+        if port < 65535 and not port_in_use("127.0.0.1", port + 1):
             return port
     raise RuntimeError("no two consecutive free ports after 50 tries")
-
-
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie with no thread left (a zombie leader whose other
-    threads still exit holds the process's ports)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-        threads = len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX" and threads <= 1
 
 
 def _until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -192,7 +169,7 @@ def test_sigkill_of_a_standalone_takes_its_etcd_along(
     try:
         killed.proc.kill()
         killed.proc.wait(10)
-        assert _until(lambda: _gone(etcd_pid), 10), f"etcd {etcd_pid} outlived its standalone"
+        assert _until(lambda: exited(etcd_pid), 10), f"etcd {etcd_pid} outlived its standalone"
 
         # The next start on the same ports and directory runs an etcd of its own, and a
         # SIGINT stops everything.
@@ -205,7 +182,7 @@ def test_sigkill_of_a_standalone_takes_its_etcd_along(
         restarted.proc.send_signal(signal.SIGINT)
         assert restarted.proc.wait(30) == 0
         restarted.wait_for("standalone cluster stopped", 5)
-        assert _until(lambda: _gone(own_etcd), 10)
+        assert _until(lambda: exited(own_etcd), 10)
     finally:
-        if not _gone(etcd_pid):  # before the fix: the orphan is this test's to clean up
+        if not exited(etcd_pid):  # before the fix: the orphan is this test's to clean up
             os.kill(etcd_pid, signal.SIGKILL)

@@ -14,19 +14,7 @@ import pytest
 
 import metadata.etcd_process
 from metadata import EtcdProcess
-from metadata.etcd_process import EtcdInUseError, free_port, port_in_use
-
-
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie with no thread left (a zombie leader whose other
-    threads still exit holds the process's ports)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-        threads = len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return True
-    return stat[stat.rfind(")") + 2] in "ZX" and threads <= 1
+from metadata.etcd_process import EtcdInUseError, exited, free_port, port_in_use
 
 
 @pytest.mark.timeout(60)
@@ -92,13 +80,13 @@ def test_an_orphaned_etcd_on_the_data_dir_is_stopped_at_start(tmp_path: Path) ->
         second = EtcdProcess(client_port=client, peer_port=peer, data_dir=str(data_dir))
         second.start()
         try:
-            assert _gone(orphan)
+            assert exited(orphan)
             assert second.stopped_leftover == orphan
             assert second.running
         finally:
             second.stop()
     finally:
-        if not _gone(orphan):
+        if not exited(orphan):
             os.kill(orphan, signal.SIGKILL)
 
 
