@@ -95,7 +95,7 @@ class BookieConfig:
     # Read-only still takes recovery adds while every disk has this much free (100 MB).
     min_usable_size_for_high_priority_writes: int = 100 * 1024 * 1024
     # Set aside on each filesystem (at most 5% of it) and given back on a full disk, so that
-    # checkpoints, garbage collection, fences and a clean stop can still write.
+    # checkpoints, garbage collection, fences and a clean stop can still write; 0: none.
     disk_reserved_space: int = 64 * 1024 * 1024
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
     max_long_polls_per_connection: int = 10_000

@@ -99,7 +99,10 @@ def judge(usages: list[Usage], config: BookieConfig, was_full: bool) -> Verdict:
 def reserve_size(config: BookieConfig, total: int) -> int:
     """``disk_reserved_space``, at most 5% of the filesystem -- but never less than what a
     checkpoint must write on a full disk (the entry-log buffer the full disk stopped, a
-    journal chunk, a margin for the index), and never more than a quarter of the disk."""
+    journal chunk, a margin for the index), and never more than a quarter of the disk.
+    0 turns the reserve off."""
+    if config.disk_reserved_space == 0:
+        return 0
     floor = config.entry_log_write_buffer + JOURNAL_CHUNK + (1 << 20)
     wanted = min(config.disk_reserved_space, int(total * RESERVE_SHARE))
     return min(max(wanted, floor), total // 4)

@@ -9,6 +9,7 @@ from typing import Any
 from bookie import Bookie, BookieConfig
 from metadata import MemoryKV, MetadataStore, open_store
 from tests.conftest import unique_name
+from tests.procs import HOST_DISK_SETTINGS
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Cluster:
             data_dir=str(self.root / f"bookie{index}"),
             port=settings.pop("port", 0),
             metadata_uri=self.uri,
-            **{**self.settings, **settings},
+            **{**HOST_DISK_SETTINGS, **self.settings, **settings},
         )
         bookie = Bookie(config)
         await bookie.start()

@@ -13,6 +13,7 @@ import pytest
 from bookie import Bookie, BookieConfig
 from client import BookieConnection
 from metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
+from tests.procs import HOST_DISK_SETTINGS
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
 
@@ -34,7 +35,11 @@ async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
         nonlocal counter
         counter += 1
         directory = data_dir or tmp_path / f"bookie{counter}"
-        config = BookieConfig(data_dir=str(directory), port=settings.pop("port", 0), **settings)
+        config = BookieConfig(
+            data_dir=str(directory),
+            port=settings.pop("port", 0),
+            **{**HOST_DISK_SETTINGS, **settings},
+        )
         bookie = Bookie(config)
         await bookie.start()
         started.append(bookie)

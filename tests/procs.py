@@ -11,6 +11,17 @@ from pathlib import Path
 
 from metadata import free_port
 
+# Bookies in tests that are not about disks ignore how full this shared host's disk is (other
+# tenants fill it: it has been seen with 287 MiB free, and at 87% used a low-water mark of 80%
+# kept a test bookie read-only), and set aside no reserve (hundreds of test bookies would hold
+# 64 MiB each). The disk tests set their own (tests/bookie/test_disk_full.py, tests/hostile/).
+HOST_DISK_SETTINGS = {
+    "disk_reserved_space": 0,
+    "disk_usage_threshold": 1.0,
+    "disk_usage_warn_threshold": 1.0,
+    "disk_usage_lwm_threshold": 1.0,
+}
+
 
 class BookieProcess:
     def __init__(
@@ -33,6 +44,11 @@ class BookieProcess:
         return "127.0.0.1", self.port
 
     async def start(self, timeout: float = 30.0) -> None:
+        args = list(self.args)
+        if "--config" not in args:
+            config = self.data_dir.parent / f"{self.data_dir.name}.toml"
+            config.write_text("".join(f"{k} = {v!r}\n" for k, v in HOST_DISK_SETTINGS.items()))
+            args += ["--config", str(config)]
         cmd = [
             sys.executable,
             "-m",
@@ -42,7 +58,7 @@ class BookieProcess:
             str(self.port),
             "--data-dir",
             str(self.data_dir),
-            *self.args,
+            *args,
         ]
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.hostile.rawclient import bookie_stats
-from tests.procs import BookieProcess
+from tests.procs import HOST_DISK_SETTINGS, BookieProcess
 
 MiB = 1024 * 1024
 SAMPLE_INTERVAL = 0.05  # seconds between RSS samples
@@ -141,7 +141,7 @@ class BookieUnderTest:
         self.data_dir = root / name
         self.config_path = root / f"{name}.toml"
         self.src = src
-        self.settings = dict(settings or {})
+        self.settings = {**HOST_DISK_SETTINGS, **(settings or {})}
         self.dropped: list[str] = []  # settings the source tree does not know
         self._write_config()
         self.proc = BookieProcess(

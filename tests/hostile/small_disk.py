@@ -20,7 +20,7 @@ from typing import Any
 
 from bookie.disk import AppendFile, OsDisk
 
-QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES" for the bookie process
+QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES[,ROOT:BYTES]" for the bookie process
 SIMULATE_ENV = "AIOBK_TEST_SIMULATED_DISK"  # set: the simulated disk even as root
 SITE_DIR = Path(__file__).parent / "quota"
 REPO = Path(__file__).resolve().parents[2]
@@ -41,12 +41,14 @@ class SmallDisk:
             "can be mounted"
         )
 
-    def env(self) -> dict[str, str]:
-        """What the bookie process needs to see this disk as full as it is."""
-        if self.mounted:
+    def env(self, *others: SmallDisk) -> dict[str, str]:
+        """What the bookie process needs to see this disk (and ``others``) as full as they
+        are."""
+        simulated = [disk for disk in (self, *others) if not disk.mounted]
+        if not simulated:
             return {}
         return {
-            QUOTA_ENV: f"{self.path}:{self.size}",
+            QUOTA_ENV: ",".join(f"{disk.path}:{disk.size}" for disk in simulated),
             "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(REPO)]),
         }
 
@@ -104,40 +106,55 @@ def small_disk(path: Path, size: int) -> Iterator[SmallDisk]:
 
 
 class QuotaDisk(OsDisk):
-    """Real files under ``root`` that may not pass ``quota`` bytes (a simulated small disk)."""
+    """Real files under each root that may not pass its quota in bytes: simulated small disks
+    (a path under none of them is on the host's disk as usual)."""
 
-    def __init__(self, root: str, quota: int) -> None:
+    def __init__(self, quotas: dict[str, int]) -> None:
         super().__init__()
-        self.root = Path(root)
-        self.quota = quota
+        self.quotas = {Path(root).resolve(): quota for root, quota in quotas.items()}
 
-    def check(self, size: int) -> None:
-        if tree_bytes(self.root) + size > self.quota:
+    def _disk_of(self, path: str) -> tuple[Path, int] | None:
+        resolved = Path(path).resolve()
+        for root, quota in self.quotas.items():
+            if resolved == root or root in resolved.parents:
+                return root, quota
+        return None
+
+    def check(self, path: str, size: int) -> None:
+        found = self._disk_of(path)
+        if found is not None and tree_bytes(found[0]) + size > found[1]:
             raise OSError(errno.ENOSPC, "No space left on device (quota)")
 
     async def open_append(
         self, path: str, lane: str, sync_lane: str | None = None, preallocate: int = 0
     ) -> AppendFile:
         # No preallocation: its zero-fill would pass the quota unseen.
-        return _QuotaFile(self, await super().open_append(path, lane, sync_lane, 0))
+        return _QuotaFile(self, path, await super().open_append(path, lane, sync_lane, 0))
 
     async def write_file_atomic(self, path: str, data: bytes) -> None:
-        self.check(len(data))
+        self.check(path, len(data))
         await super().write_file_atomic(path, data)
 
     async def allocate(self, path: str, size: int) -> None:
-        self.check(size)
+        self.check(path, size)
         await super().allocate(path, size)
 
     async def usage(self, path: str) -> tuple[int, int]:
-        if not str(Path(path).resolve()).startswith(str(self.root.resolve())):
+        found = self._disk_of(path)
+        if found is None:
             return await super().usage(path)
-        return max(0, self.quota - tree_bytes(self.root)), self.quota
+        root, quota = found
+        return max(0, quota - tree_bytes(root)), quota
+
+    async def filesystem(self, path: str) -> int:
+        found = self._disk_of(path)
+        return hash(found[0]) if found is not None else await super().filesystem(path)
 
 
 class _QuotaFile:
-    def __init__(self, disk: QuotaDisk, inner: AppendFile) -> None:
+    def __init__(self, disk: QuotaDisk, path: str, inner: AppendFile) -> None:
         self._disk = disk
+        self._path = path
         self._inner = inner
 
     @property
@@ -145,19 +162,19 @@ class _QuotaFile:
         return self._inner.size
 
     async def write(self, data: bytes) -> None:
-        self._disk.check(len(data))
+        self._disk.check(self._path, len(data))
         await self._inner.write(data)
 
     async def write_and_sync(self, data: bytes) -> None:
-        self._disk.check(len(data))
+        self._disk.check(self._path, len(data))
         await self._inner.write_and_sync(data)
 
     def write_and_sync_now(self, data: bytes) -> None:
-        self._disk.check(len(data))
+        self._disk.check(self._path, len(data))
         self._inner.write_and_sync_now(data)
 
     def write_now(self, data: bytes) -> None:
-        self._disk.check(len(data))
+        self._disk.check(self._path, len(data))
         self._inner.write_now(data)
 
     async def sync(self) -> None:
@@ -171,11 +188,14 @@ class _QuotaFile:
 
 
 def install(spec: str) -> None:
-    """Make every bookie in this process use ``QuotaDisk`` (``spec``: "ROOT:BYTES")."""
-    root, _sep, quota = spec.rpartition(":")
+    """Make every bookie in this process use ``QuotaDisk`` (``spec``: "ROOT:BYTES[,...]")."""
+    quotas = {}
+    for entry in spec.split(","):
+        root, _sep, quota = entry.rpartition(":")
+        quotas[root] = int(quota)
     import bookie.server
 
     def make(*_args: Any, **_kw: Any) -> QuotaDisk:
-        return QuotaDisk(root, int(quota))
+        return QuotaDisk(quotas)
 
     bookie.server.OsDisk = make  # type: ignore[assignment,misc]

@@ -136,13 +136,18 @@ async def _ledger_on(bk: BookKeeper, bookie_id: str) -> LedgerHandle:
 
 
 async def _start(
-    tmp_path: Path, small: SmallDisk, uri: str, name: str, **settings: Any
+    tmp_path: Path,
+    small: SmallDisk,
+    uri: str,
+    name: str,
+    *others: SmallDisk,
+    **settings: Any,
 ) -> BookieUnderTest:
     log.warning("disk-full test on %s", small.how)
     bookie = BookieUnderTest(
         tmp_path, {**SETTINGS, **settings}, name=name, args=("--metadata", uri)
     )
-    bookie.proc.env.update(small.env())
+    bookie.proc.env.update(small.env(*others))
     await bookie.start()
     return bookie
 
@@ -229,9 +234,14 @@ async def test_a_full_journal_disk_turns_read_only_at_once_and_heals(
 ) -> None:
     """Before: EIO to every add while registered writable; new ledgers kept landing on it."""
     uri = etcd_server.uri(unique_name("journalfull"))
-    with small_disk(tmp_path / "yj", 32 * MiB) as small:
+    # Its data directory on a small disk of its own too: how full the host's disk is (other
+    # tenants of this machine) must not decide the test.
+    with (
+        small_disk(tmp_path / "yj", 32 * MiB) as small,
+        small_disk(tmp_path / "y", 64 * MiB) as data,
+    ):
         x = await _start(
-            tmp_path, small, uri, "y", journal_dir=str(small.path), disk_check_interval=2.0
+            tmp_path, small, uri, "y", data, journal_dir=str(small.path), disk_check_interval=2.0
         )
         others = await _cluster(tmp_path, uri)
         bk = await BookKeeper.connect(uri)
