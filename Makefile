@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-PACKAGES := protocol bookie client metadata pipeline bench aiobk
+# The source directories; each but aiobk/ is mapped into the aiobk namespace by a symlink there.
+SOURCES := protocol bookie client metadata pipeline bench aiobk
 PYTEST_ARGS ?=
 
 .PHONY: setup system-packages test lint unit-protocol run bench sim chaos fuzz pipeline-demo clean
@@ -33,13 +34,13 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 lint: setup
-	$(VENV)/bin/ruff check $(PACKAGES) tests
-	$(VENV)/bin/ruff format --check $(PACKAGES) tests
-	$(VENV)/bin/mypy $(PACKAGES) tests/sim tests/chaos tests/fuzz
+	$(VENV)/bin/ruff check $(SOURCES) tests
+	$(VENV)/bin/ruff format --check $(SOURCES) tests
+	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz
 
 # The pure codec must be fully covered by its own tests.
 unit-protocol: setup
-	$(PY) -m pytest -q tests/protocol --cov=protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/protocol --cov=aiobk.protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
 
 # PYTHONHASHSEED=0: a simulator seed that fails here replays the same way under `make sim`.
 test: lint unit-protocol
@@ -49,10 +50,10 @@ run: setup
 	$(VENV)/bin/aiobk standalone
 
 bench: setup
-	$(PY) -m bench.journal
-	$(PY) -m bench.metadata
-	$(PY) -m bench.add
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.spark
+	$(PY) -m aiobk.bench.journal
+	$(PY) -m aiobk.bench.metadata
+	$(PY) -m aiobk.bench.add
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.bench.spark
 
 # Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim
 # SEEDS=10000` runs a campaign (FIRST=, PROFILE=mixed|race|crashes, SIMARGS= for more).
@@ -77,7 +78,7 @@ fuzz: setup
 
 # The example Spark job: JSON events in a log -> totals per kind -> Parquet (demo-output/).
 pipeline-demo: setup
-	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m pipeline.demo
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.pipeline.demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output

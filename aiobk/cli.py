@@ -11,11 +11,11 @@ from typing import ClassVar
 
 import click
 
+from aiobk.bookie.cli import QuietPipeGroup, bookie_group, cookie_group, run_group, with_log_level
+from aiobk.client.cli import add_ledger_commands, simpletest_command
+from aiobk.client.log_cli import log_group
+from aiobk.metadata.cli import bookies_group, ledger_group
 from aiobk.standalone import standalone_command
-from bookie.cli import QuietPipeGroup, bookie_group, cookie_group, run_group, with_log_level
-from client.cli import add_ledger_commands, simpletest_command
-from client.log_cli import log_group
-from metadata.cli import bookies_group, ledger_group
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
@@ -42,14 +42,14 @@ class _BenchGroup(click.Group):
     """The benchmarks, each imported only when asked for (they load the client, rich, hdrh).
 
     Each is the click command of its module, so ``aiobk bench NAME`` and
-    ``python -m bench.NAME`` take the same options and print the same help.
+    ``python -m aiobk.bench.NAME`` take the same options and print the same help.
     """
 
     commands_by_module: ClassVar[dict[str, str]] = {
-        "add": "bench.add",
-        "journal": "bench.journal",
-        "metadata": "bench.metadata",
-        "spark": "bench.spark",
+        "add": "aiobk.bench.add",
+        "journal": "aiobk.bench.journal",
+        "metadata": "aiobk.bench.metadata",
+        "spark": "aiobk.bench.spark",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -15,13 +15,13 @@ import signal
 
 import click
 
-from bookie.cli import install_event_loop_policy
-from bookie.config import BookieConfig
-from bookie.index import IndexCorruptError
-from bookie.journal_format import JournalCorruptError
-from bookie.server import Bookie
-from metadata.etcd_process import EtcdNotFoundError, EtcdProcess, port_in_use
-from protocol.errors import BKError
+from aiobk.bookie.cli import install_event_loop_policy
+from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.index import IndexCorruptError
+from aiobk.bookie.journal_format import JournalCorruptError
+from aiobk.bookie.server import Bookie
+from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, port_in_use
+from aiobk.protocol.errors import BKError
 
 HOST = "127.0.0.1"
 

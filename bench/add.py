@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -25,17 +24,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.floors import (
+from aiobk.bench.cluster import start_bookies, stop_bookies
+from aiobk.bench.floors import (
     fdatasync_floor,
     loopback_rtt_floor,
     new_histogram,
     quorum_fdatasync_floor,
 )
-from bench.targets import fail_on_miss_option, load_options, report_checks
-from bookie.cli import run_group, with_log_level
-from client import BookKeeper, ClientConfig, Durability
-from metadata import EtcdProcess, free_port
-from protocol import GetBookieInfoRequest, GetBookieInfoResponse
+from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
+from aiobk.bookie.cli import run_group, with_log_level
+from aiobk.client import BookKeeper, ClientConfig, Durability
+from aiobk.metadata import EtcdProcess
+from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
 
 
 @dataclass
@@ -50,26 +50,6 @@ class Level:
     p999_us: int
     errors: int
     fdatasyncs_per_s: float = 0.0
-
-
-def start_bookies(
-    count: int, base: str, uri: str, extra: tuple[str, ...] = ()
-) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for index in range(count):
-        port = free_port()
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "bookie", "start", "--port", str(port),
-                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri, *extra,
-            ],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        if b"serving on" not in proc.stdout.readline():
-            raise RuntimeError("a bookie did not start")
-        procs.append(proc)
-    return procs
 
 
 async def run_level(
@@ -154,15 +134,6 @@ async def run(
     return results
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        proc.wait(30)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
 @dataclass
 class Floors:
     """The floors measured in the same run (microseconds, p50)."""
@@ -200,13 +171,13 @@ def measure(
             try:
                 levels_run = uvloop.run(run(uri, levels, seconds, entry_size, durability))
             finally:
-                _stop(procs)
+                stop_bookies(procs)
                 procs = []
             for level in levels_run:
                 level.mode = mode
             results.extend(levels_run)
     finally:
-        _stop(procs)
+        stop_bookies(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
     floors = Floors(
@@ -344,8 +315,8 @@ with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bench.add``: the same command as ``aiobk bench add``."""
-    run_group(command, "python -m bench.add", argv)
+    """``python -m aiobk.bench.add``: the same command as ``aiobk bench add``."""
+    run_group(command, "python -m aiobk.bench.add", argv)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ runs each scenario in a fresh client process, so that its peak RSS (``VmHWM``) i
 Before/after: run it once in a worktree of the old commit and once here, e.g.
 
     git worktree add /tmp/before 328e5c4 && cp bench/client_backpressure.py /tmp/before/bench/
-    cd /tmp/before && PYTHONPATH=$PWD /work/main/.venv/bin/python -m bench.client_backpressure
-    cd /work/main && .venv/bin/python -m bench.client_backpressure
+    cd /tmp/before && PYTHONPATH=$PWD /work/main/.venv/bin/python -m aiobk.bench.client_backpressure
+    cd /work/main && .venv/bin/python -m aiobk.bench.client_backpressure
 
 (the old client has no ``read_iter``: that row says so.) ``--bookie-src DIR`` runs the bookies
 from another tree, so that both clients meet the same servers; ``--only appends,big,read`` picks
@@ -60,7 +60,7 @@ def _cpu() -> float:
 
 
 async def _appends(args: argparse.Namespace) -> dict[str, Any]:
-    from client import BookKeeper
+    from aiobk.client import BookKeeper
 
     small = args.scenario == "appends"
     payload = b"x" * (args.size if small else args.big_size)
@@ -110,7 +110,7 @@ async def _appends(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _write_ledger(args: argparse.Namespace) -> dict[str, Any]:
-    from client import BookKeeper
+    from aiobk.client import BookKeeper
 
     payload = b"r" * args.big_size
     async with await BookKeeper.connect(args.metadata) as bk:
@@ -123,7 +123,7 @@ async def _write_ledger(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _read(args: argparse.Namespace) -> dict[str, Any]:
-    from client import BookKeeper
+    from aiobk.client import BookKeeper
 
     async with await BookKeeper.connect(args.metadata) as bk:
         rh = await bk.open_ledger(args.ledger)
@@ -169,34 +169,9 @@ def _child(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------- the cluster
 
 
-def _start_bookies(
-    count: int, base: str, uri: str, source: str | None
-) -> list[subprocess.Popen[bytes]]:
-    from metadata import free_port
-
-    env = dict(os.environ)
-    if source:  # bookies from another tree: the same servers under two clients
-        env["PYTHONPATH"] = source
-    procs = []
-    for index in range(count):
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "bookie", "start", "--port", str(free_port()),
-                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri,
-            ],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-            env=env, cwd=source or None,
-        )  # fmt: skip
-        procs.append(proc)
-        assert proc.stdout is not None
-        if b"serving on" not in proc.stdout.readline():
-            raise RuntimeError("a bookie did not start")
-    return procs
-
-
 def _run_child(scenario: str, args: argparse.Namespace, *extra: str) -> dict[str, Any]:
     cmd = [
-        sys.executable, "-m", "bench.client_backpressure", "--child", "--scenario", scenario,
+        sys.executable, "-m", "aiobk.bench.client_backpressure", "--child", "--scenario", scenario,
         "--metadata", args.metadata, "--appends", str(args.appends), "--size", str(args.size),
         "--big-appends", str(args.big_appends), "--big-size", str(args.big_size),
         "--read-entries", str(args.read_entries), "--deadline", str(args.deadline), *extra,
@@ -212,7 +187,7 @@ def _run_child(scenario: str, args: argparse.Namespace, *extra: str) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.client_backpressure")
+    parser = argparse.ArgumentParser(prog="python -m aiobk.bench.client_backpressure")
     parser.add_argument("--appends", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--big-appends", type=int, default=3_000)
@@ -234,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         _child(args)
         return 0
 
-    from metadata import EtcdProcess
+    from aiobk.bench.cluster import start_bookies, stop_bookies
+    from aiobk.metadata import EtcdProcess
 
     base = tempfile.mkdtemp(prefix="aiobk-bench-bp-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
@@ -242,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     bookies: list[subprocess.Popen[bytes]] = []
     results: list[dict[str, Any]] = []
     try:
-        bookies = _start_bookies(3, base, args.metadata, args.bookie_src)
+        bookies = start_bookies(3, base, args.metadata, source=args.bookie_src)
         only = set(args.only.split(","))
         if "appends" in only:
             results.append(_run_child("appends", args, "--handles", "1"))
@@ -259,15 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(_run_child(scenario, args, "--ledger", ledger))
                 print(json.dumps(results[-1]), flush=True)
     finally:
-        for proc in bookies:
-            proc.terminate()
-        for proc in bookies:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        stop_bookies(bookies)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
     if args.json:

@@ -12,8 +12,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -24,12 +22,12 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
-from bench.targets import fail_on_miss_option, load_options, report_checks
-from bookie.cli import run_group, with_log_level
-from client import BookieConnection, Digester
-from metadata import free_port
-from protocol import (
+from aiobk.bench.cluster import start_bookie, stop_bookies
+from aiobk.bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
+from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
+from aiobk.bookie.cli import run_group, with_log_level
+from aiobk.client import BookieConnection, Digester
+from aiobk.protocol import (
     AddRequest,
     DigestType,
     Durability,
@@ -127,22 +125,6 @@ async def run_level(
         adds_per_fdatasync=round(completed / max(1, syncs), 2),
         errors=state["errors"],
     )
-
-
-def start_bookie_process(data_dir: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bookie", "start", "--port", str(port), "--data-dir", data_dir],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if b"serving on" not in line:
-        process.kill()
-        raise RuntimeError(f"bookie did not start: {line!r}")
-    return process, port
 
 
 async def bench_bookie(
@@ -244,16 +226,13 @@ def command(
         rtt = loopback_rtt_floor(5000)
         sync_p50, sync_mean = sync.get_value_at_percentile(50), sync.get_mean_value()
         rtt_p50 = rtt.get_value_at_percentile(50)
-        process, port = start_bookie_process(os.path.join(base, "bookie"))
+        process, port = start_bookie(os.path.join(base, "bookie"))
         try:
             results = uvloop.run(
                 bench_bookie(port, levels, seconds, entry_size, Durability[durability.upper()])
             )
         finally:
-            process.terminate()
-            process.wait(30)
-            if process.stdout is not None:
-                process.stdout.close()
+            stop_bookies([process])
     finally:
         if data_dir is None:
             shutil.rmtree(base, ignore_errors=True)
@@ -318,8 +297,8 @@ with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bench.journal``: the same command as ``aiobk bench journal``."""
-    run_group(command, "python -m bench.journal", argv)
+    """``python -m aiobk.bench.journal``: the same command as ``aiobk bench journal``."""
+    run_group(command, "python -m aiobk.bench.journal", argv)
 
 
 if __name__ == "__main__":

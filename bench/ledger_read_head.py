@@ -1,6 +1,6 @@
 """``aiobk ledger read ID | head -1`` on a big ledger: time to the first line, peak RSS.
 
-    python -m bench.ledger_read_head [--entries 100000] [--entry-size 1024] [--runs 3]
+    python -m aiobk.bench.ledger_read_head [--entries 100000] [--entry-size 1024] [--runs 3]
                                      [--src DIR ...]
 
 Starts etcd and three bookies (processes, from this tree), writes one ledger of ``--entries``
@@ -31,27 +31,8 @@ import time
 from typing import Any
 
 
-def _start_bookies(count: int, base: str, uri: str) -> list[subprocess.Popen[bytes]]:
-    from metadata import free_port  # after argument parsing: --help stays quick
-
-    procs = []
-    for index in range(count):
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "bookie", "start", "--port", str(free_port()),
-                "--data-dir", os.path.join(base, f"bookie{index}"), "--metadata", uri,
-            ],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        procs.append(proc)
-        assert proc.stdout is not None
-        if b"serving on" not in proc.stdout.readline():
-            raise RuntimeError("a bookie did not start")
-    return procs
-
-
 async def _write_ledger(uri: str, entries: int, size: int) -> int:
-    from client import BookKeeper
+    from aiobk.client import BookKeeper
 
     async with BookKeeper(uri) as bk, await bk.create_ledger(3, 3, 2) as lh:
         window = 2000
@@ -101,7 +82,7 @@ def measure(src: str, uri: str, ledger_id: int, whole: bool = False) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ledger_read_head")
+    parser = argparse.ArgumentParser(prog="python -m aiobk.bench.ledger_read_head")
     parser.add_argument("--entries", type=int, default=100_000)
     parser.add_argument("--entry-size", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
@@ -114,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvloop
 
-    from metadata import EtcdProcess
+    from aiobk.bench.cluster import start_bookies, stop_bookies
+    from aiobk.metadata import EtcdProcess
 
     base = tempfile.mkdtemp(prefix="aiobk-bench-read-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     uri = etcd.uri("bench")
     bookies: list[subprocess.Popen[bytes]] = []
     try:
-        bookies = _start_bookies(3, base, uri)
+        bookies = start_bookies(3, base, uri)
         started = time.perf_counter()
         ledger_id = uvloop.run(_write_ledger(uri, args.entries, args.entry_size))
         written = {
@@ -147,16 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(json.dumps(summary), flush=True)
     finally:
-        for proc in bookies:
-            proc.terminate()
-        for proc in bookies:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        stop_bookies(bookies)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -1,4 +1,4 @@
-"""Latency of metadata operations against a local etcd (python -m bench.metadata).
+"""Latency of metadata operations against a local etcd (python -m aiobk.bench.metadata).
 
 Starts its own etcd on loopback (data on the project's disk), then times, one at a time:
 ledger id allocation, ledger create, compare-and-set update and read, and reports them next to
@@ -18,9 +18,9 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from bench.floors import fdatasync_floor, new_histogram
-from bookie.cli import run_group, with_log_level
-from metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
+from aiobk.bench.floors import fdatasync_floor, new_histogram
+from aiobk.bookie.cli import run_group, with_log_level
+from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 
@@ -112,8 +112,8 @@ with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bench.metadata``: the same command as ``aiobk bench metadata``."""
-    run_group(command, "python -m bench.metadata", argv)
+    """``python -m aiobk.bench.metadata``: the same command as ``aiobk bench metadata``."""
+    run_group(command, "python -m aiobk.bench.metadata", argv)
 
 
 if __name__ == "__main__":

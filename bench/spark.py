@@ -9,7 +9,7 @@ N records of S bytes (default 100,000 x 1 KiB):
 - client read: one reader over the log, ledgers read in ranges;
 - Spark read: ``spark.read.format("aiobk")`` summing the payload lengths (every row is read).
 
-Rows/s for each, and the Spark/client ratio. python -m bench.spark --records 100000.
+Rows/s for each, and the Spark/client ratio. python -m aiobk.bench.spark --records 100000.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.add import _stop, start_bookies
-from bookie.cli import run_group, with_log_level
-from client import BookKeeper
-from metadata import EtcdProcess
+from aiobk.bench.cluster import start_bookies, stop_bookies
+from aiobk.bookie.cli import run_group, with_log_level
+from aiobk.client import BookKeeper
+from aiobk.metadata import EtcdProcess
 
 
 async def client_write(uri: str, log: str, records: int, size: int) -> float:
@@ -72,7 +72,7 @@ def command(records: int, size: int, json_path: str | None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import functions as F
 
-    from pipeline import local_session
+    from aiobk.pipeline import local_session
 
     base = tempfile.mkdtemp(prefix="aiobk-bench-spark-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
@@ -103,7 +103,7 @@ def command(records: int, size: int, json_path: str | None) -> int:
         finally:
             spark.stop()
     finally:
-        _stop(procs)
+        stop_bookies(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
     table = Table(title=f"{records} records of {size} B, 3 bookies, local[2] Spark")
@@ -123,8 +123,8 @@ with_log_level(command)  # as every long-running aiobk command
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m bench.spark``: the same command as ``aiobk bench spark``."""
-    run_group(command, "python -m bench.spark", argv)
+    """``python -m aiobk.bench.spark``: the same command as ``aiobk bench spark``."""
+    run_group(command, "python -m aiobk.bench.spark", argv)
 
 
 if __name__ == "__main__":

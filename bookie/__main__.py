@@ -1,6 +1,6 @@
-"""``python -m bookie`` runs the bookie commands alone."""
+"""``python -m aiobk.bookie`` runs the bookie commands alone."""
 
-from bookie.cli import bookie_group, run_group
+from aiobk.bookie.cli import bookie_group, run_group
 
 if __name__ == "__main__":
-    run_group(bookie_group, "python -m bookie")
+    run_group(bookie_group, "python -m aiobk.bookie")

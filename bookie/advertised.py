@@ -15,7 +15,7 @@ import ipaddress
 import socket
 from collections.abc import Callable
 
-from bookie.config import BookieConfig, ConfigError
+from aiobk.bookie.config import BookieConfig, ConfigError
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 # Documentation addresses (RFC 5737, RFC 3849): only the route to them is looked up. Connecting

@@ -22,12 +22,12 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from bookie.journal_format import LEDGER_PREFIX, LEDGER_VALUE, RecordType, add_payload
-from metadata import LedgerMetadata, MetadataStore
-from protocol.errors import BKError, NoSuchLedgerError
+from aiobk.bookie.journal_format import LEDGER_PREFIX, LEDGER_VALUE, RecordType, add_payload
+from aiobk.metadata import LedgerMetadata, MetadataStore, write_set
+from aiobk.protocol.errors import BKError, NoSuchLedgerError
 
 if TYPE_CHECKING:
-    from bookie.server import Bookie
+    from aiobk.bookie.server import Bookie
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,6 @@ def load_repairer(store: MetadataStore, bookie_id: str) -> Repairer:
     return repairer
 
 
-def _slot_holds(entry_id: int, slot: int, ensemble_size: int, write_quorum: int) -> bool:
-    """Whether ``slot`` is in the write set of ``entry_id`` (protocol.md "Write quorums")."""
-    return (slot - entry_id % ensemble_size) % ensemble_size < write_quorum
-
-
 async def _durable(bookie: Bookie) -> None:
     """Until every journal record so far is synced. The waiter may be cancelled (a stopping
     bookie cancels its repair), so the barrier resolves it only if still pending."""
@@ -139,7 +134,7 @@ async def copy_missing(
         for entry_id in range(fragment.first_entry_id, min(end, last) + 1):
             if state.location(entry_id) >= 0:
                 continue
-            if not _slot_holds(entry_id, slot, metadata.ensemble_size, metadata.write_quorum):
+            if slot not in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
                 continue
             body = await repairer.fetch(metadata, ledger_id, entry_id)
             if body is None:

@@ -1,4 +1,4 @@
-"""``aiobk bookie start|format`` (also ``python -m bookie``), and the runner every ``aiobk``
+"""``aiobk bookie start|format`` (also ``python -m aiobk.bookie``), and the runner every ``aiobk``
 command goes through: bad input exits non-zero with one line on stderr (``PROG: error: ...``),
 never click's multi-line usage dump."""
 
@@ -17,15 +17,15 @@ from typing import Any
 import click
 import uvloop
 
-from bookie.config import BookieConfig, ConfigError
-from bookie.cookies import COOKIE_FILE, directories, fix_cookies, marker_present
-from bookie.disk import OsDisk
-from bookie.index import IndexCorruptError
-from bookie.journal_format import JournalCorruptError
-from bookie.metrics import serve_metrics
-from bookie.server import Bookie
-from metadata import MetadataURIError, open_store
-from protocol import (
+from aiobk.bookie.config import BookieConfig, ConfigError
+from aiobk.bookie.cookies import COOKIE_FILE, directories, fix_cookies, marker_present
+from aiobk.bookie.disk import OsDisk
+from aiobk.bookie.index import IndexCorruptError
+from aiobk.bookie.journal_format import JournalCorruptError
+from aiobk.bookie.metrics import serve_metrics
+from aiobk.bookie.server import Bookie
+from aiobk.metadata import MetadataURIError, open_store
+from aiobk.protocol import (
     BookieStateRequest,
     BookieStateResponse,
     GcRequest,
@@ -35,7 +35,7 @@ from protocol import (
     StateChange,
     StatusCode,
 )
-from protocol.errors import BKError
+from aiobk.protocol.errors import BKError
 
 log = logging.getLogger("aiobk.bookie")
 
@@ -45,8 +45,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def configure_logging(level: str) -> None:
-    """One format for every command; each package logs under its own name (``bookie.*``,
-    ``client.*``, ``metadata.*``), so ``logging.getLogger("client")`` tunes one of them."""
+    """One format for every command; each layer logs under its own name (``aiobk.bookie.*``,
+    ``aiobk.client.*``, ``aiobk.metadata.*``), so ``logging.getLogger("aiobk.client")`` tunes
+    one of them."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT, force=True)
 
 
@@ -323,7 +324,7 @@ bookie_group.add_command(cookie_group)
 
 def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) -> Response:
     """Send one request to the bookie at HOST:PORT and return its answer (any status)."""
-    from client import BookieConnection  # noqa: PLC0415 - the client layer, for admin commands
+    from aiobk.client import BookieConnection  # noqa: PLC0415 - the client layer, for admin commands
 
     host, _sep, port = address.rpartition(":")
     if not host or not port.isdigit():

@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bookie.entrylog import OFFSET_BITS, CorruptEntryError
-from bookie.ledger import PAGE_BITS, LedgerState, page_items
-from bookie.storage import LedgerStorage
+from aiobk.bookie.entrylog import OFFSET_BITS, CorruptEntryError
+from aiobk.bookie.ledger import PAGE_BITS, LedgerState, page_items
+from aiobk.bookie.storage import LedgerStorage
 
 PAGES_PER_YIELD = 16  # a few ms of work between yields to the event loop
 

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from metadata.uri import redact_uri
+from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
 MAX_FRAME_SIZE = 64 * 1024 * 1024 - 64 * 1024

@@ -24,8 +24,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
-from bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
-from protocol import (
+from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
+from aiobk.protocol import (
     ErrorResponse,
     FrameDecoder,
     FrameError,
@@ -38,8 +38,8 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
-    from bookie.ops.read import LongPoll
-    from bookie.server import Bookie
+    from aiobk.bookie.ops.read import LongPoll
+    from aiobk.bookie.server import Bookie
 
 log = logging.getLogger(__name__)
 

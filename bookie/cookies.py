@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from bookie.config import BookieConfig
-from bookie.disk import Disk
-from metadata import Cookie, MetadataFormatError, MetadataStore
-from protocol.errors import CookieError
+from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.disk import Disk
+from aiobk.metadata import Cookie, MetadataFormatError, MetadataStore
+from aiobk.protocol.errors import CookieError
 
 COOKIE_FILE = "COOKIE"
 MARKER_FILE = "UNCLEAN"

@@ -38,12 +38,12 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from bookie.config import BookieConfig
-from bookie.disk import Disk
-from bookie.journal import PREALLOCATE as JOURNAL_CHUNK
-from bookie.journal import Journal
-from bookie.stats import BookieStats
-from bookie.write_state import DISK, JOURNAL, WriteState
+from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.disk import Disk
+from aiobk.bookie.journal import PREALLOCATE as JOURNAL_CHUNK
+from aiobk.bookie.journal import Journal
+from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.write_state import DISK, JOURNAL, WriteState
 
 log = logging.getLogger(__name__)
 

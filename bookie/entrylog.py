@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from bookie.disk import AppendFile, Disk, ReadFile
-from bookie.stats import BookieStats
+from aiobk.bookie.disk import AppendFile, Disk, ReadFile
+from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 

@@ -41,11 +41,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bookie.config import BookieConfig
+from aiobk.bookie.config import BookieConfig
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.stats import BookieStats
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 

@@ -34,12 +34,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bookie.compaction import compaction_candidates, live_entries, relocate
-from metadata import MetadataStore
-from protocol.errors import BKError, NoSuchLedgerError
+from aiobk.bookie.compaction import compaction_candidates, live_entries, relocate
+from aiobk.metadata import MetadataStore
+from aiobk.protocol.errors import BKError, NoSuchLedgerError
 
 if TYPE_CHECKING:
-    from bookie.server import Bookie
+    from aiobk.bookie.server import Bookie
 
 log = logging.getLogger(__name__)
 

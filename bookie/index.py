@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import crc32c
 
-from bookie.disk import Disk
-from bookie.ledger import PAGE_SIZE, LedgerState, Page
+from aiobk.bookie.disk import Disk
+from aiobk.bookie.ledger import PAGE_SIZE, LedgerState, Page
 
 MAGIC = b"AIOBKIDX"
 VERSION = 2

@@ -35,8 +35,8 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from bookie.disk import AppendFile, Disk
-from bookie.journal_format import (
+from aiobk.bookie.disk import AppendFile, Disk
+from aiobk.bookie.journal_format import (
     FILE_HEADER,
     Record,
     RecordType,
@@ -44,9 +44,9 @@ from bookie.journal_format import (
     encode_record,
     padding,
 )
-from bookie.journal_policy import GroupCommitPolicy
-from bookie.journal_replay import file_name, replay
-from bookie.stats import BookieStats
+from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal_replay import file_name, replay
+from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 

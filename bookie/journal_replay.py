@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bookie.disk import Disk
-from bookie.journal_format import (
+from aiobk.bookie.disk import Disk
+from aiobk.bookie.journal_format import (
     FILE_HEADER,
     JournalCorruptError,
     Record,

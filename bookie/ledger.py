@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Iterator
 from typing import Protocol, TypeAlias
 
-from bookie.sync_cursor import SyncCursor
+from aiobk.bookie.sync_cursor import SyncCursor
 
 PAGE_BITS = 12
 PAGE_SIZE = 1 << PAGE_BITS

@@ -12,7 +12,7 @@ from typing import Any
 from prometheus_client import start_http_server
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 
-from bookie.stats import BookieStats
+from aiobk.bookie.stats import BookieStats
 
 
 class _StatsCollector:

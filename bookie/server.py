@@ -15,17 +15,17 @@ import os
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bookie.advertised import advertised_host
-from bookie.boot import Repairer, fence_and_limbo, load_repairer, repair
-from bookie.config import BookieConfig, ConfigError
-from bookie.connection import ServerConnection
-from bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
-from bookie.disk import Disk, OsDisk
-from bookie.disk_monitor import DiskMonitor
-from bookie.flow import FlowControl
-from bookie.gc import GcResult, collect
-from bookie.journal import Journal
-from bookie.journal_format import (
+from aiobk.bookie.advertised import advertised_host
+from aiobk.bookie.boot import Repairer, fence_and_limbo, load_repairer, repair
+from aiobk.bookie.config import BookieConfig, ConfigError
+from aiobk.bookie.connection import ServerConnection
+from aiobk.bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
+from aiobk.bookie.disk import Disk, OsDisk
+from aiobk.bookie.disk_monitor import DiskMonitor
+from aiobk.bookie.flow import FlowControl
+from aiobk.bookie.gc import GcResult, collect
+from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal_format import (
     ADD_PREFIX,
     LEDGER_PREFIX,
     LEDGER_VALUE,
@@ -33,14 +33,14 @@ from bookie.journal_format import (
     Record,
     RecordType,
 )
-from bookie.journal_policy import GroupCommitPolicy
-from bookie.ledger import MAX_KEY_SIZE
-from bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
-from bookie.ops import HANDLERS, Handler
-from bookie.stats import BookieStats
-from bookie.storage import LedgerStorage
-from bookie.write_state import DISK, WriteState
-from metadata import (
+from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
+from aiobk.bookie.ops import HANDLERS, Handler
+from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.storage import LedgerStorage
+from aiobk.bookie.write_state import DISK, WriteState
+from aiobk.metadata import (
     READ_ONLY,
     WRITABLE,
     BookieServiceInfo,
@@ -48,8 +48,8 @@ from metadata import (
     Registration,
     open_store,
 )
-from protocol import MAX_ENTRY_ID, MalformedEntryError, OpCode, peek_header
-from protocol.errors import BKError, MetadataStoreError
+from aiobk.protocol import MAX_ENTRY_ID, MalformedEntryError, OpCode, peek_header
+from aiobk.protocol.errors import BKError, MetadataStoreError
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from bookie.config import BookieConfig
-from bookie.disk import Disk
-from bookie.entrylog import EntryLogger
-from bookie.index import IndexStore
-from bookie.ledger import LedgerState
-from bookie.stats import BookieStats
+from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.disk import Disk
+from aiobk.bookie.entrylog import EntryLogger
+from aiobk.bookie.index import IndexStore
+from aiobk.bookie.ledger import LedgerState
+from aiobk.bookie.stats import BookieStats
 
 
 class LedgerStorage:

@@ -1,18 +1,18 @@
 """The aiobk async client (API.md "Client API")."""
 
-from client import errors
-from client.bookkeeper import BookKeeper
-from client.config import ClientConfig, ProtocolSwitches
-from client.connection import BookieConnection
-from client.digest import Digester
-from client.entry import Entry
-from client.ledger_handle import LedgerHandle
-from client.log_position import LogEntry, LogPosition
-from client.log_reader import LogReader
-from client.log_writer import LogWriter, LogWriterSettings
-from client.net import AsyncioConnector, Connector
-from client.read_handle import ReadHandle
-from protocol import DigestType, Durability
+from aiobk.client import errors
+from aiobk.client.bookkeeper import BookKeeper
+from aiobk.client.config import ClientConfig, ProtocolSwitches
+from aiobk.client.connection import BookieConnection
+from aiobk.client.digest import Digester
+from aiobk.client.entry import Entry
+from aiobk.client.ledger_handle import LedgerHandle
+from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.log_reader import LogReader
+from aiobk.client.log_writer import LogWriter, LogWriterSettings
+from aiobk.client.net import AsyncioConnector, Connector
+from aiobk.client.read_handle import ReadHandle
+from aiobk.protocol import DigestType, Durability
 
 __all__ = [
     "AsyncioConnector",

@@ -44,12 +44,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from client.backpressure import AddBudget
-from client.config import ClientConfig
-from client.digest import Digester
-from client.pool import BookiePool
-from client.quorum import lac_from_last_add_synced, write_set
-from protocol import (
+from aiobk.client.backpressure import AddBudget
+from aiobk.client.config import ClientConfig
+from aiobk.client.digest import Digester
+from aiobk.client.pool import BookiePool
+from aiobk.client.quorum import lac_from_last_add_synced, write_set
+from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_SIZE,
     AddFlag,
@@ -61,7 +61,7 @@ from protocol import (
     WriteLacRequest,
     encode,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BKError,
     BookieUnavailableError,
     EntryTooLargeError,

@@ -9,22 +9,22 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from client.backpressure import AddBudget
-from client.config import ClientConfig
-from client.digest import Digester
-from client.ledger_handle import LedgerHandle
-from client.log_position import LogPosition
-from client.log_reader import LogReader, truncate_log
-from client.log_writer import LogWriter, LogWriterSettings, open_log_writer
-from client.net import Connector
-from client.placement import choose_ensemble
-from client.pool import BookiePool
-from client.read import EntryReader
-from client.read_handle import ReadHandle
-from client.recovery import LedgerRecovery
-from metadata import Fragment, LedgerMetadata, MetadataStore, open_store
-from protocol import DigestType, Durability, master_key
-from protocol.errors import NoSuchLedgerError, UnauthorizedError
+from aiobk.client.backpressure import AddBudget
+from aiobk.client.config import ClientConfig
+from aiobk.client.digest import Digester
+from aiobk.client.ledger_handle import LedgerHandle
+from aiobk.client.log_position import LogPosition
+from aiobk.client.log_reader import LogReader, truncate_log
+from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
+from aiobk.client.net import Connector
+from aiobk.client.placement import choose_ensemble
+from aiobk.client.pool import BookiePool
+from aiobk.client.read import EntryReader
+from aiobk.client.read_handle import ReadHandle
+from aiobk.client.recovery import LedgerRecovery
+from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
+from aiobk.protocol import DigestType, Durability, master_key
+from aiobk.protocol.errors import NoSuchLedgerError, UnauthorizedError
 
 
 def password_digest(password: bytes) -> bytes:

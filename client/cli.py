@@ -25,13 +25,13 @@ from hdrh.histogram import HdrHistogram
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from client.bookkeeper import BookKeeper, check_password
-from client.config import ClientConfig
-from client.entry import Entry
-from metadata import LedgerMetadata
-from metadata.cli import ledger_document, metadata_option, print_ledger_table
-from metadata.uri import MetadataURIError
-from protocol.errors import BKError
+from aiobk.client.bookkeeper import BookKeeper, check_password
+from aiobk.client.config import ClientConfig
+from aiobk.client.entry import Entry
+from aiobk.metadata import LedgerMetadata
+from aiobk.metadata.cli import ledger_document, metadata_option, print_ledger_table
+from aiobk.metadata.uri import MetadataURIError
+from aiobk.protocol.errors import BKError
 
 T = TypeVar("T")
 

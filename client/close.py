@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from client.metadata_retry import MetadataRetry
-from metadata import LedgerMetadata, LedgerState
-from protocol.errors import LedgerFencedError, MetadataVersionError
+from aiobk.client.metadata_retry import MetadataRetry
+from aiobk.metadata import LedgerMetadata, LedgerState
+from aiobk.protocol.errors import LedgerFencedError, MetadataVersionError
 
 if TYPE_CHECKING:
-    from client.ledger_handle import LedgerHandle
+    from aiobk.client.ledger_handle import LedgerHandle
 
 
 async def close_as_writer(handle: LedgerHandle, last_entry: int, length: int) -> LedgerMetadata:

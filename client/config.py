@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol import DigestType
+from aiobk.protocol import DigestType
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from client.net import AsyncioConnector, Connector
-from protocol import (
+from aiobk.client.net import AsyncioConnector, Connector
+from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     PROTOCOL_VERSION,
     ErrorResponse,
@@ -39,7 +39,7 @@ from protocol import (
     decode_response,
     encode,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BadRequestError,
     BKError,
     BookieUnavailableError,

@@ -11,8 +11,8 @@ import hmac
 
 import crc32c
 
-from protocol import DigestType, EntryBody, pack_entry, pack_header
-from protocol.errors import DigestMismatchError
+from aiobk.protocol import DigestType, EntryBody, pack_entry, pack_header
+from aiobk.protocol.errors import DigestMismatchError
 
 
 class Digester:

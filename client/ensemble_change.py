@@ -17,14 +17,14 @@ import functools
 import random
 from typing import TYPE_CHECKING
 
-from client.metadata_retry import MetadataRetry
-from client.placement import choose_replacement
-from metadata import LedgerState
-from protocol.errors import LedgerFencedError, MetadataVersionError
+from aiobk.client.metadata_retry import MetadataRetry
+from aiobk.client.placement import choose_replacement
+from aiobk.metadata import LedgerState
+from aiobk.protocol.errors import LedgerFencedError, MetadataVersionError
 
 if TYPE_CHECKING:
-    from client.add import ReplacementsChosen
-    from client.ledger_handle import LedgerHandle
+    from aiobk.client.add import ReplacementsChosen
+    from aiobk.client.ledger_handle import LedgerHandle
 
 
 async def change_ensemble(

@@ -3,7 +3,7 @@
 The classes live in ``protocol.errors`` so the metadata layer raises the same ones.
 """
 
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BadRequestError,
     BKError,
     BookieAlreadyRegisteredError,

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 
-from client.config import ClientConfig
-from client.pool import BookiePool
-from client.quorum import coverage_impossible, covered, write_set
-from metadata import LedgerMetadata
-from protocol import (
+from aiobk.client.config import ClientConfig
+from aiobk.client.pool import BookiePool
+from aiobk.client.quorum import coverage_impossible, covered, write_set
+from aiobk.metadata import LedgerMetadata
+from aiobk.protocol import (
     LAC_ENTRY_ID,
     ReadFlag,
     ReadLacRequest,
@@ -28,7 +28,7 @@ from protocol import (
     ReadResponse,
     StatusCode,
 )
-from protocol.errors import BKError, BookieUnavailableError
+from aiobk.protocol.errors import BKError, BookieUnavailableError
 
 
 async def read_lac_quorum(

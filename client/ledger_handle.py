@@ -7,18 +7,18 @@ import contextlib
 import logging
 import random
 
-from client.add import AddPipeline, ReplacementsChosen
-from client.backpressure import AddBudget, acquire
-from client.close import close_as_writer
-from client.config import ClientConfig
-from client.connection import status_error
-from client.digest import Digester
-from client.ensemble_change import change_ensemble
-from client.pool import BookiePool
-from client.recovery import LedgerRecovery
-from metadata import LedgerMetadata, MetadataStore
-from protocol import Durability, ForceRequest, ForceResponse, StatusCode
-from protocol.errors import BKError, LedgerClosedError
+from aiobk.client.add import AddPipeline, ReplacementsChosen
+from aiobk.client.backpressure import AddBudget, acquire
+from aiobk.client.close import close_as_writer
+from aiobk.client.config import ClientConfig
+from aiobk.client.connection import status_error
+from aiobk.client.digest import Digester
+from aiobk.client.ensemble_change import change_ensemble
+from aiobk.client.pool import BookiePool
+from aiobk.client.recovery import LedgerRecovery
+from aiobk.metadata import LedgerMetadata, MetadataStore
+from aiobk.protocol import Durability, ForceRequest, ForceResponse, StatusCode
+from aiobk.protocol.errors import BKError, LedgerClosedError
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from client.bookkeeper import BookKeeper
-from client.cli import (
+from aiobk.client.bookkeeper import BookKeeper
+from aiobk.client.cli import (
     confirm_or_stop,
     entry_line,
     json_option,
@@ -24,11 +24,11 @@ from client.cli import (
     run_with_client,
     yes_option,
 )
-from client.entry import Entry
-from client.log_position import LogPosition
-from metadata import KeyLayout, LogRecord, MetadataStore
-from metadata.cli import metadata_option, run_with_store
-from protocol.errors import NoSuchLedgerError
+from aiobk.client.entry import Entry
+from aiobk.client.log_position import LogPosition
+from aiobk.metadata import KeyLayout, LogRecord, MetadataStore
+from aiobk.metadata.cli import metadata_option, run_with_store
+from aiobk.protocol.errors import NoSuchLedgerError
 
 
 def _position(ctx: click.Context, param: click.Parameter, value: str | None) -> LogPosition | None:

@@ -17,14 +17,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from client.entry import Entry
-from client.log_position import LogEntry, LogPosition
-from client.read_handle import ReadHandle
-from metadata import LogRecord
-from protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
+from aiobk.client.entry import Entry
+from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.read_handle import ReadHandle
+from aiobk.metadata import LogRecord
+from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
+    from aiobk.client.bookkeeper import BookKeeper
 
 
 class LogReader:

@@ -24,11 +24,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from client.ledger_handle import LedgerHandle
-from client.log_position import LogPosition
-from metadata import LogRecord
-from protocol import Durability
-from protocol.errors import (
+from aiobk.client.ledger_handle import LedgerHandle
+from aiobk.client.log_position import LogPosition
+from aiobk.metadata import LogRecord
+from aiobk.protocol import Durability
+from aiobk.protocol.errors import (
     BKError,
     LedgerClosedError,
     LedgerFencedError,
@@ -40,7 +40,7 @@ from protocol.errors import (
 )
 
 if TYPE_CHECKING:
-    from client.bookkeeper import BookKeeper
+    from aiobk.client.bookkeeper import BookKeeper
 
 log = logging.getLogger(__name__)
 

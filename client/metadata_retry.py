@@ -16,8 +16,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from client.config import ClientConfig
-from protocol.errors import MetadataStoreError
+from aiobk.client.config import ClientConfig
+from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

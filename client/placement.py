@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Sequence
 
-from protocol.errors import NotEnoughBookiesError
+from aiobk.protocol.errors import NotEnoughBookiesError
 
 
 def choose_ensemble(

@@ -14,11 +14,11 @@ import contextlib
 import itertools
 import logging
 
-from client.config import ClientConfig
-from client.connection import BookieConnection
-from client.net import AsyncioConnector, Connector
-from metadata import MetadataStore
-from protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
+from aiobk.client.config import ClientConfig
+from aiobk.client.connection import BookieConnection
+from aiobk.client.net import AsyncioConnector, Connector
+from aiobk.metadata import MetadataStore
+from aiobk.protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from aiobk.metadata.model import write_set
 
-def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
-    """Slots that store ``entry_id`` (protocol.md: E=4, WQ=3, entry 2 -> B3, B4, B1)."""
-    start = entry_id % ensemble_size
-    return [(start + i) % ensemble_size for i in range(write_quorum)]
+__all__ = [
+    "covered",
+    "coverage_impossible",
+    "ensemble_coverage",
+    "lac_from_last_add_synced",
+    "quorum_coverage",
+    "write_set",
+]
 
 
 def quorum_coverage(write_quorum: int, ack_quorum: int) -> int:

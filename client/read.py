@@ -19,14 +19,14 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator
 
-from client.config import ClientConfig
-from client.connection import status_error
-from client.digest import Digester
-from client.entry import Entry
-from client.pool import BookiePool
-from client.quorum import write_set
-from metadata import LedgerMetadata
-from protocol import (
+from aiobk.client.config import ClientConfig
+from aiobk.client.connection import status_error
+from aiobk.client.digest import Digester
+from aiobk.client.entry import Entry
+from aiobk.client.pool import BookiePool
+from aiobk.client.quorum import write_set
+from aiobk.metadata import LedgerMetadata
+from aiobk.protocol import (
     EntryBody,
     MalformedEntryError,
     ReadRequest,
@@ -34,7 +34,7 @@ from protocol import (
     StatusCode,
     parse_entry,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BKError,
     DataUnknownError,
     DigestMismatchError,

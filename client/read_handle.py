@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from client.config import ClientConfig
-from client.entry import Entry
-from client.lac import long_poll_lac, read_lac_quorum
-from client.pool import BookiePool
-from client.read import EntryReader
-from metadata import LedgerMetadata, MetadataStore
-from protocol.errors import BKError, NoSuchEntryError, ReadTooLargeError
+from aiobk.client.config import ClientConfig
+from aiobk.client.entry import Entry
+from aiobk.client.lac import long_poll_lac, read_lac_quorum
+from aiobk.client.pool import BookiePool
+from aiobk.client.read import EntryReader
+from aiobk.metadata import LedgerMetadata, MetadataStore
+from aiobk.protocol.errors import BKError, NoSuchEntryError, ReadTooLargeError
 
 POLL_BACKOFF_MIN = 0.05  # seconds before polling again after an early answer without news
 POLL_BACKOFF_MAX = 1.0

@@ -22,16 +22,16 @@ import asyncio
 import logging
 import random
 
-from client.add import AddPipeline, ReplacementsChosen
-from client.config import ClientConfig
-from client.digest import Digester
-from client.placement import choose_replacement
-from client.pool import BookiePool
-from client.quorum import write_set
-from client.read import EntryReader
-from client.recovery_decisions import FenceTracker, Outcome, ReadTracker
-from metadata import LedgerMetadata, LedgerState, MetadataStore
-from protocol import (
+from aiobk.client.add import AddPipeline, ReplacementsChosen
+from aiobk.client.config import ClientConfig
+from aiobk.client.digest import Digester
+from aiobk.client.placement import choose_replacement
+from aiobk.client.pool import BookiePool
+from aiobk.client.quorum import write_set
+from aiobk.client.read import EntryReader
+from aiobk.client.recovery_decisions import FenceTracker, Outcome, ReadTracker
+from aiobk.metadata import LedgerMetadata, LedgerState, MetadataStore
+from aiobk.protocol import (
     LAC_ENTRY_ID,
     AddFlag,
     Durability,
@@ -42,7 +42,7 @@ from protocol import (
     StatusCode,
     parse_entry,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BKError,
     DigestMismatchError,
     LedgerRecoveryError,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from client.quorum import coverage_impossible, covered, quorum_coverage
+from aiobk.client.quorum import coverage_impossible, covered, quorum_coverage
 
 
 class Outcome(Enum):

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import random
 
-from client.config import ClientConfig
-from client.digest import Digester
-from client.net import Connector
-from client.pool import BookiePool
-from client.quorum import write_set
-from client.recovery import LedgerRecovery
-from metadata import LedgerMetadata, MetadataStore
-from protocol import (
+from aiobk.client.config import ClientConfig
+from aiobk.client.digest import Digester
+from aiobk.client.net import Connector
+from aiobk.client.pool import BookiePool
+from aiobk.client.quorum import write_set
+from aiobk.client.recovery import LedgerRecovery
+from aiobk.metadata import LedgerMetadata, MetadataStore
+from aiobk.protocol import (
     DigestType,
     MalformedEntryError,
     ReadRequest,
@@ -22,7 +22,7 @@ from protocol import (
     StatusCode,
     parse_entry,
 )
-from protocol.errors import BKError, DigestMismatchError, UnauthorizedError
+from aiobk.protocol.errors import BKError, DigestMismatchError, UnauthorizedError
 
 
 class BookieRepairer:

@@ -1,15 +1,21 @@
 """Ledger metadata and the stores that hold it (etcd, memory). Neither the client nor the bookie
 touches etcd except through ``MetadataStore``."""
 
-from metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
-from metadata.keys import KeyLayout
-from metadata.kv import KV, KeyValue, Watch, WatchEvent
-from metadata.kv_memory import MemoryKV
-from metadata.model import Fragment, LedgerMetadata, LedgerState, MetadataFormatError
-from metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogRecord
-from metadata.registration import Registration
-from metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
-from metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store
+from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
+from aiobk.metadata.keys import KeyLayout
+from aiobk.metadata.kv import KV, KeyValue, Watch, WatchEvent
+from aiobk.metadata.kv_memory import MemoryKV
+from aiobk.metadata.model import (
+    Fragment,
+    LedgerMetadata,
+    LedgerState,
+    MetadataFormatError,
+    write_set,
+)
+from aiobk.metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogRecord
+from aiobk.metadata.registration import Registration
+from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
+from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store
 
 __all__ = [
     "DEFAULT_BOOKIE_TTL",
@@ -36,4 +42,5 @@ __all__ = [
     "WatchEvent",
     "free_port",
     "open_store",
+    "write_set",
 ]

@@ -11,10 +11,10 @@ import uvloop
 from rich.console import Console
 from rich.table import Table
 
-from metadata.model import LedgerMetadata, MetadataFormatError
-from metadata.store import MetadataStore
-from metadata.uri import MetadataURIError, open_store
-from protocol.errors import BKError
+from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
+from aiobk.metadata.store import MetadataStore
+from aiobk.metadata.uri import MetadataURIError, open_store
+from aiobk.protocol.errors import BKError
 
 T = TypeVar("T")
 

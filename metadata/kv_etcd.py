@@ -29,7 +29,7 @@ import aetcd
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 
-from metadata.kv import (
+from aiobk.metadata.kv import (
     KV,
     KeyExistsError,
     KeyMissingError,
@@ -39,8 +39,8 @@ from metadata.kv import (
     WatchEvent,
     prefix_end,
 )
-from metadata.uri import EtcdCredentials
-from protocol.errors import MetadataStoreError
+from aiobk.metadata.uri import EtcdCredentials
+from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

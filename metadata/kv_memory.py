@@ -11,7 +11,7 @@ import asyncio
 import bisect
 from collections.abc import Awaitable, Callable
 
-from metadata.kv import (
+from aiobk.metadata.kv import (
     KV,
     KeyExistsError,
     KeyMissingError,

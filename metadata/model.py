@@ -21,7 +21,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from protocol import DigestType, Durability
+from aiobk.protocol import DigestType, Durability
 
 FORMAT = 1
 
@@ -37,6 +37,16 @@ class LedgerState(StrEnum):
 
 
 Ensemble = tuple[str, ...]
+
+
+def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
+    """Slots of a fragment's ensemble that store ``entry_id``: the WQ consecutive slots from
+    ``entry_id mod E``, wrapping (protocol.md "Write quorums": E=4, WQ=3, entry 2 -> B3, B4, B1).
+
+    Part of the ledger's layout, so here: the client writes and reads by it, and a bookie
+    repairing itself (BP-46 phase two) copies back exactly the entries it names."""
+    start = entry_id % ensemble_size
+    return [(start + i) % ensemble_size for i in range(write_quorum)]
 
 
 @dataclass(frozen=True, slots=True)

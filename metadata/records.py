@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata.model import MetadataFormatError
+from aiobk.metadata.model import MetadataFormatError
 
 FORMAT = 1
 

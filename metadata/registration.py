@@ -14,9 +14,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from metadata.kv import KV
-from metadata.records import BookieServiceInfo
-from protocol.errors import MetadataStoreError
+from aiobk.metadata.kv import KV
+from aiobk.metadata.records import BookieServiceInfo
+from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection
 
-from metadata.keys import KeyLayout
-from metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError, Watch
-from metadata.model import LedgerMetadata
-from metadata.records import BookieServiceInfo, Cookie, LogRecord
-from metadata.registration import Registration
-from protocol.errors import (
+from aiobk.metadata.keys import KeyLayout
+from aiobk.metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError, Watch
+from aiobk.metadata.model import LedgerMetadata
+from aiobk.metadata.records import BookieServiceInfo, Cookie, LogRecord
+from aiobk.metadata.registration import Registration
+from aiobk.protocol.errors import (
     BookieAlreadyRegisteredError,
     LedgerExistsError,
     LogExistsError,

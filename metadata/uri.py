@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from metadata.kv_memory import MemoryKV
-from metadata.store import MetadataStore
+from aiobk.metadata.kv_memory import MemoryKV
+from aiobk.metadata.store import MetadataStore
 
 
 class MetadataURIError(ValueError):
@@ -112,7 +112,7 @@ def open_store(uri: str, *, timeout: float = DEFAULT_TIMEOUT) -> MetadataStore:
             raise MetadataURIError("memory:// needs a name, e.g. memory://test")
         return MetadataStore(MemoryKV.shared(name), "aiobk", uri)
     if uri.startswith("etcd://"):
-        from metadata.kv_etcd import EtcdKV  # noqa: PLC0415 - grpc loads only for etcd URIs
+        from aiobk.metadata.kv_etcd import EtcdKV  # noqa: PLC0415 - grpc loads only for etcd URIs
 
         target = parse_etcd_uri(uri)
         kv = EtcdKV(list(target.endpoints), timeout, credentials=target.credentials)

@@ -6,7 +6,7 @@
 3. Reads the log with ``spark.read.format("aiobk")``, parses the JSON, sums amounts per kind,
    writes the result as Parquet and prints it.
 
-    python -m pipeline.demo --events 5000 --out demo-output
+    python -m aiobk.pipeline.demo --events 5000 --out demo-output
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from client import BookKeeper
-from metadata import free_port
-from pipeline.source import local_session
+from aiobk.client import BookKeeper
+from aiobk.metadata import free_port
+from aiobk.pipeline.source import local_session
 
 KINDS = ("view", "click", "purchase", "refund")
 
@@ -68,7 +68,7 @@ async def write_events(uri: str, count: int, seed: int) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.demo")
+    parser = argparse.ArgumentParser(prog="python -m aiobk.pipeline.demo")
     parser.add_argument("--metadata", help="a running cluster's metadata URI")
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--out", default="demo-output", help="Parquet output directory")

@@ -41,7 +41,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
-    from client import LedgerHandle
+    from aiobk.client import LedgerHandle
 
 SCHEMA = "log string, ledger_id long, entry_id long, data binary"
 DEFAULT_SPLIT = 100_000
@@ -100,8 +100,8 @@ class LedgerRange(InputPartition):
 
 async def _ends(opts: _Options, ledger_ids: Sequence[int]) -> dict[int, int]:
     """Each ledger's readable end: its last entry if closed, else its LAC (never fenced)."""
-    from client import BookKeeper  # noqa: PLC0415 - imported where Spark runs the code
-    from client.errors import NoSuchLedgerError  # noqa: PLC0415
+    from aiobk.client import BookKeeper  # noqa: PLC0415 - imported where Spark runs the code
+    from aiobk.client.errors import NoSuchLedgerError  # noqa: PLC0415
 
     ends: dict[int, int] = {}
     async with await BookKeeper.connect(opts.metadata) as bk:
@@ -115,7 +115,7 @@ async def _ends(opts: _Options, ledger_ids: Sequence[int]) -> dict[int, int]:
 
 
 async def _log_ledgers(opts: _Options) -> tuple[int, ...]:
-    from client import BookKeeper  # noqa: PLC0415
+    from aiobk.client import BookKeeper  # noqa: PLC0415
 
     async with await BookKeeper.connect(opts.metadata) as bk:
         return (await bk.store.read_log(opts.log)).ledgers
@@ -129,7 +129,7 @@ def _split(ledger_id: int, first: int, last: int, size: int) -> list[LedgerRange
 
 def _read_range(opts: _Options, part: LedgerRange) -> Iterator[tuple[Any, ...]]:
     async def fetch() -> list[tuple[Any, ...]]:
-        from client import BookKeeper  # noqa: PLC0415
+        from aiobk.client import BookKeeper  # noqa: PLC0415
 
         rows: list[tuple[Any, ...]] = []
         name = opts.log or None
@@ -267,7 +267,7 @@ class _Writer(DataSourceWriter):
         partition = context.partitionId() if context is not None else 0
 
         async def store() -> _Written:
-            from client import BookKeeper  # noqa: PLC0415
+            from aiobk.client import BookKeeper  # noqa: PLC0415
 
             async with await BookKeeper.connect(self.opts.metadata) as bk:
                 lh = await bk.create_ledger(
@@ -321,8 +321,8 @@ async def _write_rows(lh: LedgerHandle, rows: Iterator[Any]) -> int:
 
 async def _publish(opts: _Options, ledger_ids: list[int]) -> None:
     """Append the job's ledgers to the log as its writer: fence, then one CAS."""
-    from client import BookKeeper  # noqa: PLC0415
-    from client.errors import (  # noqa: PLC0415
+    from aiobk.client import BookKeeper  # noqa: PLC0415
+    from aiobk.client.errors import (  # noqa: PLC0415
         LogExistsError,
         LogFencedError,
         MetadataVersionError,
@@ -358,7 +358,7 @@ async def _publish(opts: _Options, ledger_ids: list[int]) -> None:
 
 
 async def _allocate_id(opts: _Options) -> int:
-    from client import BookKeeper  # noqa: PLC0415
+    from aiobk.client import BookKeeper  # noqa: PLC0415
 
     async with await BookKeeper.connect(opts.metadata) as bk:
         return await bk.store.allocate_ledger_id()
@@ -367,8 +367,8 @@ async def _allocate_id(opts: _Options) -> int:
 async def _sweep(opts: _Options, job: str, first_id: int, keep: set[int]) -> None:
     """Delete the job's ledgers (ids after ``first_id``, tagged with ``job``) not in ``keep``:
     empty ones, and those of failed, killed or superseded task attempts."""
-    from client import BookKeeper  # noqa: PLC0415
-    from client.errors import NoSuchLedgerError  # noqa: PLC0415
+    from aiobk.client import BookKeeper  # noqa: PLC0415
+    from aiobk.client.errors import NoSuchLedgerError  # noqa: PLC0415
 
     token = job.encode()
     async with await BookKeeper.connect(opts.metadata) as bk:

@@ -1,7 +1,7 @@
 """The aiobk wire protocol: frames, messages, status codes and the entry body. Pure: no I/O."""
 
-from protocol.codec import decode_request, decode_response, encode
-from protocol.entry import (
+from aiobk.protocol.codec import decode_request, decode_response, encode
+from aiobk.protocol.entry import (
     ENTRY_HEADER,
     HEADER_SIZE,
     DigestType,
@@ -12,7 +12,7 @@ from protocol.entry import (
     parse_entry,
     peek_header,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BadRequestError,
     BKError,
     BookieAlreadyRegisteredError,
@@ -40,16 +40,16 @@ from protocol.errors import (
     UnauthorizedError,
     error_for_status,
 )
-from protocol.framing import (
+from aiobk.protocol.framing import (
     DEFAULT_MAX_FRAME_SIZE,
     FrameDecoder,
     FrameError,
     FrameTooLargeError,
     frame,
 )
-from protocol.keys import MASTER_KEY_SIZE, master_key
-from protocol.limits import MAX_ENTRY_ID, MAX_LEDGER_ID, check_request
-from protocol.messages import (
+from aiobk.protocol.keys import MASTER_KEY_SIZE, master_key
+from aiobk.protocol.limits import MAX_ENTRY_ID, MAX_LEDGER_ID, check_request
+from aiobk.protocol.messages import (
     LAC_ENTRY_ID,
     PROTOCOL_VERSION,
     AddFlag,
@@ -81,7 +81,7 @@ from protocol.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
-from protocol.status import StatusCode
+from aiobk.protocol.status import StatusCode
 
 __all__ = [
     # framing and codec

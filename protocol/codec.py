@@ -11,8 +11,8 @@ from typing import Any
 
 import msgpack
 
-from protocol.framing import DEFAULT_MAX_FRAME_SIZE, LENGTH
-from protocol.messages import (
+from aiobk.protocol.framing import DEFAULT_MAX_FRAME_SIZE, LENGTH
+from aiobk.protocol.messages import (
     INT64_MAX,
     INT64_MIN,
     REQUEST_TYPES,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 from typing import ClassVar
 
-from protocol.status import StatusCode
+from aiobk.protocol.status import StatusCode
 
 _REGISTRY: dict[int, type[BKError]] = {}
 

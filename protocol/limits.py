@@ -17,8 +17,8 @@ answers EBADREQ and keeps the connection).
 
 from __future__ import annotations
 
-from protocol.keys import MASTER_KEY_SIZE
-from protocol.messages import (
+from aiobk.protocol.keys import MASTER_KEY_SIZE
+from aiobk.protocol.messages import (
     INT64_MAX,
     LAC_ENTRY_ID,
     AddFlag,

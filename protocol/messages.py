@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum, IntFlag
 from typing import Any, ClassVar, Self
 
-from protocol.status import StatusCode
+from aiobk.protocol.status import StatusCode
 
 PROTOCOL_VERSION = 1
 RESPONSE_BIT = 0x80

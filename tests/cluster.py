@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bookie import Bookie, BookieConfig
-from metadata import MemoryKV, MetadataStore, open_store
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.metadata import MemoryKV, MetadataStore, open_store
 from tests.conftest import unique_name
 from tests.procs import HOST_DISK_SETTINGS
 

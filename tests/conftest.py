@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from bookie import Bookie, BookieConfig
-from client import BookieConnection
-from metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.client import BookieConnection
+from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 from tests.procs import HOST_DISK_SETTINGS
 
 BookieFactory = Callable[..., Awaitable[Bookie]]

@@ -7,8 +7,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from client.net import AsyncioConnector, P
-from protocol import FrameDecoder, Request, decode_request, frame
+from aiobk.client.net import AsyncioConnector, P
+from aiobk.protocol import FrameDecoder, Request, decode_request, frame
 
 Rule = Callable[[str, Request], bool]
 

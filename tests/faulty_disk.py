@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from bookie.disk import AppendFile, OsDisk
+from aiobk.bookie.disk import AppendFile, OsDisk
 
 
 class FaultyDisk(OsDisk):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from metadata import free_port
+from aiobk.metadata import free_port
 
 # Bookies in tests that are not about disks ignore how full this shared host's disk is (other
 # tenants fill it: it has been seen with 287 MiB free, and at 87% used a low-water mark of 80%
@@ -23,6 +23,14 @@ HOST_DISK_SETTINGS = {
 }
 
 
+def bookie_module(src: str | Path | None) -> str:
+    """The ``-m`` name of the bookie in source tree ``src`` (None: this tree): ``aiobk.bookie``,
+    or ``bookie`` in a tree from before the single ``aiobk`` namespace."""
+    if src is None or (Path(src) / "aiobk" / "bookie").is_dir():
+        return "aiobk.bookie"
+    return "bookie"
+
+
 class BookieProcess:
     def __init__(
         self,
@@ -30,12 +38,16 @@ class BookieProcess:
         port: int | None = None,
         *args: str,
         env: dict[str, str] | None = None,
+        module: str = "aiobk.bookie",
     ) -> None:
-        """``env`` is added to the child's environment (say, PYTHONPATH to run another tree)."""
+        """``env`` is added to the child's environment (say, PYTHONPATH to run another tree);
+        ``module`` is the bookie's ``-m`` name (``bookie`` in trees from before the ``aiobk``
+        namespace, see ``bookie_module``)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.args = list(args)
         self.env = env or {}
+        self.module = module
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
@@ -52,7 +64,7 @@ class BookieProcess:
         cmd = [
             sys.executable,
             "-m",
-            "bookie",
+            self.module,
             "start",
             "--port",
             str(self.port),

@@ -1,5 +1,5 @@
 """The benchmarks' command lines (issue 13): ``aiobk bench NAME --help`` lists the options of
-``python -m bench.NAME --help``, and a missed target is reported in the last line, exit 0."""
+``python -m aiobk.bench.NAME --help``, and a missed target is reported in the last line, exit 0."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.add
+from aiobk.bench import add as bench_add
+from aiobk.bench.add import Floors, Level
+from aiobk.bench.targets import summary
 from aiobk.cli import main as aiobk_main
-from bench.add import Floors, Level
-from bench.targets import summary
 
 EXPECTED_OPTIONS = {
     "add": {
@@ -48,7 +48,7 @@ def _options(text: str) -> set[str]:
 @pytest.mark.parametrize("name", sorted(EXPECTED_OPTIONS))
 def test_aiobk_bench_help_lists_the_module_options(name: str) -> None:
     through_aiobk = _help("-m", "aiobk", "bench", name)
-    through_module = _help("-m", f"bench.{name}")
+    through_module = _help("-m", f"aiobk.bench.{name}")
     assert _options(through_aiobk) == EXPECTED_OPTIONS[name]
     assert _options(through_module) == EXPECTED_OPTIONS[name]
     assert f"Usage: aiobk bench {name} [OPTIONS]" in through_aiobk
@@ -89,7 +89,7 @@ def test_bench_add_ends_with_the_targets_missed_and_exits_0(
         seen.append((bookies, seconds, entry_size, levels, modes))
         return floors, canned
 
-    monkeypatch.setattr(bench.add, "measure", fake_measure)
+    monkeypatch.setattr(bench_add, "measure", fake_measure)
     argv = ["bench", "add", "--in-flight", "1,512", "--seconds", "0.5", "--json"]
     with pytest.raises(SystemExit) as exited:
         aiobk_main([*argv, str(tmp_path / "add.json"), *flags])
@@ -107,7 +107,7 @@ def test_summary_without_targets() -> None:
 
 def test_bad_in_flight_is_a_one_line_error() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "bench.add", "--in-flight", "1,x"],
+        [sys.executable, "-m", "aiobk.bench.add", "--in-flight", "1,x"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -115,6 +115,6 @@ def test_bad_in_flight_is_a_one_line_error() -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "python -m bench.add: error: Invalid value for '--in-flight': expected a comma list "
+        "python -m aiobk.bench.add: error: Invalid value for '--in-flight': expected a comma list "
         "of integers, got '1,x'"
     ]

@@ -28,7 +28,7 @@ async def _stderr_of_a_bookie(tmp_path: Path, *args: str, toml: str | None = Non
 
 @pytest.mark.timeout(60)
 async def test_bookie_start_log_level_flag_and_toml(tmp_path: Path) -> None:
-    assert " INFO bookie.server " in await _stderr_of_a_bookie(tmp_path / "default")
+    assert " INFO aiobk.bookie.server " in await _stderr_of_a_bookie(tmp_path / "default")
     quiet = await _stderr_of_a_bookie(tmp_path / "flag", "--log-level", "warning")
     assert " INFO " not in quiet
     from_toml = await _stderr_of_a_bookie(tmp_path / "toml", toml='log_level = "warning"\n')
@@ -37,7 +37,7 @@ async def test_bookie_start_log_level_flag_and_toml(tmp_path: Path) -> None:
     both = await _stderr_of_a_bookie(
         tmp_path / "both", "--log-level", "debug", toml='log_level = "warning"\n'
     )
-    assert " INFO bookie.server " in both
+    assert " INFO aiobk.bookie.server " in both
 
 
 def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
@@ -80,7 +80,7 @@ def test_a_closed_pipe_ends_any_command_quietly() -> None:
     program = textwrap.dedent(
         """
         import click
-        from bookie.cli import QuietPipeGroup, run_group
+        from aiobk.bookie.cli import QuietPipeGroup, run_group
 
         @click.group(cls=QuietPipeGroup)
         def group() -> None:

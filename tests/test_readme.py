@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from metadata import free_port
+from aiobk.metadata import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

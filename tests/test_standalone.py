@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from metadata import open_store
-from metadata.etcd_process import exited, free_port, port_in_use
+from aiobk.metadata import open_store
+from aiobk.metadata.etcd_process import exited, free_port, port_in_use
 
 
 def _free_pair() -> int:

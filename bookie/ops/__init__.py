@@ -5,21 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bookie.ops.add import handle_add
-from bookie.ops.admin import (
+from aiobk.bookie.ops.add import handle_add
+from aiobk.bookie.ops.admin import (
     handle_bookie_info,
     handle_bookie_state,
     handle_force,
     handle_gc,
     handle_handshake,
 )
-from bookie.ops.lac import handle_read_lac, handle_write_lac
-from bookie.ops.read import handle_read
-from protocol import OpCode
+from aiobk.bookie.ops.lac import handle_read_lac, handle_write_lac
+from aiobk.bookie.ops.read import handle_read
+from aiobk.protocol import OpCode
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.server import Bookie
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.server import Bookie
 
 Handler = Callable[["Bookie", Any, "ServerConnection"], None]
 

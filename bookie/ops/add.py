@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bookie.journal_format import LEDGER_PREFIX, RecordType, add_payload
-from protocol import (
+from aiobk.bookie.journal_format import LEDGER_PREFIX, RecordType, add_payload
+from aiobk.protocol import (
     AddFlag,
     AddRequest,
     AddResponse,
@@ -23,9 +23,9 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.ledger import LedgerState
-    from bookie.server import Bookie
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.server import Bookie
 
 
 def _key_durable(state: LedgerState, error: BaseException | None) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bookie.write_state import OPERATOR
-from protocol import (
+from aiobk.bookie.write_state import OPERATOR
+from aiobk.protocol import (
     PROTOCOL_VERSION,
     BookieStateRequest,
     BookieStateResponse,
@@ -22,8 +22,8 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.server import Bookie
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.server import Bookie
 
 
 def handle_handshake(bookie: Bookie, request: HandshakeRequest, conn: ServerConnection) -> None:
@@ -82,8 +82,8 @@ def handle_bookie_info(
 
 def handle_gc(bookie: Bookie, request: GcRequest, conn: ServerConnection) -> None:
     """Run a garbage collection pass now (``aiobk bookie gc``); answer with what it did."""
-    from bookie.config import ConfigError  # noqa: PLC0415
-    from bookie.server import BookieStateError  # noqa: PLC0415
+    from aiobk.bookie.config import ConfigError  # noqa: PLC0415
+    from aiobk.bookie.server import BookieStateError  # noqa: PLC0415
 
     async def run() -> None:
         try:

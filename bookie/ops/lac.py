@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bookie.journal_format import LEDGER_VALUE, RecordType
-from protocol import (
+from aiobk.bookie.journal_format import LEDGER_VALUE, RecordType
+from aiobk.protocol import (
     ReadLacRequest,
     ReadLacResponse,
     StatusCode,
@@ -18,8 +18,8 @@ from protocol import (
 )
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.server import Bookie
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.server import Bookie
 
 
 def handle_read_lac(bookie: Bookie, request: ReadLacRequest, conn: ServerConnection) -> None:

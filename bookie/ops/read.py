@@ -20,15 +20,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from bookie.entrylog import CorruptEntryError
-from bookie.journal_format import LEDGER_PREFIX, RecordType
-from bookie.ops.add import ensure_ledger
-from protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
+from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.journal_format import LEDGER_PREFIX, RecordType
+from aiobk.bookie.ops.add import ensure_ledger
+from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 
 if TYPE_CHECKING:
-    from bookie.connection import ServerConnection
-    from bookie.ledger import LedgerState
-    from bookie.server import Bookie
+    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.server import Bookie
 
 
 async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:

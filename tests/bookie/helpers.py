@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bookie.journal import Journal
-from bookie.journal_format import RecordType
-from client import BookieConnection, Digester
-from protocol import (
+from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal_format import RecordType
+from aiobk.client import BookieConnection, Digester
+from aiobk.protocol import (
     AddFlag,
     AddRequest,
     AddResponse,

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import bookie.advertised
-from bookie import Bookie, BookieConfig, ConfigError
-from bookie.advertised import routable_host
-from client import BookieConnection
-from metadata import open_store
-from protocol import GetBookieInfoRequest, GetBookieInfoResponse
+from aiobk.bookie import Bookie, BookieConfig, ConfigError, advertised
+from aiobk.bookie.advertised import routable_host
+from aiobk.client import BookieConnection
+from aiobk.metadata import open_store
+from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
 from tests.conftest import unique_name
 
 
@@ -28,7 +27,7 @@ def _resolve_to(monkeypatch: pytest.MonkeyPatch, address: str | None) -> list[in
         calls.append(1)
         return address
 
-    monkeypatch.setattr(bookie.advertised, "routable_host", fake)
+    monkeypatch.setattr(advertised, "routable_host", fake)
     return calls
 
 
@@ -144,7 +143,7 @@ async def test_bookie_start_host_0000_through_the_cli(etcd_server, tmp_path: Pat
     """The real resolver, a real process: it registers this host's address or refuses."""
     uri = etcd_server.uri(unique_name("wildcli"))
     command = [
-        sys.executable, "-m", "bookie", "start", "--host", "0.0.0.0", "--port", "0",
+        sys.executable, "-m", "aiobk.bookie", "start", "--host", "0.0.0.0", "--port", "0",
         "--data-dir", str(tmp_path / "b"), "--metadata", uri,
     ]  # fmt: skip
     proc = subprocess.Popen(

@@ -8,7 +8,7 @@ import struct
 
 import msgpack
 
-from protocol import (
+from aiobk.protocol import (
     AddRequest,
     ErrorResponse,
     FrameDecoder,

@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bookie import Bookie, BookieConfig
-from client import BookKeeper, ClientConfig, Digester, Durability
-from client.errors import (
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.client import BookKeeper, ClientConfig, Digester, Durability
+from aiobk.client.errors import (
     DataUnknownError,
     LedgerFencedError,
     LedgerRecoveryError,
     NotEnoughBookiesError,
 )
-from metadata import free_port, open_store
-from protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
-from protocol.errors import CookieError
+from aiobk.metadata import free_port, open_store
+from aiobk.protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
+from aiobk.protocol.errors import CookieError
 from tests.cluster import Cluster, forget
 from tests.conftest import unique_name
 from tests.dropping import DroppingConnector

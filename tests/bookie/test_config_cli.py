@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie import BookieConfig, ConfigError
+from aiobk.bookie import BookieConfig, ConfigError
 
 
 def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
@@ -127,7 +127,7 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
     import asyncio
     import urllib.request
 
-    from metadata import free_port
+    from aiobk.metadata import free_port
     from tests.procs import BookieProcess
 
     metrics = free_port()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
-from bookie.entrylog import RECORD_HEAD, unpack_location
-from metadata import free_port
-from protocol import HEADER_SIZE, StatusCode, parse_entry
+from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
+from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
+from aiobk.metadata import free_port
+from aiobk.protocol import HEADER_SIZE, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, add, read
 
 
@@ -92,7 +92,7 @@ async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, c
         [
             sys.executable,
             "-m",
-            "bookie",
+            "aiobk.bookie",
             "start",
             "--port",
             str(config.port),
@@ -105,4 +105,4 @@ async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, c
     )
     assert result.returncode != 0
     last = result.stderr.decode().strip().splitlines()[-1]
-    assert last.startswith("python -m bookie: error: refusing to start, data is damaged")
+    assert last.startswith("python -m aiobk.bookie: error: refusing to start, data is damaged")

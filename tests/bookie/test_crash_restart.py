@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from client import BookieConnection
-from client.errors import BKError
-from protocol import LAC_ENTRY_ID, ForceRequest, ReadFlag, Response, StatusCode, parse_entry
+from aiobk.client import BookieConnection
+from aiobk.client.errors import BKError
+from aiobk.protocol import LAC_ENTRY_ID, ForceRequest, ReadFlag, Response, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, KEY, add, add_request, read
 from tests.conftest import unique_name
 from tests.procs import BookieProcess

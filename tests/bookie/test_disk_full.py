@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from bookie import Bookie, BookieConfig
-from bookie.disk_monitor import Usage, judge
-from bookie.journal import Journal, JournalFailedError
-from bookie.journal_policy import GroupCommitPolicy
-from bookie.stats import BookieStats
-from bookie.write_state import DISK, JOURNAL, OPERATOR, WriteState
-from client import BookieConnection, BookKeeper
-from metadata import READ_ONLY, WRITABLE, MemoryKV, open_store
-from protocol import (
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.disk_monitor import Usage, judge
+from aiobk.bookie.journal import Journal, JournalFailedError
+from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.write_state import DISK, JOURNAL, OPERATOR, WriteState
+from aiobk.client import BookieConnection, BookKeeper
+from aiobk.metadata import READ_ONLY, WRITABLE, MemoryKV, open_store
+from aiobk.protocol import (
     AddRequest,
     BookieStateRequest,
     BookieStateResponse,

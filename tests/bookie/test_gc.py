@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from bookie import Bookie
-from bookie.compaction import compaction_candidates
-from bookie.gc import garbage_candidates, removable_logs
-from client import BookKeeper, LedgerHandle
-from metadata import EtcdProcess
+from aiobk.bookie import Bookie
+from aiobk.bookie.compaction import compaction_candidates
+from aiobk.bookie.gc import garbage_candidates, removable_logs
+from aiobk.client import BookKeeper, LedgerHandle
+from aiobk.metadata import EtcdProcess
 from tests.cluster import Cluster, forget, start_cluster
 
 # Small logs, gc on demand only, compaction off unless a test turns it on.

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookie.index import (
+from aiobk.bookie.index import (
     CRC,
     HEADER,
     LEDGER,
@@ -22,8 +22,8 @@ from bookie.index import (
     decode_segment,
     encode_segment,
 )
-from bookie.ledger import MAX_KEY_SIZE, PAGE_SIZE, SPARSE_MAX, LedgerState
-from protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
+from aiobk.bookie.ledger import MAX_KEY_SIZE, PAGE_SIZE, SPARSE_MAX, LedgerState
+from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bookie import JournalCorruptError, OsDisk
-from bookie.journal import Journal
-from bookie.journal_format import FILE_HEADER, Record, RecordType
-from bookie.journal_policy import GroupCommitPolicy
-from bookie.stats import BookieStats
+from aiobk.bookie import JournalCorruptError, OsDisk
+from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal_format import FILE_HEADER, Record, RecordType
+from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.stats import BookieStats
 from tests.bookie.helpers import append_records
 
 

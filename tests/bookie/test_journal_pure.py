@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.journal_format import (
+from aiobk.bookie.journal_format import (
     JournalCorruptError,
     RecordType,
     Stop,
@@ -16,7 +16,7 @@ from bookie.journal_format import (
     scan,
     valid_record_after,
 )
-from bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal_policy import GroupCommitPolicy
 
 
 def test_policy_flushes_at_once_when_queue_empty_is_set() -> None:
@@ -87,7 +87,7 @@ def test_file_header() -> None:
 
 @given(st.integers(0, 10**7), st.sampled_from([512, 4096]))
 def test_padding_aligns_and_scans_as_a_record(position: int, alignment: int) -> None:
-    from bookie.journal_format import padding
+    from aiobk.bookie.journal_format import padding
 
     pad = padding(position, alignment)
     assert (position + len(pad)) % alignment == 0

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bookie import Bookie, BookieConfig
-from metadata import open_store
-from protocol.errors import CookieError
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.metadata import open_store
+from aiobk.protocol.errors import CookieError
 from tests.conftest import unique_name
 
 

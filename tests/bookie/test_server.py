@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from protocol import (
+from aiobk.protocol import (
     LAC_ENTRY_ID,
     ForceRequest,
     ForceResponse,
@@ -23,7 +23,7 @@ from protocol import (
     master_key,
     parse_entry,
 )
-from protocol.errors import ProtocolVersionError
+from aiobk.protocol.errors import ProtocolVersionError
 from tests.bookie.helpers import DIGEST, KEY, TIMEOUT, add, add_request, read
 
 
@@ -164,7 +164,7 @@ async def test_long_poll_waiter_released_when_client_leaves(start_bookie, connec
 
 
 def _long_poll_request(conn, ledger):
-    from protocol import ReadRequest
+    from aiobk.protocol import ReadRequest
 
     return ReadRequest(conn.next_txn_id(), ledger, 0, ReadFlag.LONG_POLL, b"", -1, 60_000)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.sync_cursor import SyncCursor
+from aiobk.bookie.sync_cursor import SyncCursor
 
 
 def test_in_order_out_of_order_and_lac() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from metadata import free_port
+from aiobk.metadata import free_port
 
 CHUNK = 1 << 16
 

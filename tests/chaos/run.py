@@ -15,11 +15,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from client import BookKeeper, ClientConfig, LedgerHandle
-from client.quorum import write_set
-from metadata import EtcdProcess, LedgerMetadata
-from protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
-from protocol.errors import BKError
+from aiobk.client import BookKeeper, ClientConfig, LedgerHandle
+from aiobk.client.quorum import write_set
+from aiobk.metadata import EtcdProcess, LedgerMetadata
+from aiobk.protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
+from aiobk.protocol.errors import BKError
 from tests.chaos.proxy import Proxy
 from tests.procs import BookieProcess
 from tests.sim.checker import _check_ledger, _check_reads, read_closed

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from client import BookKeeper, ClientConfig, ProtocolSwitches
-from metadata import (
+from aiobk.client import BookKeeper, ClientConfig, ProtocolSwitches
+from aiobk.metadata import (
     BookieServiceInfo,
     EtcdProcess,
     MemoryKV,

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.net import P
-from metadata import BookieServiceInfo, MetadataStore
-from protocol import (
+from aiobk.client.net import P
+from aiobk.metadata import BookieServiceInfo, MetadataStore
+from aiobk.protocol import (
     LAC_ENTRY_ID,
     AddFlag,
     AddRequest,

@@ -7,11 +7,11 @@ import asyncio
 
 import pytest
 
-from client import DigestType
-from client.add import ADD_FRAME_OVERHEAD
-from client.backpressure import AddBudget, acquire
-from client.errors import EntryTooLargeError
-from protocol import DEFAULT_MAX_FRAME_SIZE, AddRequest, Request, master_key
+from aiobk.client import DigestType
+from aiobk.client.add import ADD_FRAME_OVERHEAD
+from aiobk.client.backpressure import AddBudget, acquire
+from aiobk.client.errors import EntryTooLargeError
+from aiobk.protocol import DEFAULT_MAX_FRAME_SIZE, AddRequest, Request, master_key
 from tests.client.fakes import Rule, is_add
 from tests.client.test_traps import until
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from client.errors import NoSuchLedgerError
-from protocol import ReadFlag, ReadRequest, Request, StatusCode
+from aiobk.client.errors import NoSuchLedgerError
+from aiobk.protocol import ReadFlag, ReadRequest, Request, StatusCode
 from tests.client.fakes import is_add
 from tests.client.test_traps import until
 

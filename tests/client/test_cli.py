@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from client import BookKeeper, ClientConfig
+from aiobk.client import BookKeeper, ClientConfig
 from tests.client.clirun import aiobk, aiobk_on_terminal
 from tests.cluster import Cluster
 

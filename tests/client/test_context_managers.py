@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from client import BookKeeper, ClientConfig
-from client.errors import BookieUnavailableError, LedgerClosedError
-from metadata import LedgerState, MetadataURIError, open_store
+from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client.errors import BookieUnavailableError, LedgerClosedError
+from aiobk.metadata import LedgerState, MetadataURIError, open_store
 from tests.cluster import Cluster
 
 

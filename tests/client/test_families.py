@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from client import BookieConnection, Durability, ProtocolSwitches
-from client.errors import (
+from aiobk.client import BookieConnection, Durability, ProtocolSwitches
+from aiobk.client.errors import (
     BookieUnavailableError,
     LedgerFencedError,
     LedgerRecoveryError,
     NotEnoughBookiesError,
 )
-from metadata import LedgerState, MemoryKV
-from protocol import AddRequest, ForceRequest, StatusCode
+from aiobk.metadata import LedgerState, MemoryKV
+from aiobk.protocol import AddRequest, ForceRequest, StatusCode
 from tests.client.fakes import Gate, any_request, is_add, is_read
 from tests.client.test_traps import assert_replicated, until
 
@@ -436,7 +436,7 @@ async def test_long_poll_keeps_waiting_on_a_fenced_ledger_until_it_closes(world)
 
 
 async def test_a_damaged_copy_is_skipped_and_all_damaged_is_a_digest_error(world) -> None:
-    from client.errors import DigestMismatchError
+    from aiobk.client.errors import DigestMismatchError
 
     bookies = await world.bookies(3)
     writer = await world.client(seed=1)

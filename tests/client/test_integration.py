@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from client import BookKeeper, ClientConfig
-from client.errors import BKError, LedgerFencedError
+from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client.errors import BKError, LedgerFencedError
 from tests.cluster import start_cluster
 from tests.conftest import unique_name
 from tests.procs import BookieProcess

@@ -8,7 +8,7 @@ import json
 import signal
 import subprocess
 
-from client import BookKeeper, LogPosition
+from aiobk.client import BookKeeper, LogPosition
 from tests.client.clirun import COMMAND, aiobk
 from tests.cluster import Cluster
 

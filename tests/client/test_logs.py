@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from client import BookKeeper, Durability, LogEntry, LogPosition, LogReader
-from client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
+from aiobk.client import BookKeeper, Durability, LogEntry, LogPosition, LogReader
+from aiobk.client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
 from tests.cluster import Cluster, forget, start_cluster
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from client import BookKeeper, ClientConfig
-from client.errors import MetadataStoreError
-from metadata import EtcdProcess, MetadataStore
+from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client.errors import MetadataStoreError
+from aiobk.metadata import EtcdProcess, MetadataStore
 from tests.client.test_traps import until
 from tests.cluster import start_cluster
 from tests.conftest import unique_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.quorum import (
+from aiobk.client.quorum import (
     coverage_impossible,
     covered,
     ensemble_coverage,
@@ -13,7 +13,7 @@ from client.quorum import (
     quorum_coverage,
     write_set,
 )
-from client.recovery_decisions import FenceTracker, Outcome, ReadTracker
+from aiobk.client.recovery_decisions import FenceTracker, Outcome, ReadTracker
 
 
 def test_write_sets_from_protocol_md() -> None:

@@ -9,8 +9,8 @@ import contextlib
 
 import pytest
 
-from client.errors import NoSuchEntryError, ReadTooLargeError
-from protocol import ReadFlag, ReadRequest
+from aiobk.client.errors import NoSuchEntryError, ReadTooLargeError
+from aiobk.protocol import ReadFlag, ReadRequest
 
 KiB = 1024
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from client import BookKeeper, Entry
-from client.errors import (
+from aiobk.client import BookKeeper, Entry
+from aiobk.client.errors import (
     LedgerClosedError,
     LedgerFencedError,
     NoSuchEntryError,

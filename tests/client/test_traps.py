@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from client import ProtocolSwitches
-from client.errors import LedgerFencedError, LedgerRecoveryError
-from client.quorum import write_set
-from metadata import LedgerMetadata
+from aiobk.client import ProtocolSwitches
+from aiobk.client.errors import LedgerFencedError, LedgerRecoveryError
+from aiobk.client.quorum import write_set
+from aiobk.metadata import LedgerMetadata
 from tests.client.fakes import is_add, is_fence_lac, is_read
 
 OFF = {

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from client import BookKeeper, Durability
-from client.errors import BKError, BookieUnavailableError, NoSuchEntryError
+from aiobk.client import BookKeeper, Durability
+from aiobk.client.errors import BKError, BookieUnavailableError, NoSuchEntryError
 
 
 async def test_appends_leave_the_lac_behind_until_force(cluster) -> None:

@@ -14,8 +14,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from bookie.journal_format import scan
-    from protocol import (
+    from aiobk.bookie.journal_format import scan
+    from aiobk.protocol import (
         FrameDecoder,
         FrameError,
         MalformedEntryError,

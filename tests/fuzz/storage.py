@@ -22,8 +22,8 @@ import atheris
 with atheris.instrument_imports():
     import crc32c
 
-    from bookie.entrylog import CorruptEntryError, _check
-    from bookie.index import (
+    from aiobk.bookie.entrylog import CorruptEntryError, _check
+    from aiobk.bookie.index import (
         CRC,
         HEADER,
         MAGIC,
@@ -32,10 +32,10 @@ with atheris.instrument_imports():
         decode_segment,
         encode_segment,
     )
-    from bookie.journal_format import RecordType, encode_record, scan
-    from bookie.ledger import LedgerState
-    from bookie.stats import BookieStats
-    from protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
+    from aiobk.bookie.journal_format import RecordType, encode_record, scan
+    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.stats import BookieStats
+    from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 STATS = BookieStats()

@@ -2,7 +2,7 @@
 
     python -m tests.hostile --src DIR [--probe NAME ...] [--cap-seconds 60] [--cap-rss-mib 3072]
 
-Each probe starts a bookie process from tree DIR (PYTHONPATH=DIR, ``python -m bookie start``;
+Each probe starts a bookie process from tree DIR (PYTHONPATH=DIR, ``python -m aiobk.bookie start``;
 the probing side is this tree's raw client), attacks it, and prints one JSON line of figures:
 peak RSS growth, the honest client's latency meanwhile, lateness, statuses, exit codes, index
 bytes. The code before the fix can take long or blow up, so each attack is capped: past
@@ -27,10 +27,10 @@ from typing import Any
 
 import uvloop
 
-from client import BookKeeper
-from metadata import EtcdProcess, open_store
-from protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, ReadResponse, StatusCode
-from protocol.errors import BKError
+from aiobk.client import BookKeeper
+from aiobk.metadata import EtcdProcess, open_store
+from aiobk.protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, ReadResponse, StatusCode
+from aiobk.protocol.errors import BKError
 from tests.hostile.harness import BookieUnderTest, MiB, summary
 from tests.hostile.honest import HonestClient, add_request
 from tests.hostile.rawclient import RawConnection

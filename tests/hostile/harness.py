@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.hostile.rawclient import bookie_stats
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.procs import HOST_DISK_SETTINGS, BookieProcess, bookie_module
 
 MiB = 1024 * 1024
 SAMPLE_INTERVAL = 0.05  # seconds between RSS samples
@@ -99,7 +99,8 @@ def known_settings(src: str | None) -> set[str] | None:
     """The setting names the bookie of source tree ``src`` knows (None: this tree's, all)."""
     if src is None:
         return None
-    code = "import dataclasses, bookie.config as c; print(' '.join(f.name for f in dataclasses.fields(c.BookieConfig)))"  # noqa: E501
+    config = f"{bookie_module(src)}.config"
+    code = f"import dataclasses, {config} as c; print(' '.join(f.name for f in dataclasses.fields(c.BookieConfig)))"  # noqa: E501
     out = subprocess.run(
         [sys.executable, "-c", code],
         env=dict(os.environ, **source_env(src)),
@@ -111,7 +112,8 @@ def known_settings(src: str | None) -> set[str] | None:
 
 
 def source_env(src: str | None) -> dict[str, str]:
-    """Environment that makes ``python -m bookie`` import tree ``src`` (not the working dir)."""
+    """Environment that makes the bookie's ``python -m`` import tree ``src`` (not the working
+    dir)."""
     if src is None:
         return {}
     return {"PYTHONPATH": str(src), "PYTHONSAFEPATH": "1"}
@@ -145,7 +147,13 @@ class BookieUnderTest:
         self.dropped: list[str] = []  # settings the source tree does not know
         self._write_config()
         self.proc = BookieProcess(
-            self.data_dir, None, "--config", str(self.config_path), *args, env=source_env(src)
+            self.data_dir,
+            None,
+            "--config",
+            str(self.config_path),
+            *args,
+            env=source_env(src),
+            module=bookie_module(src),
         )
 
     def _write_config(self) -> None:

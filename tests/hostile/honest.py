@@ -8,8 +8,8 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from client import BookieConnection, Digester
-from protocol import (
+from aiobk.client import BookieConnection, Digester
+from aiobk.protocol import (
     AddRequest,
     AddResponse,
     DigestType,
@@ -18,7 +18,7 @@ from protocol import (
     StatusCode,
     master_key,
 )
-from protocol.errors import BKError
+from aiobk.protocol.errors import BKError
 
 DIGEST = Digester(DigestType.CRC32C)
 KEY = master_key(b"hostile-tests")

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 from collections.abc import Iterable
 
-from protocol import (
+from aiobk.protocol import (
     FrameDecoder,
     GetBookieInfoRequest,
     GetBookieInfoResponse,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bookie.disk import AppendFile, OsDisk
+from aiobk.bookie.disk import AppendFile, OsDisk
 
 QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES[,ROOT:BYTES]" for the bookie process
 SIMULATE_ENV = "AIOBK_TEST_SIMULATED_DISK"  # set: the simulated disk even as root
@@ -193,9 +194,12 @@ def install(spec: str) -> None:
     for entry in spec.split(","):
         root, _sep, quota = entry.rpartition(":")
         quotas[root] = int(quota)
-    import bookie.server
+    try:  # this tree, or one from before the single aiobk namespace (python -m tests.hostile --src)
+        server = importlib.import_module("aiobk.bookie.server")
+    except ModuleNotFoundError:
+        server = importlib.import_module("bookie.server")
 
     def make(*_args: Any, **_kw: Any) -> QuotaDisk:
         return QuotaDisk(quotas)
 
-    bookie.server.OsDisk = make  # type: ignore[assignment,misc]
+    server.OsDisk = make

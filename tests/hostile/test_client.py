@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client import BookKeeper, ClientConfig
-from client.errors import ReadTooLargeError
+from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client.errors import ReadTooLargeError
 from tests.conftest import unique_name
 from tests.procs import BookieProcess
 

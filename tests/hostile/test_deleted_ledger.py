@@ -14,10 +14,10 @@ import asyncio
 
 import pytest
 
-from client import BookKeeper
-from metadata import EtcdProcess
-from protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, StatusCode, master_key
-from protocol.errors import BKError, NoSuchLedgerError
+from aiobk.client import BookKeeper
+from aiobk.metadata import EtcdProcess
+from aiobk.protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, StatusCode, master_key
+from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from tests.conftest import unique_name
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import BookieUnderTest

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from client import BookieConnection, BookKeeper, LedgerHandle
-from metadata import READ_ONLY, WRITABLE, EtcdProcess, open_store
-from protocol import (
+from aiobk.client import BookieConnection, BookKeeper, LedgerHandle
+from aiobk.metadata import READ_ONLY, WRITABLE, EtcdProcess, open_store
+from aiobk.protocol import (
     BookieStateRequest,
     BookieStateResponse,
     ReadRequest,

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from protocol import ReadFlag, ReadRequest, StatusCode
+from aiobk.protocol import ReadFlag, ReadRequest, StatusCode
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB, summary
 from tests.hostile.honest import HonestClient, add_request

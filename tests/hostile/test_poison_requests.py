@@ -15,15 +15,15 @@ import time
 
 import pytest
 
-from bookie.journal_format import (
+from aiobk.bookie.journal_format import (
     ADD_PREFIX,
     LEDGER_PREFIX,
     RecordType,
     encode_file_header,
     encode_record,
 )
-from bookie.journal_format import add_payload as journal_add_payload
-from protocol import (
+from aiobk.bookie.journal_format import add_payload as journal_add_payload
+from aiobk.protocol import (
     MAX_ENTRY_ID,
     AddFlag,
     AddRequest,

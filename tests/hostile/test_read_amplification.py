@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from bookie.flow import READS_PER_CONNECTION
-from protocol import ReadRequest, ReadResponse, StatusCode
+from aiobk.bookie.flow import READS_PER_CONNECTION
+from aiobk.protocol import ReadRequest, ReadResponse, StatusCode
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import BookieUnderTest, MiB, RssSampler, percentile, summary
 from tests.hostile.honest import HonestClient, add_request, entry_body

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from protocol import HandshakeRequest, HandshakeResponse, ReadFlag, ReadRequest, StatusCode
+from aiobk.protocol import HandshakeRequest, HandshakeResponse, ReadFlag, ReadRequest, StatusCode
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB, summary
 from tests.hostile.honest import HONEST_LEDGER, HonestClient

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from protocol import ReadRequest, ReadResponse, StatusCode
+from aiobk.protocol import ReadRequest, ReadResponse, StatusCode
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB
 from tests.hostile.honest import add_request, entry_body

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bookie import Bookie, BookieConfig
-from metadata import Fragment, LedgerMetadata, open_store
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.metadata import Fragment, LedgerMetadata, open_store
 from tests.conftest import unique_name
 
 

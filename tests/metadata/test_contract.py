@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from metadata import (
+from aiobk.metadata import (
     READ_ONLY,
     BookieServiceInfo,
     Cookie,
@@ -15,7 +15,7 @@ from metadata import (
     LedgerState,
     MetadataStore,
 )
-from protocol.errors import (
+from aiobk.protocol.errors import (
     BookieAlreadyRegisteredError,
     LedgerExistsError,
     LogExistsError,

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from metadata import EtcdProcess, Fragment, LedgerMetadata, free_port, open_store
-from metadata.kv_etcd import EtcdKV
-from protocol.errors import MetadataStoreError, MetadataVersionError
+from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, free_port, open_store
+from aiobk.metadata.kv_etcd import EtcdKV
+from aiobk.protocol.errors import MetadataStoreError, MetadataVersionError
 from tests.conftest import unique_name
 
 ENSEMBLE = ("a:1", "b:2", "c:3")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import metadata.etcd_process
-from metadata import EtcdProcess
-from metadata.etcd_process import EtcdInUseError, exited, free_port, port_in_use
+from aiobk.metadata import EtcdProcess, etcd_process
+from aiobk.metadata.etcd_process import EtcdInUseError, exited, free_port, port_in_use
 
 
 @pytest.mark.timeout(60)
@@ -34,7 +33,7 @@ def test_ready_means_our_member_answers_not_the_etcd_on_the_port(
 ) -> None:
     """The race the port check cannot close: the ports looked free, the new etcd then failed
     to bind, and the etcd already there answered. Before the fix this "started"."""
-    monkeypatch.setattr(metadata.etcd_process, "port_in_use", lambda host, port: False)
+    monkeypatch.setattr(etcd_process, "port_in_use", lambda host, port: False)
     second = EtcdProcess(client_port=etcd_server.client_port, data_dir=str(tmp_path / "e"))
     started = time.monotonic()
     try:

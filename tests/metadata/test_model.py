@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from metadata import (
+from aiobk.metadata import (
     BookieServiceInfo,
     Cookie,
     Fragment,
@@ -17,8 +17,8 @@ from metadata import (
     LogRecord,
     MetadataFormatError,
 )
-from metadata.keys import KeyLayout
-from protocol import DigestType, Durability
+from aiobk.metadata.keys import KeyLayout
+from aiobk.protocol import DigestType, Durability
 
 E3 = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 

@@ -15,10 +15,10 @@ import aetcd
 import pytest
 from aetcd import rpc
 
-from bookie import Bookie, BookieConfig
-from metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataURIError, open_store
-from metadata.uri import EtcdCredentials, parse_etcd_uri, redact_uri
-from protocol.errors import MetadataStoreError
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataURIError, open_store
+from aiobk.metadata.uri import EtcdCredentials, parse_etcd_uri, redact_uri
+from aiobk.protocol.errors import MetadataStoreError
 from tests.conftest import unique_name
 
 SECRET = "s3cr3t-pw"

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from client import BookKeeper
-from metadata import EtcdProcess
-from pipeline import local_session
-from pipeline.source import SCHEMA
+from aiobk.client import BookKeeper
+from aiobk.metadata import EtcdProcess
+from aiobk.pipeline import local_session
+from aiobk.pipeline.source import SCHEMA
 from tests.procs import BookieProcess
 
 pytestmark = pytest.mark.timeout(600)

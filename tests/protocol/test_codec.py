@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import protocol
-from protocol import (
+from aiobk import protocol
+from aiobk.protocol import (
     AddFlag,
     AddRequest,
     AddResponse,
@@ -46,7 +46,7 @@ from protocol import (
     decode_response,
     encode,
 )
-from protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
+from aiobk.protocol.messages import REQUEST_TYPES, RESPONSE_TYPES
 
 i64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 small = st.binary(max_size=64)

@@ -4,8 +4,8 @@ import builtins
 
 import pytest
 
-from protocol import StatusCode
-from protocol import errors as e
+from aiobk.protocol import StatusCode
+from aiobk.protocol import errors as e
 
 
 def test_every_bookie_status_but_ok_has_a_class() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol import (
+from aiobk.protocol import (
     MASTER_KEY_SIZE,
     MAX_ENTRY_ID,
     AddFlag,

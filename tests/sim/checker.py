@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from bookie.entrylog import CorruptEntryError
-from client import BookKeeper, ReadHandle
-from client.quorum import write_set
-from metadata import LedgerMetadata
-from protocol import parse_entry
-from protocol.errors import BKError, NoSuchLedgerError
+from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.client import BookKeeper, ReadHandle
+from aiobk.client.quorum import write_set
+from aiobk.metadata import LedgerMetadata
+from aiobk.protocol import parse_entry
+from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from tests.sim.history import History
 from tests.sim.workload import LOG
 from tests.sim.world import World

@@ -18,7 +18,7 @@ import posixpath
 import random
 from dataclasses import dataclass, field
 
-from bookie.disk import AppendFile, ReadFile
+from aiobk.bookie.disk import AppendFile, ReadFile
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from protocol import (
+from aiobk.protocol import (
     AddFlag,
     AddRequest,
     AddResponse,

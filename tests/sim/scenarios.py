@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from client import LedgerHandle
+from aiobk.client import LedgerHandle
 
 if TYPE_CHECKING:
     from tests.sim.nemesis import Nemesis

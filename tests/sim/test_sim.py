@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import bookie.gc as bookie_gc
+import aiobk.bookie.gc as bookie_gc
 from tests.sim.checker import _check_ledger
 from tests.sim.history import Append, History
 from tests.sim.run import SimOptions, run_seed

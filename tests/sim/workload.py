@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 
-from client import BookKeeper, Durability, LedgerHandle, LogWriter
-from protocol.errors import BKError, LogFencedError
+from aiobk.client import BookKeeper, Durability, LedgerHandle, LogWriter
+from aiobk.protocol.errors import BKError, LogFencedError
 from tests.sim.history import Append, History, LogAppend, Observed
 from tests.sim.world import World
 

@@ -12,13 +12,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bookie import Bookie, BookieConfig
-from bookie.boot import Repairer
-from client import BookKeeper, ClientConfig
-from client.config import ProtocolSwitches
-from client.repair import BookieRepairer
-from metadata import MetadataStore
-from metadata.kv_memory import MemoryKV
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.boot import Repairer
+from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client.config import ProtocolSwitches
+from aiobk.client.repair import BookieRepairer
+from aiobk.metadata import MetadataStore
+from aiobk.metadata.kv_memory import MemoryKV
 from tests.sim.disk import SimDisk
 from tests.sim.network import SimNetwork
 

@@ -1,0 +1,84 @@
+"""Bookie processes for the benchmarks: started, awaited and stopped the same way everywhere.
+
+``source`` runs the bookies from another source tree (PYTHONPATH and working directory), which is
+how a benchmark compares a tree from before a change with this one on the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiobk.metadata import free_port
+
+
+def bookie_module(source: str | None) -> str:
+    """The ``-m`` name of the bookie in tree ``source`` (None: this one): ``aiobk.bookie``, or
+    ``bookie`` in a tree from before the single ``aiobk`` namespace."""
+    if source is None or (Path(source) / "aiobk" / "bookie").is_dir():
+        return "aiobk.bookie"
+    return "bookie"
+
+
+def start_bookie(
+    data_dir: str,
+    uri: str | None = None,
+    extra: Sequence[str] = (),
+    source: str | None = None,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """One bookie process on a free loopback port, returned once it serves."""
+    port = free_port()
+    env = dict(os.environ)
+    if source:
+        env["PYTHONPATH"] = source
+    metadata = ["--metadata", uri] if uri else []
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", bookie_module(source), "start", "--port", str(port),
+            "--data-dir", data_dir, *metadata, *extra,
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        env=env, cwd=source or None,
+    )  # fmt: skip
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if b"serving on" not in line:
+        stop_bookies([process])
+        raise RuntimeError(f"a bookie did not start: {line!r}")
+    return process, port
+
+
+def start_bookies(
+    count: int,
+    base: str,
+    uri: str,
+    extra: Sequence[str] = (),
+    source: str | None = None,
+) -> list[subprocess.Popen[bytes]]:
+    """``count`` bookies with data under ``base``, registered at ``uri``."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for index in range(count):
+            data_dir = os.path.join(base, f"bookie{index}")
+            procs.append(start_bookie(data_dir, uri, extra, source)[0])
+    except BaseException:
+        stop_bookies(procs)
+        raise
+    return procs
+
+
+def stop_bookies(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every one, wait up to 30 s each, then SIGKILL what is left."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
