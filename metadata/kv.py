@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class KeyExistsError(Exception):
@@ -31,6 +31,16 @@ class RevisionMismatchError(Exception):
     def __init__(self, key: bytes, expected: int, actual: int) -> None:
         super().__init__(f"{key!r} is at revision {actual}, not {expected}")
         self.actual = actual
+
+
+@dataclass(frozen=True)
+class EtcdCredentials:
+    """An etcd user (``etcd://USER:PASSWORD@...``, ``aiobk.metadata.uri``); the password is
+    kept out of ``repr``. Here, at the seam, so that the URI parser and the etcd twin both
+    name it without importing each other."""
+
+    user: str
+    password: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from aetcd import rpc
 
 from aiobk.metadata.kv import (
     KV,
+    EtcdCredentials,
     KeyExistsError,
     KeyMissingError,
     KeyValue,
@@ -39,7 +40,6 @@ from aiobk.metadata.kv import (
     WatchEvent,
     prefix_end,
 )
-from aiobk.metadata.uri import EtcdCredentials
 from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)

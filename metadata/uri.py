@@ -12,9 +12,10 @@ the stores' descriptions show ``redact_uri(uri)``, where it is ``***``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from aiobk.metadata.kv import EtcdCredentials
 from aiobk.metadata.kv_memory import MemoryKV
 from aiobk.metadata.store import MetadataStore
 
@@ -39,14 +40,6 @@ def redact_uri(uri: str) -> str:
     user, colon, _password = userinfo.partition(":")
     shown = f"{user}:***" if colon and user and "/" not in user else "***"
     return f"{scheme}{sep}{shown}@{after}"
-
-
-@dataclass(frozen=True)
-class EtcdCredentials:
-    """An etcd user; the password is kept out of ``repr``."""
-
-    user: str
-    password: str = field(repr=False)
 
 
 @dataclass(frozen=True)

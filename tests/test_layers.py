@@ -1,0 +1,88 @@
+"""The structure the layers promise (issue 14): no import cycle among the modules of any layer,
+and the bookie never reaches the client. ``make lint`` checks the order between layers
+(import-linter, ``[tool.importlinter]`` in pyproject.toml); this checks inside each one.
+
+Imports under ``TYPE_CHECKING`` count: a cycle that only the type checker sees is still two
+modules that cannot be understood one without the other.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import cache
+
+import grimp
+import pytest
+
+LAYERS = ("protocol", "metadata", "bookie", "client", "pipeline", "bench")
+
+
+@cache
+def _graph() -> grimp.ImportGraph:
+    return grimp.build_graph("aiobk", cache_dir=None)
+
+
+def import_cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
+    """The strongly connected components of more than one module among ``package``'s modules
+    (Tarjan's algorithm), each sorted."""
+    inside = {m for m in graph.modules if m == package or m.startswith(package + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph.find_modules_directly_imported_by(module) & inside:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(inside) + 100))
+    try:
+        for module in sorted(inside):
+            if module not in index:
+                visit(module)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(cycles)
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_no_import_cycle_inside_a_layer(layer: str) -> None:
+    assert import_cycles(_graph(), f"aiobk.{layer}") == []
+
+
+def test_the_bookie_never_reaches_the_client() -> None:
+    """Not even through another module: the repairer is handed in by the wiring (aiobk/)."""
+    chains = _graph().find_shortest_chains(
+        importer="aiobk.bookie", imported="aiobk.client", as_packages=True
+    )
+    assert not chains, sorted(" -> ".join(chain) for chain in chains)
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for module in ("p", "p.a", "p.b", "p.c", "p.d"):
+        graph.add_module(module)
+    graph.add_import(importer="p.a", imported="p.b")
+    graph.add_import(importer="p.b", imported="p.c")
+    graph.add_import(importer="p.c", imported="p.a")
+    graph.add_import(importer="p.d", imported="p.a")
+    assert import_cycles(graph, "p") == [["p.a", "p.b", "p.c"]]
