@@ -21,15 +21,18 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
 
+from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
 from aiobk.protocol import (
     ErrorResponse,
     FrameDecoder,
     FrameError,
     MalformedMessageError,
+    OpCode,
     Response,
     StatusCode,
     check_request,
@@ -37,20 +40,32 @@ from aiobk.protocol import (
     encode,
 )
 
-if TYPE_CHECKING:
-    from aiobk.bookie.ops.read import LongPoll
-    from aiobk.bookie.server import Bookie
-
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionHooks:
+    """What the server wires into every connection (the journal's group commit, today)."""
+
+    # Every request read in this turn has been handed over: the journal may write an idle
+    # add's record now instead of a loop turn later (``Journal.flush_idle``).
+    batch_done: Callable[[], object]
+    # Replies made now should be written at once, not queued for the end of the turn.
+    answer_at_once: Callable[[], bool]
+
+
 class ServerConnection(asyncio.Protocol):
-    def __init__(self, bookie: Bookie) -> None:
-        self.bookie = bookie
-        self.flow = bookie.flow
+    def __init__(
+        self, ctx: BookieContext, handlers: Mapping[OpCode, Handler], hooks: ConnectionHooks
+    ) -> None:
+        self.ctx = ctx
+        self.flow = ctx.flow
+        self._handlers = handlers
+        self._batch_done = hooks.batch_done
+        self._answer_at_once = hooks.answer_at_once
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        config = bookie.config
+        config = ctx.config
         self._decoder = FrameDecoder(config.max_frame_size)
         self._max_frame = config.max_frame_size
         self._max_inflight = config.max_inflight_per_connection
@@ -69,7 +84,7 @@ class ServerConnection(asyncio.Protocol):
         self.frame_started: float | None = None  # when the partial frame held began
         self.write_paused_since: float | None = None  # responses unsendable since
         self.reads = FifoGate(READS_PER_CONNECTION)
-        self.polls: set[LongPoll] = set()  # this peer's long polls waiting now
+        self.polls: set[Poll] = set()  # this peer's long polls waiting now
         self._backlog: deque[bytes] = deque()  # requests read, not handled yet
         self._backlog_bytes = 0
         self._drain_scheduled = False
@@ -80,7 +95,7 @@ class ServerConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        config = self.bookie.config
+        config = self.ctx.config
         self.transport.set_write_buffer_limits(
             high=config.server_write_buffer_high_water_mark,
             low=config.server_write_buffer_low_water_mark,
@@ -90,7 +105,7 @@ class ServerConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
             return
-        self.bookie.stats.connections += 1
+        self.ctx.stats.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -144,7 +159,8 @@ class ServerConnection(asyncio.Protocol):
         it: a plain read took 3.6 s (issue 12, finding 3)."""
         self._drain_scheduled = False
         backlog = self._backlog
-        handlers = self.bookie.handlers
+        handlers = self._handlers
+        ctx = self.ctx
         for _ in range(min(len(backlog), FRAMES_PER_TURN)):
             if self.closed:
                 return
@@ -154,7 +170,7 @@ class ServerConnection(asyncio.Protocol):
                 request = decode_request(payload, self._max_frame)
                 check_request(request)  # nothing storage cannot hold is ever acknowledged
             except MalformedMessageError as exc:
-                self.bookie.stats.bad_requests += 1
+                self.ctx.stats.bad_requests += 1
                 if exc.txn_id is None:
                     self._reject(f"undecodable request ({exc.reason})")
                     return
@@ -162,10 +178,10 @@ class ServerConnection(asyncio.Protocol):
                 self._send(ErrorResponse(exc.txn_id, StatusCode.EBADREQ, exc.op or 0))
                 continue
             self._inflight += 1
-            handlers[request.op](self.bookie, request, self)
+            handlers[request.op](ctx, request, self)
         if self.closed:
             return
-        self.bookie.journal.flush_idle()
+        self._batch_done()
         self.measure()
         if backlog and not self._drain_scheduled:
             self._drain_scheduled = True
@@ -206,7 +222,7 @@ class ServerConnection(asyncio.Protocol):
         """Long polls of this peer waiting now."""
         return len(self.polls)
 
-    def poll_started(self, poll: LongPoll) -> None:
+    def poll_started(self, poll: Poll) -> None:
         # A waiting long poll leaves the in-flight count that may have paused this peer: look
         # again. Before, a connection with max_inflight_per_connection polls waiting was not
         # read until they expired, so its next requests -- more polls past the cap, a plain
@@ -216,7 +232,7 @@ class ServerConnection(asyncio.Protocol):
         if self._read_paused:
             self.update_reading()
 
-    def poll_ended(self, poll: LongPoll) -> None:
+    def poll_ended(self, poll: Poll) -> None:
         self.polls.discard(poll)
         if self._read_paused:
             self.update_reading()
@@ -257,7 +273,7 @@ class ServerConnection(asyncio.Protocol):
     def _send(self, response: Response) -> None:
         if self.closed:
             return
-        if self.bookie.journal.urgent and not self._out and self.transport is not None:
+        if not self._out and self._answer_at_once() and self.transport is not None:
             self.transport.write(encode(response))  # an idle add: no need to wait a loop turn
             return
         frame = encode(response)
@@ -298,7 +314,7 @@ class ServerConnection(asyncio.Protocol):
             self._read_paused = False
 
     def _reject(self, why: str) -> None:
-        self.bookie.stats.bad_requests += 1
+        self.ctx.stats.bad_requests += 1
         log.warning("closing connection from %s: %s", self.peer, why)
         self.close()
 

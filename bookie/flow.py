@@ -39,13 +39,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiobk.bookie.config import BookieConfig
-
-if TYPE_CHECKING:
-    from aiobk.bookie.connection import ServerConnection
-    from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +107,36 @@ class FifoGate:
                 waiter.set_result(None)
 
 
+class Peer(Protocol):
+    """What flow control sees of a connection (``bookie.connection.ServerConnection``)."""
+
+    held: int  # bytes held, as last reported
+    last_active: float
+    frame_started: float | None
+    write_paused_since: float | None
+    tasks: set[asyncio.Task[None]]
+
+    @property
+    def idle(self) -> bool: ...
+
+    def held_now(self) -> int: ...
+
+    def update_reading(self) -> None: ...
+
+    def drop(self, why: str, quiet: bool = False) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
 class FlowControl:
     """The bookie-wide bounds of the module docstring; connections report to it."""
 
     def __init__(self, config: BookieConfig, stats: BookieStats) -> None:
         self.config = config
         self.stats = stats
-        self.connections: dict[ServerConnection, None] = {}  # in order of arrival
+        self.connections: dict[Peer, None] = {}  # in order of arrival
         self.held = 0  # bytes of partial frames and queued responses, as last reported
         self.reads = asyncio.Semaphore(config.max_reads_in_progress)
         self.add_bytes = 0  # bytes of adds received and not yet answered
@@ -139,7 +159,7 @@ class FlowControl:
 
     # ------------------------------------------------------------------ connections
 
-    def admit(self, conn: ServerConnection) -> bool:
+    def admit(self, conn: Peer) -> bool:
         """Register a new connection; False if it must be refused (the cap, nothing idle)."""
         if len(self.connections) >= self.config.max_connections:
             idle = [c for c in self.connections if c.idle]
@@ -152,13 +172,13 @@ class FlowControl:
         self.connections[conn] = None
         return True
 
-    def forget(self, conn: ServerConnection) -> None:
+    def forget(self, conn: Peer) -> None:
         if conn in self.connections:
             del self.connections[conn]
             self.held -= conn.held
             conn.held = 0
 
-    def note_held(self, conn: ServerConnection, held: int) -> None:
+    def note_held(self, conn: Peer, held: int) -> None:
         """``conn`` now holds ``held`` bytes; over the bookie-wide bound the biggest goes."""
         if conn not in self.connections:
             return
@@ -233,8 +253,9 @@ class FlowControl:
 
     # ------------------------------------------------------------------ long polls
 
-    def long_poll_room(self, conn: ServerConnection) -> bool:
+    def long_poll_room(self, waiting_here: int) -> bool:
+        """Room for one more long poll on a connection with ``waiting_here`` waiting."""
         return (
             self.long_polls < self.config.max_long_polls
-            and conn.long_polls < self.config.max_long_polls_per_connection
+            and waiting_here < self.config.max_long_polls_per_connection
         )

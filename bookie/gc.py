@@ -28,18 +28,18 @@ with its scan-and-compare collector, and compaction).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from aiobk.bookie.compaction import compaction_candidates, live_entries, relocate
+from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.storage import LedgerStorage
 from aiobk.metadata import MetadataStore
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
-
-if TYPE_CHECKING:
-    from aiobk.bookie.server import Bookie
 
 log = logging.getLogger(__name__)
 
@@ -68,90 +68,113 @@ def removable_logs(complete: Iterable[int], referenced: set[int]) -> list[int]:
     return sorted(set(complete) - referenced)
 
 
-async def collect(bookie: Bookie, store: MetadataStore, short_of_space: bool = False) -> GcResult:
-    """One garbage-collection pass (see the module's docstring)."""
-    result = GcResult()
-    storage = bookie.storage
-    held = list(storage.ledgers)  # before the listing: see step 1
-    try:
-        listed = [ledger_id async for ledger_id in store.list_ledgers()]
-        doomed = []
-        for ledger_id in sorted(garbage_candidates(held, listed)):
-            state = storage.ledgers.get(ledger_id)
-            if state is None or (state.limbo and bookie.repairing):
-                continue  # the boot repair works on limbo ledgers; a deleted one it skips
+class GarbageCollector:
+    """Runs passes (see the module's docstring), one at a time."""
+
+    def __init__(
+        self,
+        storage: LedgerStorage,
+        config: BookieConfig,
+        stats: BookieStats,
+        checkpoint: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.storage = storage
+        self.config = config
+        self.stats = stats
+        self.checkpoint = checkpoint  # the bookie's: makes the index and entry logs durable
+        self._lock = asyncio.Lock()
+
+    async def collect(
+        self, store: MetadataStore, owner: str, *, short_of_space: bool, keep_limbo: bool
+    ) -> GcResult:
+        """One pass. ``keep_limbo``: the boot repair still works on limbo ledgers."""
+        async with self._lock:
+            result = await self._collect(store, short_of_space, keep_limbo)
+        stats = self.stats
+        stats.gc_ledgers_deleted += len(result.ledgers_deleted)
+        stats.gc_logs_removed += len(result.logs_removed)
+        stats.gc_bytes_freed += result.bytes_freed
+        stats.gc_entries_moved += result.entries_moved
+        stats.gc_logs_compacted += len(result.logs_compacted)
+        if result.ledgers_deleted or result.logs_removed:
+            log.info(
+                "bookie %s: gc deleted %d ledger(s), removed %d entry log(s) (%d compacted, %d "
+                "entries moved), %d bytes",
+                owner,
+                len(result.ledgers_deleted),
+                len(result.logs_removed),
+                len(result.logs_compacted),
+                result.entries_moved,
+                result.bytes_freed,
+            )
+        return result
+
+    async def _collect(
+        self, store: MetadataStore, short_of_space: bool, keep_limbo: bool
+    ) -> GcResult:
+        result = GcResult()
+        storage = self.storage
+        held = list(storage.ledgers)  # before the listing: see step 1
+        try:
+            listed = [ledger_id async for ledger_id in store.list_ledgers()]
+            doomed = []
+            for ledger_id in sorted(garbage_candidates(held, listed)):
+                state = storage.ledgers.get(ledger_id)
+                if state is None or (state.limbo and keep_limbo):
+                    continue  # the boot repair works on limbo ledgers; a deleted one it skips
+                try:
+                    await store.read_ledger(ledger_id)
+                except NoSuchLedgerError:
+                    doomed.append(ledger_id)
+        except BKError as exc:  # MetadataStoreError and the like: delete nothing this time
+            result.skipped = f"metadata store: {exc}"
+            return result
+        for ledger_id in doomed:
+            if storage.delete_ledger(ledger_id):
+                result.ledgers_deleted.append(ledger_id)
+        logger = storage.entry_logger
+        if short_of_space and logger.active_size > self.config.entry_log_write_buffer:
+            logger.roll()
+        try:
+            await self.checkpoint()  # writes out buffered logs, so that they can be complete
+            complete = await storage.entry_logger.complete_logs()
+            live = await live_entries(storage.ledgers.values())
+            await self.checkpoint()  # a full segment: durable references are within `live`
+        except OSError as exc:
+            result.skipped = f"checkpoint failed: {exc}"
+            return result
+        await self._remove(result, removable_logs(complete, set(live)))
+        threshold = self.config.gc_compaction_threshold
+        if threshold > 0:
             try:
-                await store.read_ledger(ledger_id)
-            except NoSuchLedgerError:
-                doomed.append(ledger_id)
-    except BKError as exc:  # MetadataStoreError and the like: delete nothing this time
-        result.skipped = f"metadata store: {exc}"
+                await self._compact(result, [i for i in complete if live[i]], live, threshold)
+            except OSError as exc:
+                result.skipped = f"compaction failed: {exc}"
         return result
-    for ledger_id in doomed:
-        if storage.delete_ledger(ledger_id):
-            result.ledgers_deleted.append(ledger_id)
-    logger = storage.entry_logger
-    if short_of_space and logger.active_size > bookie.config.entry_log_write_buffer:
-        logger.roll()
-    try:
-        await bookie.checkpoint()  # writes out buffered logs, so that they can be complete
-        complete = await storage.entry_logger.complete_logs()
-        live = await live_entries(storage.ledgers.values())
-        await bookie.checkpoint()  # a full segment: durable references are within `live`
-    except OSError as exc:
-        result.skipped = f"checkpoint failed: {exc}"
-        return result
-    await _remove(bookie, result, removable_logs(complete, set(live)))
-    threshold = bookie.config.gc_compaction_threshold
-    if threshold > 0:
-        try:
-            await _compact(bookie, result, [i for i in complete if live[i]], live, threshold)
-        except OSError as exc:
-            result.skipped = f"compaction failed: {exc}"
-    stats = bookie.stats
-    stats.gc_ledgers_deleted += len(result.ledgers_deleted)
-    stats.gc_logs_removed += len(result.logs_removed)
-    stats.gc_bytes_freed += result.bytes_freed
-    stats.gc_entries_moved += result.entries_moved
-    stats.gc_logs_compacted += len(result.logs_compacted)
-    if result.ledgers_deleted or result.logs_removed:
-        log.info(
-            "bookie %s: gc deleted %d ledger(s), removed %d entry log(s) (%d compacted, %d "
-            "entries moved), %d bytes",
-            bookie.bookie_id,
-            len(result.ledgers_deleted),
-            len(result.logs_removed),
-            len(result.logs_compacted),
-            result.entries_moved,
-            result.bytes_freed,
-        )
-    return result
 
+    async def _remove(self, result: GcResult, logs: list[int]) -> None:
+        for log_id in logs:
+            try:
+                result.bytes_freed += await self.storage.entry_logger.remove_log(log_id)
+            except OSError as exc:
+                log.warning("cannot remove entry log %x: %s", log_id, exc)
+                continue
+            result.logs_removed.append(log_id)
 
-async def _remove(bookie: Bookie, result: GcResult, logs: list[int]) -> None:
-    for log_id in logs:
-        try:
-            result.bytes_freed += await bookie.storage.entry_logger.remove_log(log_id)
-        except OSError as exc:
-            log.warning("bookie %s: cannot remove entry log %x: %s", bookie.bookie_id, log_id, exc)
-            continue
-        result.logs_removed.append(log_id)
-
-
-async def _compact(
-    bookie: Bookie, result: GcResult, shared: list[int], live: Counter[int], threshold: float
-) -> None:
-    """Copy the live entries out of the emptiest shared logs, then remove those logs (see
-    ``bookie.compaction``). Counts of records come from the logs themselves."""
-    storage = bookie.storage
-    records = {log_id: await storage.entry_logger.record_count(log_id) for log_id in shared}
-    chosen = compaction_candidates(live, records, threshold, COMPACT_LOGS_PER_PASS)
-    if not chosen:
-        return
-    moved = await relocate(storage, set(chosen), bookie.config.entry_log_write_buffer)
-    result.entries_moved += moved.moved
-    still = await live_entries(storage.ledgers.values())  # before the checkpoint: see above
-    await bookie.checkpoint()  # the copies, and the index naming them, durable together
-    done = [i for i in chosen if not still[i] and i not in moved.stuck]
-    result.logs_compacted.extend(done)
-    await _remove(bookie, result, done)
+    async def _compact(
+        self, result: GcResult, shared: list[int], live: Counter[int], threshold: float
+    ) -> None:
+        """Copy the live entries out of the emptiest shared logs, then remove those logs (see
+        ``bookie.compaction``). Counts of records come from the logs themselves."""
+        storage = self.storage
+        records = {log_id: await storage.entry_logger.record_count(log_id) for log_id in shared}
+        chosen = compaction_candidates(live, records, threshold, COMPACT_LOGS_PER_PASS)
+        if not chosen:
+            return
+        moved = await relocate(storage, set(chosen), self.config.entry_log_write_buffer)
+        result.entries_moved += moved.moved
+        still = await live_entries(storage.ledgers.values())  # before the checkpoint: see above
+        await self.checkpoint()  # the copies, and the index naming them, durable together
+        done = [i for i in chosen if not still[i] and i not in moved.stuck]
+        result.logs_compacted.extend(done)
+        await self._remove(result, done)

@@ -44,14 +44,13 @@ from aiobk.bookie.journal_format import (
     encode_record,
     padding,
 )
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal_policy import BatchPlan, GroupCommitPolicy, batch_plan
 from aiobk.bookie.journal_replay import file_name, replay
 from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
-INLINE_BYTES = 16 * 1024
 PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites commit no metadata
 
 
@@ -252,25 +251,30 @@ class Journal:
             not self._idle
             or handle is None
             or self._failed is not None
-            or not self._sync_data
             or not self._policy.flush_when_queue_empty
-            or self._sync_busy()
-            or self._written
             or not self._queue
-            or len(self._callbacks) > self._inline_records
-            or self._queued_bytes > INLINE_BYTES
             or handle.size + self._queued_bytes > self._max_file_size
         ):
             return False
-        data = b"".join(self._queue)
+        offset = handle.size
+        pad = padding(offset + self._queued_bytes, self._alignment)
+        plan = batch_plan(
+            len(self._callbacks),
+            len(self._written),
+            self._queued_bytes + len(pad),
+            sync_data=self._sync_data,
+            sync_busy=self._sync_busy(),
+            inline_records=self._inline_records,
+        )
+        if plan is not BatchPlan.SYNC_HERE:
+            return False  # the writer task takes it, a loop turn later
+        data = b"".join(self._queue) + pad
         callbacks = self._callbacks
         first_lsn = self._first_queued_lsn
         assert first_lsn is not None
         self._queue, self._callbacks = [], []
         self._queued_bytes = 0
         self._first_queued_lsn = None
-        offset = handle.size
-        data += padding(offset + len(data), self._alignment)
         error: BaseException | None = None
         try:
             handle.write_and_sync_now(data)
@@ -336,21 +340,20 @@ class Journal:
                 handle = batch.handle = await self._file_for(len(data), first_lsn)
                 batch.offset = handle.size
                 data = batch.data = data + padding(handle.size + len(data), self._alignment)
-                if (
-                    self._sync_data
-                    and not written
-                    and not self._sync_busy()
-                    and len(callbacks) <= self._inline_records
-                    and len(data) <= INLINE_BYTES
-                ):
-                    # Idle bookie: one add, nothing else waiting. Syncing here saves two
-                    # thread hops (most of an idle add's overhead); under load batches are
-                    # larger and overlap with the sync stage instead.
+                plan = batch_plan(
+                    len(callbacks),
+                    len(written),
+                    len(data),
+                    sync_data=self._sync_data,
+                    sync_busy=self._sync_busy(),
+                    inline_records=self._inline_records,
+                )
+                if plan is BatchPlan.SYNC_HERE:
                     handle.write_and_sync_now(data)
                     self._count(data, synced=True)
                     _notify(callbacks, None)
                     continue
-                if written and len(data) <= INLINE_BYTES:
+                if plan is BatchPlan.WRITE_HERE:
                     handle.write_now(data)  # volatile: into the page cache, answer at once
                 else:
                     await handle.write(data)

@@ -14,6 +14,7 @@ wait a little for more, with BookKeeper's three knobs:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +30,47 @@ class GroupCommitPolicy:
         if self.flush_when_queue_empty or queued_bytes >= self.buffered_bytes_threshold:
             return 0.0
         return max(0.0, oldest_enqueued_at + self.max_group_wait - now)
+
+
+INLINE_BYTES = 16 * 1024  # a batch up to this size may be written without a thread hop
+
+
+class BatchPlan(Enum):
+    """How the writer puts one batch on disk (``batch_plan``)."""
+
+    SYNC_HERE = "sync-here"  # write and fdatasync on the event loop, answer now
+    WRITE_HERE = "write-here"  # write into the page cache on the event loop (volatile only)
+    OFFLOAD = "offload"  # write on the journal's I/O lane; the sync stage syncs it
+
+
+def batch_plan(
+    records: int,
+    volatile: int,
+    size: int,
+    *,
+    sync_data: bool,
+    sync_busy: bool,
+    inline_records: int,
+) -> BatchPlan:
+    """The one decision both writer paths take -- the idle fast path (``Journal.flush_idle``,
+    right after a connection handed its requests over) and the writer task.
+
+    An idle bookie with one small persistent record and no sync under way syncs it at once:
+    that saves two thread hops, most of an idle add's cost. A small batch of volatile records
+    (BP-14) goes into the page cache at once and is answered. Everything else is written on
+    the I/O lane, and the sync stage overlaps its fdatasync with the next write -- under load
+    batches are larger and that overlap is what pays.
+
+    ``records``: callbacks in the batch (records and barriers); ``volatile``: of those, the
+    BP-14 ones answered when written; ``size``: bytes to write, padding included."""
+    if (
+        sync_data
+        and not volatile
+        and not sync_busy
+        and records <= inline_records
+        and size <= INLINE_BYTES
+    ):
+        return BatchPlan.SYNC_HERE
+    if volatile and size <= INLINE_BYTES:
+        return BatchPlan.WRITE_HERE
+    return BatchPlan.OFFLOAD

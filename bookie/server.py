@@ -12,51 +12,37 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Coroutine
+from typing import Any, NamedTuple, cast
 
 from aiobk.bookie.advertised import advertised_host
-from aiobk.bookie.boot import Repairer, fence_and_limbo, load_repairer, repair
+from aiobk.bookie.boot import fence_and_limbo
+from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
 from aiobk.bookie.config import BookieConfig, ConfigError
-from aiobk.bookie.connection import ServerConnection
+from aiobk.bookie.connection import ConnectionHooks, ServerConnection
+from aiobk.bookie.context import BookieContext
 from aiobk.bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
 from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.disk_monitor import DiskMonitor
+from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
-from aiobk.bookie.gc import GcResult, collect
+from aiobk.bookie.gc import GarbageCollector, GcResult
 from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_format import (
-    ADD_PREFIX,
-    LEDGER_PREFIX,
-    LEDGER_VALUE,
-    JournalCorruptError,
-    Record,
-    RecordType,
-)
 from aiobk.bookie.journal_policy import GroupCommitPolicy
-from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.ledger_state import Ledgers
 from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
-from aiobk.bookie.ops import HANDLERS, Handler
+from aiobk.bookie.ops import HANDLERS
+from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
+from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import DISK, WriteState
-from aiobk.metadata import (
-    READ_ONLY,
-    WRITABLE,
-    BookieServiceInfo,
-    MetadataStore,
-    Registration,
-    open_store,
-)
-from aiobk.protocol import MAX_ENTRY_ID, MalformedEntryError, OpCode, peek_header
-from aiobk.protocol.errors import BKError, MetadataStoreError
+from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
 except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout
     SOFTWARE_VERSION = "unknown"
-REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
-CHECKPOINT_RETRY = 1.0  # seconds before trying again after a failed checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +55,6 @@ class BookieAddress(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
-class BookieStateError(RuntimeError):
-    """start/stop called in the wrong state."""
-
-
 class Bookie:
     def __init__(
         self,
@@ -81,31 +63,29 @@ class Bookie:
         disk: Disk | None = None,
         network: ServerNetwork | None = None,
         metadata: MetadataStore | None = None,
-        repairer: Callable[[MetadataStore, str], Repairer] = load_repairer,
+        repairer: RepairerFactory | None = None,
         instance_ids: Callable[[], str] | None = None,
     ) -> None:
         """``disk``, ``network`` and ``metadata`` are the I/O seams (DESIGN "the I/O seam");
-        ``repairer`` builds the client-side helper of BP-46 phase two; ``instance_ids`` makes
-        the id a fresh cookie records (random bytes by default; a simulator passes a seeded
-        source so that one seed replays exactly)."""
+        ``repairer`` builds the client-side helper of BP-46 phase two (the wiring passes
+        ``aiobk.client.repair.BookieRepairer``; without it limbo ledgers stay in limbo, see
+        ``bookie.repair``); ``instance_ids`` makes the id a fresh cookie records (random bytes
+        by default; a simulator passes a seeded source so that one seed replays exactly)."""
         self.config = config
         self._make_repairer = repairer
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
-        self.stats = BookieStats()
-        self.handlers: dict[OpCode, Handler] = HANDLERS
-        self.flow = FlowControl(config, self.stats)
+        self.stats = stats = BookieStats()
+        self.flow = FlowControl(config, stats)
         self._disk: Disk = disk or OsDisk()
         self._owns_disk = disk is None
         self._network: ServerNetwork = network or AsyncioNetwork()
         self._server: ServerHandle | None = None
-        self._checkpoint_task: asyncio.Task[None] | None = None
-        self._checkpoint_lock = asyncio.Lock()
         self._port = config.port
         self._advertised_host = config.host
         self._running = False
         self.write_state = WriteState()
         self.write_state.on_change(self._state_changed)
-        self.storage = LedgerStorage(self._disk, config, self.stats, self._write_error)
+        self.storage = LedgerStorage(self._disk, config, stats, self._write_error)
         self.journal = Journal(
             self._disk,
             config.journal_path,
@@ -116,30 +96,41 @@ class Bookie:
             ),
             max_file_size=config.journal_max_file_size,
             sync_data=config.journal_sync_data,
-            stats=self.stats,
+            stats=stats,
             alignment=config.journal_alignment,
             volatile_sync_delay=config.journal_volatile_sync_delay,
         )
-        self.disk_monitor = DiskMonitor(
-            config, self._disk, self.write_state, self.journal, self.stats, self._forced_gc
+        self.ledgers = Ledgers(
+            self.storage, self.journal, stats, journal_adds=config.journal_write_data
         )
-        self._published_state = WRITABLE
-        self._publish_task: asyncio.Task[None] | None = None
+        self.disk_monitor = DiskMonitor(
+            config, self._disk, self.write_state, self.journal, stats, self._forced_gc
+        )
+        self.checkpoints = Checkpoints(self.storage, self.journal, stats, self._write_error)
+        self._gc = GarbageCollector(self.storage, config, stats, self.checkpoint)
+        self.context = BookieContext(
+            config,
+            stats,
+            self.storage,
+            self.journal,
+            self.ledgers,
+            self.flow,
+            self.write_state,
+            self,
+            self.log_corruption,
+        )
+        journal = self.journal
+        self._hooks = ConnectionHooks(journal.flush_idle, lambda: journal.urgent)
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # background work while serving
         self.replayed = 0
-        self.checkpoint_error: str | None = None  # why the last checkpoint failed, until one works
         self.instance_id = ""
         self.unclean_start = False
         self._replaced_instances: tuple[str, ...] = ()
         self.limbo_ledgers: list[int] = []
         self._to_repair: list[int] = []
-        self._repair_task: asyncio.Task[None] | None = None
-        self._gc_task: asyncio.Task[None] | None = None
-        self._gc_lock = asyncio.Lock()
         self._metadata = metadata
         self._owns_metadata = False
-        self.registration: Registration | None = None
-        self._reregister_task: asyncio.Task[None] | None = None
-        self._published_free = 0
+        self._registry: Registry | None = None
 
     # ------------------------------------------------------------------ identity
 
@@ -160,6 +151,16 @@ class Bookie:
     def running(self) -> bool:
         return self._running
 
+    @property
+    def registration(self) -> Registration | None:
+        """This bookie's lease in the registry, while it holds one."""
+        return self._registry.registration if self._registry is not None else None
+
+    @property
+    def checkpoint_error(self) -> str | None:
+        """Why the last checkpoint failed, until one works (``bookie.checkpoints``)."""
+        return self.checkpoints.error
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -177,10 +178,12 @@ class Bookie:
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
         # Bind (without accepting) first: the cookie records the address actually bound.
+        context, handlers, hooks = self.context, HANDLERS, self._hooks
         self._server = await self._network.start_server(
-            lambda: ServerConnection(self), self.config.host, self.config.port
+            lambda: ServerConnection(context, handlers, hooks), self.config.host, self.config.port
         )
         self._port = self._server.port
+        self.ledgers.owner = self.checkpoints.owner = self.bookie_id
         try:
             await self._boot()
             await self._server.start_serving()
@@ -197,18 +200,25 @@ class Bookie:
         self._running = True
         self.flow.start()
         self.disk_monitor.run()
-        self._checkpoint_task = asyncio.get_running_loop().create_task(
-            self._checkpoint_loop(), name="bookie-checkpoint"
-        )
+        self._spawn("checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish))
         if self._to_repair and self._metadata is not None and self.config.boot_repair:
-            self._repair_task = asyncio.get_running_loop().create_task(
-                self._repair(self._metadata, list(self._to_repair)), name="bookie-repair"
+            self._spawn(
+                "repair",
+                run_repair(
+                    self._make_repairer,
+                    self.ledgers,
+                    self._metadata,
+                    list(self._to_repair),
+                    self.bookie_id,
+                    self.config.repair_retry_interval,
+                ),
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
-            self._gc_task = asyncio.get_running_loop().create_task(
-                self._gc_loop(), name="bookie-gc"
-            )
+            self._spawn("gc", self._gc_loop())
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
+
+    def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        self._tasks[name] = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
 
     async def _boot(self) -> None:
         """BP-46 "The Full Boot-Up Sequence", up to phase one; nothing is served before it ends.
@@ -247,7 +257,7 @@ class Bookie:
             while state.location(entry) >= 0:
                 state.sync.synced(entry)
                 entry += 1
-        self.replayed = await self.journal.replay(mark, self._apply)
+        self.replayed = await self.journal.replay(mark, self.ledgers.apply)
         await self.journal.start(mark + 1)
         if self.replayed:
             log.info("replayed %d journal records after LSN %d", self.replayed, mark)
@@ -257,7 +267,9 @@ class Bookie:
                 await self.checkpoint()
         lost_data = check.fixed or (self.unclean_start and not self.config.journal_write_data)
         if lost_data and self._metadata is not None:
-            self.limbo_ledgers, self._to_repair = await fence_and_limbo(self, self._metadata)
+            self.limbo_ledgers, self._to_repair = await fence_and_limbo(
+                self.ledgers, self._metadata, self.config, self.bookie_id
+            )
 
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
@@ -266,7 +278,7 @@ class Bookie:
         self._running = False
         await self._deregister(clean=True)
         await self._close_server(abort=False)
-        await self._cancel_checkpoints()
+        await self._cancel_background()
         await self.journal.stop()
         try:
             await self.checkpoint(release=False)
@@ -290,7 +302,7 @@ class Bookie:
         self._running = False
         await self._deregister(clean=False)
         await self._close_server(abort=True)
-        await self._cancel_checkpoints()
+        await self._cancel_background()
         await self.journal.crash()
         await self.storage.close()
         if self._owns_disk:
@@ -298,13 +310,13 @@ class Bookie:
 
     @property
     def connections(self) -> list[ServerConnection]:
-        return list(self.flow.connections)
+        return [cast(ServerConnection, conn) for conn in self.flow.connections]
 
     async def _close_server(self, abort: bool) -> None:
         self.flow.stop()
         if self._server is not None:
             self._server.close()
-        for conn in self.connections:
+        for conn in list(self.flow.connections):
             conn.abort() if abort else conn.close()
             for task in list(conn.tasks):
                 task.cancel()
@@ -314,93 +326,55 @@ class Bookie:
                     await self._server.wait_closed()
             self._server = None
 
-    async def _repair(self, store: MetadataStore, ledgers: list[int]) -> None:
-        """BP-46 phase two, in the background once the bookie serves."""
-        repairer = self._make_repairer(store, self.bookie_id)
-        try:
-            await repair(self, store, repairer, ledgers, self.config.repair_retry_interval)
-        finally:
-            await repairer.close()
-
     @property
     def repairing(self) -> bool:
         """The boot-time repair (BP-46 phase two) is still running."""
-        return self._repair_task is not None and not self._repair_task.done()
+        task = self._tasks.get("repair")
+        return task is not None and not task.done()
 
     async def wait_repaired(self) -> None:
         """For tests and operators: until the boot-time repair (if any) has finished."""
-        if self._repair_task is not None:
-            await asyncio.shield(self._repair_task)
-
-    async def _cancel_checkpoints(self) -> None:
-        await self.disk_monitor.stop()
-        for name in ("_repair_task", "_gc_task", "_publish_task"):
-            background: asyncio.Task[None] | None = getattr(self, name)
-            setattr(self, name, None)
-            if background is not None:
-                background.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await background
-        task, self._checkpoint_task = self._checkpoint_task, None
+        task = self._tasks.get("repair")
         if task is not None:
+            await asyncio.shield(task)
+
+    async def _cancel_background(self) -> None:
+        await self.disk_monitor.stop()
+        tasks, self._tasks = self._tasks, {}
+        for task in tasks.values():
             task.cancel()
+        for task in tasks.values():
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
     # ------------------------------------------------------------------ registration
 
-    async def _service_info(self) -> BookieServiceInfo:
-        free, total = await self.disk_usage()
-        self._published_free = free
-        self._published_state = WRITABLE if self.write_state.writable else READ_ONLY
-        return BookieServiceInfo(
-            self.bookie_id,
-            self.advertised_address,
-            self._published_state,
-            SOFTWARE_VERSION,
-            free,
-            total,
-            self.instance_id,
-        )
-
     async def _register(self) -> None:
         """Publish this bookie under a lease (API.md: registers on start)."""
         if self._metadata is None:
             return
-        registration = await self._metadata.register_bookie(
-            await self._service_info(), self.config.registration_ttl, self._replaced_instances
+        identity = BookieServiceInfo(
+            self.bookie_id,
+            self.advertised_address,
+            software_version=SOFTWARE_VERSION,
+            instance_id=self.instance_id,
         )
-        registration.on_lost(self._on_registration_lost)
-        self.registration = registration
+        self._registry = Registry(
+            self._metadata,
+            self.config.registration_ttl,
+            identity,
+            self._usage,
+            lambda: self._running,
+        )
+        await self._registry.register(self._replaced_instances)
 
-    def _on_registration_lost(self, lost: Registration) -> None:
-        if self._running and self._reregister_task is None:
-            self._reregister_task = asyncio.get_running_loop().create_task(self._reregister())
+    async def _usage(self) -> tuple[int, int, bool]:
+        free, total = await self.disk_usage()
+        return free, total, self.write_state.writable
 
-    async def _reregister(self) -> None:
-        """Keep trying to register again; clients cannot pick this bookie meanwhile."""
-        try:
-            while self._running:
-                try:
-                    await self._register()
-                    log.info("bookie %s registered again", self.bookie_id)
-                    return
-                except (MetadataStoreError, BKError) as exc:
-                    log.warning("bookie %s: cannot register yet: %s", self.bookie_id, exc)
-                await asyncio.sleep(REREGISTER_INTERVAL)
-        finally:
-            self._reregister_task = None
-
-    async def _refresh_registration(self) -> None:
-        """Publish free disk again when it moved by more than 64 MiB, and a change between
-        writable and read-only that could not be published when it happened."""
-        registration = self.registration
-        if registration is None or registration.lost.is_set():
-            return
-        free, _total = await self.disk_usage()
-        state = WRITABLE if self.write_state.writable else READ_ONLY
-        if abs(free - self._published_free) >= 64 * 1024 * 1024 or state != self._published_state:
-            await registration.update(await self._service_info())
+    async def _publish(self) -> None:
+        if self._registry is not None:
+            await self._registry.publish()
 
     def _state_changed(self, writable: bool) -> None:
         """Writable or read-only: registered as such at once (placement reads the registry)."""
@@ -410,86 +384,27 @@ class Bookie:
             "writable" if writable else "read-only",
             "" if writable else f" ({'; '.join(self.write_state.reasons)})",
         )
-        if self._running and (self._publish_task is None or self._publish_task.done()):
-            self._publish_task = asyncio.get_running_loop().create_task(
-                self._publish_state(), name="bookie-publish-state"
-            )
-
-    async def _publish_state(self) -> None:
-        try:
-            await self._refresh_registration()
-        except Exception as exc:  # the next round tries again; the loop must not die of it
-            log.warning("bookie %s: cannot publish its state yet: %s", self.bookie_id, exc)
-
-    def _write_error(self, exc: OSError) -> None:
-        self.disk_monitor.report(exc)
-
-    async def _forced_gc(self) -> GcResult | None:
-        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
-        if self._metadata is None or not self._running:
-            return None
-        return await self.collect_garbage(forced=True)
+        if self._running and self._registry is not None:
+            self._registry.publish_soon()
 
     async def _deregister(self, clean: bool) -> None:
-        task, self._reregister_task = self._reregister_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        registration, self.registration = self.registration, None
-        if registration is not None:
-            await (registration.close() if clean else registration.abandon())
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            await registry.close(clean)
         if self._owns_metadata and self._metadata is not None:
             await self._metadata.close()
             self._metadata = None
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ checkpoints, GC
 
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            delay = self.config.flush_interval
-            if self.checkpoint_error is not None:
-                delay = min(delay, CHECKPOINT_RETRY)
-            await asyncio.sleep(delay)
-            with contextlib.suppress(Exception):  # counted and logged by checkpoint()
-                await self.checkpoint()
-            await self._publish_state()
+    def _write_error(self, exc: OSError) -> None:
+        self.disk_monitor.report(exc)
 
     async def checkpoint(self, release: bool = True) -> None:
-        """Make everything journaled so far durable in ledger storage; trim the journal.
-
-        A failure is logged, counted (``checkpoint_failures``) and kept in
-        ``checkpoint_error`` until a checkpoint succeeds; the journal keeps every record the
-        failed one did not cover, and the checkpoint loop tries again soon."""
-        async with self._checkpoint_lock:
-            mark = self.journal.last_lsn
-            try:
-                await self.storage.checkpoint(mark)
-            except Exception as exc:
-                if isinstance(exc, OSError):
-                    self.disk_monitor.report(exc)
-                self.stats.checkpoint_failures += 1
-                kind = type(exc)
-                name = kind.__qualname__
-                if kind.__module__ != "builtins":
-                    name = f"{kind.__module__}.{name}"
-                self.checkpoint_error = f"{name}: {exc}"
-                log.error(
-                    "bookie %s: checkpoint failed (%d so far); the journal is kept until one "
-                    "succeeds: %s",
-                    self.bookie_id,
-                    self.stats.checkpoint_failures,
-                    self.checkpoint_error,
-                    exc_info=not isinstance(exc, OSError),
-                )
-                raise
-            if self.checkpoint_error is not None:
-                log.warning("bookie %s: checkpoints succeed again", self.bookie_id)
-                self.checkpoint_error = None
-            if release:
-                await self.journal.release(mark)
-
-    # ------------------------------------------------------------------ garbage collection
+        """Make everything journaled so far durable in ledger storage; trim the journal
+        (``bookie.checkpoints``: a failure is counted, logged and kept in
+        ``checkpoint_error``)."""
+        await self.checkpoints.checkpoint(release)
 
     async def _gc_loop(self) -> None:
         while True:
@@ -502,6 +417,12 @@ class Bookie:
             if result.skipped:
                 log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
 
+    async def _forced_gc(self) -> GcResult | None:
+        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
+        if self._metadata is None or not self._running:
+            return None
+        return await self.collect_garbage(forced=True)
+
     async def collect_garbage(self, forced: bool = False) -> GcResult:
         """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store.
         ``forced``: the disk is over its warning threshold (``bookie.disk_monitor``)."""
@@ -510,71 +431,8 @@ class Bookie:
         if not self._running:
             raise BookieStateError("the bookie is not running")
         short = forced or self.write_state.is_set(DISK)
-        async with self._gc_lock:
-            return await collect(self, self._metadata, short_of_space=short)
-
-    # ------------------------------------------------------------------ replay
-
-    def _apply(self, record: Record) -> None:
-        """Re-apply one journal record to ledger storage during boot.
-
-        Every record here was acknowledged or at least journaled, so none may stop the boot:
-        a value storage cannot hold (written by a version that did not check requests at the
-        door, ``protocol.limits``) is logged, counted and left out rather than refused."""
-        payload = record.payload
-        storage = self.storage
-        ledgers = storage.ledgers
-        if record.kind is RecordType.MASTER_KEY:
-            (ledger_id,) = LEDGER_PREFIX.unpack_from(payload)
-            key = payload[LEDGER_PREFIX.size :]
-            if len(key) > MAX_KEY_SIZE:
-                self._skip(record, f"ledger {ledger_id}: a {len(key)}-byte master key")
-                key = b""  # kept as a ledger whose key is unknown, like a limbo one
-            state = ledgers.get(ledger_id)
-            if state is None:
-                if ledger_id not in storage.deleted:
-                    storage.create(ledger_id, key)
-            elif not state.master_key:
-                state.master_key = key  # limbo ledger created at boot learns its key
-            return
-        ledger_id = LEDGER_PREFIX.unpack_from(payload)[0]
-        state = ledgers.get(ledger_id)
-        if state is None:
-            if ledger_id in storage.deleted:
-                return  # garbage collected after this record was written
-            raise JournalCorruptError(
-                f"journal record {record.lsn} names ledger {ledger_id} before its master key"
-            )
-        if record.kind is RecordType.ADD:
-            _ledger, entry_id = ADD_PREFIX.unpack_from(payload)
-            body = payload[ADD_PREFIX.size :]
-            try:
-                lac = peek_header(body)[2]
-            except MalformedEntryError as exc:
-                self._skip(record, f"entry {ledger_id}/{entry_id}: {exc}")
-                return
-            if not 0 <= entry_id <= MAX_ENTRY_ID:
-                self._skip(record, f"entry id {entry_id} of ledger {ledger_id}")
-                return
-            storage.add_entry(state, entry_id, body)
-            state.advance_lac(lac)
-            state.sync.synced(entry_id)  # replayed: made durable by the checkpoint after boot
-        elif record.kind is RecordType.FENCE:
-            state.fenced = True
-            state.meta_dirty = True
-        elif record.kind is RecordType.EXPLICIT_LAC:
-            state.advance_lac(LEDGER_VALUE.unpack_from(payload)[1])
-        elif record.kind is RecordType.LIMBO:
-            state.limbo = bool(LEDGER_VALUE.unpack_from(payload)[1])
-            state.meta_dirty = True
-
-    def _skip(self, record: Record, what: str) -> None:
-        self.stats.journal_records_skipped += 1
-        log.error(
-            "bookie %s: journal record %d holds %s that ledger storage cannot keep; left out",
-            self.bookie_id,
-            record.lsn,
-            what,
+        return await self._gc.collect(
+            self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
         )
 
     # ------------------------------------------------------------------ helpers
@@ -599,3 +457,6 @@ class Bookie:
 
     def log_corruption(self, exc: Exception) -> None:
         log.error("bookie %s: cannot serve an entry: %s", self.bookie_id, exc)
+
+
+__all__ = ["CHECKPOINT_RETRY", "REREGISTER_INTERVAL", "SOFTWARE_VERSION", "Bookie", "BookieAddress"]

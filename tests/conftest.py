@@ -12,6 +12,7 @@ import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
+from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 from tests.procs import HOST_DISK_SETTINGS
 
@@ -40,7 +41,7 @@ async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
             port=settings.pop("port", 0),
             **{**HOST_DISK_SETTINGS, **settings},
         )
-        bookie = Bookie(config)
+        bookie = Bookie(config, repairer=BookieRepairer)  # as the wiring builds it
         await bookie.start()
         started.append(bookie)
         return bookie

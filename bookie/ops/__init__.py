@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
+from aiobk.bookie.context import Handler
 from aiobk.bookie.ops.add import handle_add
 from aiobk.bookie.ops.admin import (
     handle_bookie_info,
@@ -16,12 +14,6 @@ from aiobk.bookie.ops.admin import (
 from aiobk.bookie.ops.lac import handle_read_lac, handle_write_lac
 from aiobk.bookie.ops.read import handle_read
 from aiobk.protocol import OpCode
-
-if TYPE_CHECKING:
-    from aiobk.bookie.connection import ServerConnection
-    from aiobk.bookie.server import Bookie
-
-Handler = Callable[["Bookie", Any, "ServerConnection"], None]
 
 HANDLERS: dict[OpCode, Handler] = {
     OpCode.HANDSHAKE: handle_handshake,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aiobk.bookie.config import ConfigError
+from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.write_state import OPERATOR
 from aiobk.protocol import (
     PROTOCOL_VERSION,
@@ -22,26 +24,25 @@ from aiobk.protocol import (
 )
 
 if TYPE_CHECKING:
-    from aiobk.bookie.connection import ServerConnection
-    from aiobk.bookie.server import Bookie
+    from aiobk.bookie.context import BookieContext, Replier
 
 
-def handle_handshake(bookie: Bookie, request: HandshakeRequest, conn: ServerConnection) -> None:
+def handle_handshake(ctx: BookieContext, request: HandshakeRequest, conn: Replier) -> None:
     status = StatusCode.EOK
     if request.protocol_version != PROTOCOL_VERSION:
         status = StatusCode.EBADVERSION
-    conn.reply(HandshakeResponse(request.txn_id, status, PROTOCOL_VERSION, bookie.bookie_id))
+    conn.reply(HandshakeResponse(request.txn_id, status, PROTOCOL_VERSION, ctx.admin.bookie_id))
 
 
-def handle_force(bookie: Bookie, request: ForceRequest, conn: ServerConnection) -> None:
+def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:
     """BP-14 sync: answer once everything this bookie holds for the ledger is durable."""
     txn_id, ledger_id = request.txn_id, request.ledger_id
-    state = bookie.storage.ledgers.get(ledger_id)
+    state = ctx.ledgers.get(ledger_id)
     if state is None:
         conn.reply(ForceResponse(txn_id, StatusCode.ENOLEDGER, ledger_id))
         return
     if request.master_key and request.master_key != state.master_key:
-        bookie.stats.auth_failures += 1
+        ctx.stats.auth_failures += 1
         conn.reply(ForceResponse(txn_id, StatusCode.EUA, ledger_id))
         return
 
@@ -49,14 +50,14 @@ def handle_force(bookie: Bookie, request: ForceRequest, conn: ServerConnection) 
         status = StatusCode.EIO if error is not None else StatusCode.EOK
         conn.reply(ForceResponse(txn_id, status, ledger_id, state.last_add_synced))
 
-    if bookie.config.journal_write_data:
-        bookie.journal.barrier(done)
+    if ctx.config.journal_write_data:
+        ctx.journal.barrier(done)
         return
 
     async def sync_storage() -> None:
         # Journal-less (BP-46): the adds live in ledger storage, so that is what gets synced.
         try:
-            await bookie.checkpoint()
+            await ctx.admin.checkpoint()
         except OSError as exc:
             done(exc)
             return
@@ -69,25 +70,21 @@ def handle_force(bookie: Bookie, request: ForceRequest, conn: ServerConnection) 
     conn.spawn(sync_storage())
 
 
-def handle_bookie_info(
-    bookie: Bookie, request: GetBookieInfoRequest, conn: ServerConnection
-) -> None:
+def handle_bookie_info(ctx: BookieContext, request: GetBookieInfoRequest, conn: Replier) -> None:
     async def answer() -> None:
-        free, total = await bookie.disk_usage()
-        figures = {**bookie.stats.as_dict(), **bookie.gauges()}
+        free, total = await ctx.admin.disk_usage()
+        figures = {**ctx.stats.as_dict(), **ctx.admin.gauges()}
         conn.reply(GetBookieInfoResponse(request.txn_id, StatusCode.EOK, free, total, figures))
 
     conn.spawn(answer())
 
 
-def handle_gc(bookie: Bookie, request: GcRequest, conn: ServerConnection) -> None:
+def handle_gc(ctx: BookieContext, request: GcRequest, conn: Replier) -> None:
     """Run a garbage collection pass now (``aiobk bookie gc``); answer with what it did."""
-    from aiobk.bookie.config import ConfigError  # noqa: PLC0415
-    from aiobk.bookie.server import BookieStateError  # noqa: PLC0415
 
     async def run() -> None:
         try:
-            result = await bookie.collect_garbage()
+            result = await ctx.admin.collect_garbage()
         except (ConfigError, BookieStateError) as exc:
             conn.reply(GcResponse(request.txn_id, StatusCode.EBADREQ, detail=str(exc)))
             return
@@ -109,12 +106,10 @@ def handle_gc(bookie: Bookie, request: GcRequest, conn: ServerConnection) -> Non
     conn.spawn(run())
 
 
-def handle_bookie_state(
-    bookie: Bookie, request: BookieStateRequest, conn: ServerConnection
-) -> None:
+def handle_bookie_state(ctx: BookieContext, request: BookieStateRequest, conn: Replier) -> None:
     """Report writable / read-only, or force read-only and lift it (``aiobk bookie state``).
     Lifting only clears the operator's reason: a full disk or a failed journal still holds."""
-    state = bookie.write_state
+    state = ctx.write_state
     if request.change is StateChange.READ_ONLY:
         state.set(OPERATOR, "set read-only by an operator")
     elif request.change is StateChange.WRITABLE:
@@ -126,6 +121,6 @@ def handle_bookie_state(
             int(state.writable),
             "; ".join(state.reasons),
             int(state.high_priority),
-            bookie.checkpoint_error or "",
+            ctx.admin.checkpoint_error or "",
         )
     )

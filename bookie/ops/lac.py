@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aiobk.bookie.journal_format import LEDGER_VALUE, RecordType
 from aiobk.protocol import (
     ReadLacRequest,
     ReadLacResponse,
@@ -18,12 +17,11 @@ from aiobk.protocol import (
 )
 
 if TYPE_CHECKING:
-    from aiobk.bookie.connection import ServerConnection
-    from aiobk.bookie.server import Bookie
+    from aiobk.bookie.context import BookieContext, Replier
 
 
-def handle_read_lac(bookie: Bookie, request: ReadLacRequest, conn: ServerConnection) -> None:
-    state = bookie.storage.ledgers.get(request.ledger_id)
+def handle_read_lac(ctx: BookieContext, request: ReadLacRequest, conn: Replier) -> None:
+    state = ctx.ledgers.get(request.ledger_id)
     if state is None:
         conn.reply(ReadLacResponse(request.txn_id, StatusCode.ENOLEDGER, request.ledger_id))
         return
@@ -34,20 +32,20 @@ def handle_read_lac(bookie: Bookie, request: ReadLacRequest, conn: ServerConnect
     )
 
 
-def handle_write_lac(bookie: Bookie, request: WriteLacRequest, conn: ServerConnection) -> None:
+def handle_write_lac(ctx: BookieContext, request: WriteLacRequest, conn: Replier) -> None:
     txn_id, ledger_id = request.txn_id, request.ledger_id
-    state = bookie.storage.ledgers.get(ledger_id)
+    ledgers = ctx.ledgers
+    state = ledgers.get(ledger_id)
     if state is None:
         conn.reply(WriteLacResponse(txn_id, StatusCode.ENOLEDGER, ledger_id))
         return
     if state.master_key != request.master_key:
-        bookie.stats.auth_failures += 1
+        ctx.stats.auth_failures += 1
         conn.reply(WriteLacResponse(txn_id, StatusCode.EUA, ledger_id))
         return
-    state.advance_lac(request.lac)
 
     def done(error: BaseException | None) -> None:
         status = StatusCode.EIO if error is not None else StatusCode.EOK
         conn.reply(WriteLacResponse(txn_id, status, ledger_id, state.lac))
 
-    bookie.journal.append(RecordType.EXPLICIT_LAC, LEDGER_VALUE.pack(ledger_id, request.lac), done)
+    ledgers.write_lac(state, request.lac, done)

@@ -21,41 +21,11 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
-from aiobk.bookie.journal_format import LEDGER_PREFIX, RecordType
-from aiobk.bookie.ops.add import ensure_ledger
 from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 
 if TYPE_CHECKING:
-    from aiobk.bookie.connection import ServerConnection
+    from aiobk.bookie.context import BookieContext, Replier
     from aiobk.bookie.ledger import LedgerState
-    from aiobk.bookie.server import Bookie
-
-
-async def fence(bookie: Bookie, state: LedgerState) -> BaseException | None:
-    """Fence durably; concurrent fences of one ledger share one journal record. A fence whose
-    record failed (the journal stopped, see ``bookie.journal``) is journaled again by the next
-    fence request, so a bookie whose journal recovered can be fenced for good."""
-    failed = state.fence_pending
-    if not state.fenced or (failed is not None and failed.done() and failed.result() is not None):
-        state.fenced = True
-        state.meta_dirty = True
-        bookie.stats.fences += 1
-        pending: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
-        state.fence_pending = pending
-
-        def done(error: BaseException | None) -> None:
-            # A fence that never became durable stays pending with its error: a later fence
-            # request must not be told "fenced" because the flag is set in memory (I11; found
-            # by the simulator, seed 398: a full disk failed the journal under a fence).
-            if error is None and state.fence_pending is pending:
-                state.fence_pending = None
-            pending.set_result(error)
-
-        bookie.journal.append(RecordType.FENCE, LEDGER_PREFIX.pack(state.ledger_id), done)
-    pending_fence = state.fence_pending
-    if pending_fence is None:
-        return None
-    return await asyncio.shield(pending_fence)
 
 
 class LongPoll:
@@ -65,22 +35,22 @@ class LongPoll:
     answers it -- the LAC moved, the ledger was dropped, or its time is up; ``cancel`` forgets
     it (its connection went away)."""
 
-    __slots__ = ("_bookie", "_conn", "_request", "_state", "_timer")
+    __slots__ = ("_conn", "_ctx", "_request", "_state", "_timer")
 
     def __init__(
         self,
-        bookie: Bookie,
-        conn: ServerConnection,
+        ctx: BookieContext,
+        conn: Replier,
         request: ReadRequest,
         state: LedgerState,
         timeout: float,
     ) -> None:
-        self._bookie = bookie
+        self._ctx = ctx
         self._conn = conn
         self._request = request
         self._state = state
-        bookie.stats.long_polls += 1
-        bookie.flow.long_polls += 1
+        ctx.stats.long_polls += 1
+        ctx.flow.long_polls += 1
         state.waiters.add(self)
         conn.poll_started(self)
         self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
@@ -93,60 +63,58 @@ class LongPoll:
         self._timer.cancel()
         self._timer = None
         self._state.waiters.discard(self)
-        self._bookie.flow.long_polls -= 1
+        self._ctx.flow.long_polls -= 1
         self._conn.poll_ended(self)
         return True
 
     def wake(self) -> None:
         if self._leave() and not self._conn.closed:
-            _after_poll(self._bookie, self._request, self._conn, self._state)
+            _after_poll(self._ctx, self._request, self._conn, self._state)
 
     def cancel(self) -> None:
         self._leave()
 
 
-def _long_poll(
-    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
-) -> None:
+def _long_poll(ctx: BookieContext, request: ReadRequest, conn: Replier, state: LedgerState) -> None:
     """Answer now if the LAC is already past ``previous_lac`` (or no wait was asked), else
     wait (``LongPoll``) -- unless the caps are reached: ETOOMANYREQUESTS at once."""
-    timeout = min(request.timeout_ms / 1000, bookie.config.max_long_poll_timeout)
+    timeout = min(request.timeout_ms / 1000, ctx.config.max_long_poll_timeout)
     if state.lac > request.previous_lac or timeout <= 0:
-        _after_poll(bookie, request, conn, state)
-    elif not bookie.flow.long_poll_room(conn):
-        bookie.stats.long_polls_refused += 1
+        _after_poll(ctx, request, conn, state)
+    elif not ctx.flow.long_poll_room(conn.long_polls):
+        ctx.stats.long_polls_refused += 1
         conn.reply(_answer(request, state, StatusCode.ETOOMANYREQUESTS))
     else:
-        LongPoll(bookie, conn, request, state, timeout)
+        LongPoll(ctx, conn, request, state, timeout)
 
 
 def _after_poll(
-    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
+    ctx: BookieContext, request: ReadRequest, conn: Replier, state: LedgerState
 ) -> None:
     """A long poll's answer: the LAC, and the entry asked for if the LAC now covers it."""
     if request.entry_id == LAC_ENTRY_ID or request.entry_id > state.lac:
         conn.reply(_answer(request, state, StatusCode.EOK))
     else:
-        conn.spawn(_fetch(bookie, request, conn, state))
+        conn.spawn(_fetch(ctx, request, conn, state))
 
 
-def handle_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
-    bookie.stats.reads += 1
+def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None:
+    ctx.stats.reads += 1
     if request.flags & ReadFlag.FENCE:
-        conn.spawn(_fenced_read(bookie, request, conn))
+        conn.spawn(_fenced_read(ctx, request, conn))
         return
-    state = bookie.storage.ledgers.get(request.ledger_id)
+    state = ctx.ledgers.get(request.ledger_id)
     if state is None:
         conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
     elif request.flags & ReadFlag.LONG_POLL:
-        _long_poll(bookie, request, conn, state)
+        _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
         conn.reply(_answer(request, state, StatusCode.EOK))
     elif state.location(request.entry_id) < 0:
-        bookie.stats.read_misses += 1
+        ctx.stats.read_misses += 1
         conn.reply(_answer(request, state, _missing(state)))
     else:
-        conn.spawn(_fetch(bookie, request, conn, state))
+        conn.spawn(_fetch(ctx, request, conn, state))
 
 
 def _missing(state: LedgerState) -> StatusCode:
@@ -164,36 +132,37 @@ def _answer(
     )
 
 
-async def _fenced_read(bookie: Bookie, request: ReadRequest, conn: ServerConnection) -> None:
-    state, status = ensure_ledger(bookie, request.ledger_id, request.master_key)
+async def _fenced_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None:
+    ledgers = ctx.ledgers
+    state, status = ledgers.ensure(request.ledger_id, request.master_key)
     if state is None:
         conn.reply(_answer(request, None, status))
         return
-    if await fence(bookie, state) is not None:
+    if await ledgers.fence(state) is not None:
         conn.reply(_answer(request, state, StatusCode.EIO))
     elif request.flags & ReadFlag.LONG_POLL:
-        _long_poll(bookie, request, conn, state)
+        _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
         conn.reply(_answer(request, state, StatusCode.EOK))
     else:
-        await _fetch(bookie, request, conn, state)
+        await _fetch(ctx, request, conn, state)
 
 
 async def _fetch(
-    bookie: Bookie, request: ReadRequest, conn: ServerConnection, state: LedgerState
+    ctx: BookieContext, request: ReadRequest, conn: Replier, state: LedgerState
 ) -> None:
     """Read the entry's body from storage and answer with it."""
-    async with conn.reading():  # bounded: see bookie.flow
+    async with conn.reading():  # bounded: see ctx.flow
         try:
-            body = await bookie.storage.read_entry(state, request.entry_id)
+            body = await ctx.storage.read_entry(state, request.entry_id)
         except (CorruptEntryError, OSError) as exc:
             # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
             # an answer -- an unanswered read would only time out at the client.
-            bookie.log_corruption(exc)
+            ctx.log_corruption(exc)
             conn.reply(_answer(request, state, StatusCode.EIO))
             return
         if body is None:
-            bookie.stats.read_misses += 1
+            ctx.stats.read_misses += 1
             if request.flags & ReadFlag.LONG_POLL:
                 conn.reply(_answer(request, state, StatusCode.EOK))
             else:

@@ -4,6 +4,7 @@ each run with the protection switched off (the loss happens) and on (it does not
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from pathlib import Path
 
@@ -112,6 +113,35 @@ async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_p
             again = await cluster.restart(restarted)
             assert not again.unclean_start
             assert again.limbo_ledgers == []
+    finally:
+        await cluster.stop()
+        forget(cluster)
+
+
+async def test_without_a_repairer_limbo_ledgers_stay_in_limbo_and_it_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bookie never imports the client: the wiring hands it the repairer. A bookie built
+    without one still fences and limbos (phase one is its own), skips phase two and says so
+    once; limbo is the safe state (a lost entry is never reported as absent)."""
+    cluster = await _cluster(tmp_path, boot_repair=True)
+    try:
+        async with await BookKeeper.connect(cluster.uri) as bk:
+            lh = await bk.create_ledger(3, 3, 2)
+            for i in range(5):
+                await lh.append(b"%d" % i)
+            victim = cluster.by_id(lh.metadata.ensemble[0])
+            await victim.crash()
+            bare = Bookie(victim.config.with_changes(port=victim.address.port))
+            cluster.bookies[cluster.bookies.index(victim)] = bare
+            with caplog.at_level(logging.WARNING, logger="aiobk.bookie.repair"):
+                await bare.start()
+                await asyncio.wait_for(bare.wait_repaired(), 10)
+            assert bare.limbo_ledgers == [lh.ledger_id]
+            assert bare.storage.ledgers[lh.ledger_id].limbo  # still: nobody repaired it
+            said = [r.getMessage() for r in caplog.records if "no repairer" in r.getMessage()]
+            assert len(said) == 1
+            assert "1 ledger(s) stay in limbo" in said[0]
     finally:
         await cluster.stop()
         forget(cluster)

@@ -16,7 +16,7 @@ from aiobk.bookie.journal_format import (
     scan,
     valid_record_after,
 )
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal_policy import INLINE_BYTES, BatchPlan, GroupCommitPolicy, batch_plan
 
 
 def test_policy_flushes_at_once_when_queue_empty_is_set() -> None:
@@ -95,3 +95,28 @@ def test_padding_aligns_and_scans_as_a_record(position: int, alignment: int) -> 
         records, _stop, why = scan(pad)
         assert why is Stop.END
         assert [r.kind for r in records] == [RecordType.PADDING]
+
+
+def _plan(records: int = 1, volatile: int = 0, size: int = 4096, **kw: object) -> BatchPlan:
+    settings: dict[str, object] = {"sync_data": True, "sync_busy": False, "inline_records": 1}
+    settings.update(kw)
+    return batch_plan(records, volatile, size, **settings)  # type: ignore[arg-type]
+
+
+def test_an_idle_lone_persistent_record_is_synced_where_it_is() -> None:
+    assert _plan() is BatchPlan.SYNC_HERE
+    assert _plan(size=INLINE_BYTES) is BatchPlan.SYNC_HERE
+
+
+def test_load_a_big_batch_or_a_sync_under_way_go_to_the_io_lane() -> None:
+    assert _plan(records=2) is BatchPlan.OFFLOAD  # more than inline_records
+    assert _plan(records=2, inline_records=4) is BatchPlan.SYNC_HERE
+    assert _plan(size=INLINE_BYTES + 1) is BatchPlan.OFFLOAD
+    assert _plan(sync_busy=True) is BatchPlan.OFFLOAD  # overlap with the sync stage instead
+    assert _plan(sync_data=False) is BatchPlan.OFFLOAD  # nothing to sync here
+
+
+def test_small_volatile_batches_are_written_at_once_and_never_synced_inline() -> None:
+    assert _plan(records=2, volatile=1) is BatchPlan.WRITE_HERE
+    assert _plan(records=1, volatile=1, inline_records=4) is BatchPlan.WRITE_HERE
+    assert _plan(records=2, volatile=1, size=INLINE_BYTES + 1) is BatchPlan.OFFLOAD

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiobk.bookie import Bookie, BookieConfig
-from aiobk.bookie.boot import Repairer
+from aiobk.bookie.repair import Repairer
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.config import ProtocolSwitches
 from aiobk.client.repair import BookieRepairer

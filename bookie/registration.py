@@ -1,0 +1,136 @@
+"""The bookie in the registry: registered under a lease when it starts serving (API.md), kept
+there while it runs, its writable/read-only state and free disk published as they change.
+
+A lease that is lost (etcd unreachable past the TTL) makes clients stop picking this bookie;
+the bookie keeps trying to register again every ``REREGISTER_INTERVAL`` while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiobk.metadata import READ_ONLY, WRITABLE, BookieServiceInfo, MetadataStore, Registration
+from aiobk.protocol.errors import BKError, MetadataStoreError
+
+REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
+REPUBLISH_FREE_BYTES = 64 * 1024 * 1024  # free disk moved this much: publish it again
+
+log = logging.getLogger(__name__)
+
+# (free bytes, total bytes, writable) of the moment.
+Usage = Callable[[], Awaitable[tuple[int, int, bool]]]
+
+
+class Registry:
+    """This bookie's registration (one per bookie life)."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        ttl: float,
+        identity: BookieServiceInfo,
+        usage: Usage,
+        running: Callable[[], bool],
+    ) -> None:
+        """``identity``: what is published (id, address, version, instance); state and disk
+        figures are filled in from ``usage`` each time."""
+        self.store = store
+        self.ttl = ttl
+        self.identity = identity
+        self._usage = usage
+        self._running = running
+        self.registration: Registration | None = None
+        self._published_free = 0
+        self._published_state = WRITABLE
+        self._reregister_task: asyncio.Task[None] | None = None
+        self._publish_task: asyncio.Task[None] | None = None
+        self._replaced: tuple[str, ...] = ()
+
+    async def _service_info(self) -> BookieServiceInfo:
+        free, total, writable = await self._usage()
+        self._published_free = free
+        self._published_state = WRITABLE if writable else READ_ONLY
+        return dataclasses.replace(
+            self.identity, state=self._published_state, free_bytes=free, total_bytes=total
+        )
+
+    async def register(self, replaced_instances: tuple[str, ...] = ()) -> None:
+        """Publish this bookie under a lease; ``replaced_instances``: earlier instances of its
+        id whose registrations this one may take over (a fixed cookie)."""
+        self._replaced = replaced_instances
+        registration = await self.store.register_bookie(
+            await self._service_info(), self.ttl, replaced_instances
+        )
+        registration.on_lost(self._on_lost)
+        self.registration = registration
+
+    def _on_lost(self, lost: Registration) -> None:
+        if self._running() and self._reregister_task is None:
+            self._reregister_task = asyncio.get_running_loop().create_task(self._reregister())
+
+    async def _reregister(self) -> None:
+        """Keep trying to register again; clients cannot pick this bookie meanwhile."""
+        try:
+            while self._running():
+                try:
+                    await self.register(self._replaced)
+                    log.info("bookie %s registered again", self._owner())
+                    return
+                except (MetadataStoreError, BKError) as exc:
+                    log.warning("bookie %s: cannot register yet: %s", self._owner(), exc)
+                await asyncio.sleep(REREGISTER_INTERVAL)
+        finally:
+            self._reregister_task = None
+
+    def _owner(self) -> str:
+        return self.identity.bookie_id
+
+    async def refresh(self) -> None:
+        """Publish free disk again when it moved by more than 64 MiB, and a change between
+        writable and read-only that could not be published when it happened."""
+        registration = self.registration
+        if registration is None or registration.lost.is_set():
+            return
+        free, _total, writable = await self._usage()
+        state = WRITABLE if writable else READ_ONLY
+        if (
+            abs(free - self._published_free) >= REPUBLISH_FREE_BYTES
+            or state != self._published_state
+        ):
+            await registration.update(await self._service_info())
+
+    async def publish(self) -> None:
+        """``refresh``, never raising: the next round tries again."""
+        try:
+            await self.refresh()
+        except Exception as exc:
+            log.warning("bookie %s: cannot publish its state yet: %s", self._owner(), exc)
+
+    def publish_soon(self) -> None:
+        """A change between writable and read-only: published at once, in the background
+        (placement reads the registry)."""
+        if self._publish_task is None or self._publish_task.done():
+            self._publish_task = asyncio.get_running_loop().create_task(
+                self.publish(), name="bookie-publish-state"
+            )
+
+    async def close(self, clean: bool) -> None:
+        """Leave the registry: at once when ``clean``, else as a killed process would (the
+        lease lapses)."""
+        for name in ("_reregister_task", "_publish_task"):
+            task: asyncio.Task[None] | None = getattr(self, name)
+            setattr(self, name, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        registration, self.registration = self.registration, None
+        if registration is not None:
+            await (registration.close() if clean else registration.abandon())
+
+
+__all__ = ["REREGISTER_INTERVAL", "Registry"]
