@@ -37,6 +37,7 @@ lint: setup
 	$(VENV)/bin/ruff check $(SOURCES) tests
 	$(VENV)/bin/ruff format --check $(SOURCES) tests
 	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz
+	$(VENV)/bin/lint-imports
 
 # The pure codec must be fully covered by its own tests.
 unit-protocol: setup

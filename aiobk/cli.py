@@ -11,11 +11,18 @@ from typing import ClassVar
 
 import click
 
-from aiobk.bookie.cli import QuietPipeGroup, bookie_group, cookie_group, run_group, with_log_level
-from aiobk.client.cli import add_ledger_commands, simpletest_command
-from aiobk.client.log_cli import log_group
-from aiobk.metadata.cli import bookies_group, ledger_group
-from aiobk.standalone import standalone_command
+from aiobk.commands import (
+    QuietPipeGroup,
+    bookie_group,
+    bookies_group,
+    cookie_group,
+    ledger_group,
+    log_group,
+    run_group,
+    simpletest_command,
+    standalone_command,
+    with_log_level,
+)
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
@@ -29,7 +36,6 @@ cli.add_command(standalone_command)
 cli.add_command(cookie_group)
 cli.add_command(bookies_group)
 cli.add_command(ledger_group)
-add_ledger_commands(ledger_group)
 cli.add_command(log_group)
 cli.add_command(simpletest_command)
 # Every long-running command takes --log-level (API.md); bookie start has its own, which

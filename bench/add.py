@@ -32,8 +32,8 @@ from aiobk.bench.floors import (
     quorum_fdatasync_floor,
 )
 from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
-from aiobk.bookie.cli import run_group, with_log_level
 from aiobk.client import BookKeeper, ClientConfig, Durability
+from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
 

@@ -25,8 +25,8 @@ from rich.table import Table
 from aiobk.bench.cluster import start_bookie, stop_bookies
 from aiobk.bench.floors import fdatasync_floor, loopback_rtt_floor, new_histogram
 from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
-from aiobk.bookie.cli import run_group, with_log_level
 from aiobk.client import BookieConnection, Digester
+from aiobk.commands.common import run_group, with_log_level
 from aiobk.protocol import (
     AddRequest,
     DigestType,

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiobk.bench.floors import fdatasync_floor, new_histogram
-from aiobk.bookie.cli import run_group, with_log_level
+from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")

@@ -28,8 +28,8 @@ from rich.console import Console
 from rich.table import Table
 
 from aiobk.bench.cluster import start_bookies, stop_bookies
-from aiobk.bookie.cli import run_group, with_log_level
 from aiobk.client import BookKeeper
+from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.bookie import Bookie, BookieConfig
-from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import MemoryKV, MetadataStore, open_store
+from aiobk.runner import make_bookie
 from tests.conftest import unique_name
 from tests.procs import HOST_DISK_SETTINGS
 
@@ -32,7 +32,7 @@ class Cluster:
             metadata_uri=self.uri,
             **{**HOST_DISK_SETTINGS, **self.settings, **settings},
         )
-        bookie = Bookie(config, repairer=BookieRepairer)  # as the wiring builds it
+        bookie = make_bookie(config)  # as the wiring builds it: with the repairer
         await bookie.start()
         self.bookies.append(bookie)
         return bookie
@@ -43,7 +43,7 @@ class Cluster:
     async def restart(self, bookie: Bookie) -> Bookie:
         """Start a stopped or crashed bookie again on the same port and directories."""
         config = bookie.config.with_changes(port=bookie.address.port)
-        fresh = Bookie(config, repairer=BookieRepairer)
+        fresh = make_bookie(config)
         await fresh.start()
         self.bookies[self.bookies.index(bookie)] = fresh
         return fresh

@@ -12,8 +12,8 @@ import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
-from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
+from aiobk.runner import make_bookie
 from tests.procs import HOST_DISK_SETTINGS
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
@@ -41,7 +41,7 @@ async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
             port=settings.pop("port", 0),
             **{**HOST_DISK_SETTINGS, **settings},
         )
-        bookie = Bookie(config, repairer=BookieRepairer)  # as the wiring builds it
+        bookie = make_bookie(config)  # as the wiring builds it: with the repairer
         await bookie.start()
         started.append(bookie)
         return bookie

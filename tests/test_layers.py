@@ -8,11 +8,16 @@ modules that cannot be understood one without the other.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from functools import cache
+from pathlib import Path
 
 import grimp
 import pytest
+
+from tests.test_packaging import _copy_checkout
 
 LAYERS = ("protocol", "metadata", "bookie", "client", "pipeline", "bench")
 
@@ -70,8 +75,12 @@ def test_no_import_cycle_inside_a_layer(layer: str) -> None:
 
 
 def test_the_bookie_never_reaches_the_client() -> None:
-    """Not even through another module: the repairer is handed in by the wiring (aiobk/)."""
-    chains = _graph().find_shortest_chains(
+    """Not even through another module: the repairer is handed in by the wiring (aiobk/).
+    ``python -m aiobk.bookie`` (``bookie/__main__.py``) is an entry point into the wiring, the
+    one declared exception (as in the import-linter contracts)."""
+    graph = _graph()
+    graph.remove_module("aiobk.bookie.__main__")
+    chains = graph.find_shortest_chains(
         importer="aiobk.bookie", imported="aiobk.client", as_packages=True
     )
     assert not chains, sorted(" -> ".join(chain) for chain in chains)
@@ -86,3 +95,29 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     graph.add_import(importer="p.c", imported="p.a")
     graph.add_import(importer="p.d", imported="p.a")
     assert import_cycles(graph, "p") == [["p.a", "p.b", "p.c"]]
+
+
+@pytest.mark.timeout(120)
+def test_the_layer_contracts_catch_wrong_way_imports(tmp_path: Path) -> None:
+    """``make lint`` fails on a wrong-way import: in a copy of the checkout, the bookie imports
+    the client and the protocol imports click; lint-imports must name both."""
+    _copy_checkout(tmp_path)
+    storage = tmp_path / "bookie" / "storage.py"
+    storage.write_text(storage.read_text() + "\nfrom aiobk.client import BookKeeper  # noqa\n")
+    codec = tmp_path / "protocol" / "codec.py"
+    codec.write_text(codec.read_text() + "\nimport click  # noqa\n")
+    lint = Path(sys.executable).parent / "lint-imports"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [str(lint), "--no-cache"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout
+    assert "aiobk.bookie.storage -> aiobk.client" in result.stdout
+    assert "aiobk.protocol.codec -> click" in result.stdout
+    assert "Contracts: 0 kept, 2 broken." in result.stdout

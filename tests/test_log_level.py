@@ -80,7 +80,7 @@ def test_a_closed_pipe_ends_any_command_quietly() -> None:
     program = textwrap.dedent(
         """
         import click
-        from aiobk.bookie.cli import QuietPipeGroup, run_group
+        from aiobk.commands.common import QuietPipeGroup, run_group
 
         @click.group(cls=QuietPipeGroup)
         def group() -> None:

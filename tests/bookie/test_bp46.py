@@ -18,9 +18,11 @@ from aiobk.client.errors import (
     LedgerRecoveryError,
     NotEnoughBookiesError,
 )
+from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import free_port, open_store
 from aiobk.protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
 from aiobk.protocol.errors import CookieError
+from aiobk.runner import make_bookie
 from tests.cluster import Cluster, forget
 from tests.conftest import unique_name
 from tests.dropping import DroppingConnector
@@ -357,3 +359,11 @@ async def test_force_on_a_journal_less_bookie_syncs_ledger_storage(tmp_path: Pat
     finally:
         await cluster.stop()
         forget(cluster)
+
+
+def test_the_wiring_hands_every_bookie_it_builds_the_client_repairer(tmp_path: Path) -> None:
+    """``aiobk bookie start`` and ``aiobk standalone`` build bookies through ``aiobk.runner``,
+    which passes the client's repairer (the bookie layer cannot import it)."""
+    bookie = make_bookie(BookieConfig(data_dir=str(tmp_path)))
+    assert bookie._make_repairer is BookieRepairer
+    assert Bookie(BookieConfig(data_dir=str(tmp_path)))._make_repairer is None

@@ -15,19 +15,20 @@ from typing import Any
 import click
 
 from aiobk.client.bookkeeper import BookKeeper
-from aiobk.client.cli import (
+from aiobk.client.entry import Entry
+from aiobk.client.log_position import LogPosition
+from aiobk.commands.common import (
     confirm_or_stop,
     entry_line,
     json_option,
+    metadata_option,
     quiet_on_closed_pipe,
     refuse_unless_confirmable,
     run_with_client,
+    run_with_store,
     yes_option,
 )
-from aiobk.client.entry import Entry
-from aiobk.client.log_position import LogPosition
 from aiobk.metadata import KeyLayout, LogRecord, MetadataStore
-from aiobk.metadata.cli import metadata_option, run_with_store
 from aiobk.protocol.errors import NoSuchLedgerError
 
 

@@ -1,16 +1,13 @@
-"""``aiobk bookie start|format`` (also ``python -m aiobk.bookie``), and the runner every ``aiobk``
-command goes through: bad input exits non-zero with one line on stderr (``PROG: error: ...``),
-never click's multi-line usage dump."""
+"""``aiobk bookie start|format|gc|state`` (also ``python -m aiobk.bookie``).
+
+``start`` builds the bookie through ``aiobk.runner``, which hands it the client's repairer for
+BP-46's boot repair: the bookie layer itself never imports the client."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import os
 import shutil
-import signal
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,13 +15,13 @@ import click
 import uvloop
 
 from aiobk.bookie.config import BookieConfig, ConfigError
-from aiobk.bookie.cookies import COOKIE_FILE, directories, fix_cookies, marker_present
-from aiobk.bookie.disk import OsDisk
 from aiobk.bookie.index import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
-from aiobk.bookie.metrics import serve_metrics
-from aiobk.bookie.server import Bookie
-from aiobk.metadata import MetadataURIError, open_store
+from aiobk.client import BookieConnection
+from aiobk.commands.common import QuietPipeGroup
+from aiobk.commands.cookie import cookie_group
+from aiobk.logging_setup import LOG_LEVELS, configure_logging
+from aiobk.metadata import MetadataURIError
 from aiobk.protocol import (
     BookieStateRequest,
     BookieStateResponse,
@@ -36,87 +33,7 @@ from aiobk.protocol import (
     StatusCode,
 )
 from aiobk.protocol.errors import BKError
-
-log = logging.getLogger("aiobk.bookie")
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
-def configure_logging(level: str) -> None:
-    """One format for every command; each layer logs under its own name (``aiobk.bookie.*``,
-    ``aiobk.client.*``, ``aiobk.metadata.*``), so ``logging.getLogger("aiobk.client")`` tunes
-    one of them."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, force=True)
-
-
-def with_log_level(command: click.Command, default: str = "warning") -> click.Command:
-    """Give a long-running command ``--log-level``, applied before it runs."""
-    if any(param.name == "log_level" for param in command.params):
-        return command
-
-    def apply(_ctx: click.Context, _param: click.Parameter, value: str) -> None:
-        configure_logging(value)
-
-    command.params.append(
-        click.Option(
-            ["--log-level"],
-            type=click.Choice(LOG_LEVELS, case_sensitive=False),
-            default=default,
-            show_default=True,
-            expose_value=False,
-            callback=apply,
-            help="Log messages at this level and above to stderr.",
-        )
-    )
-    return command
-
-
-class QuietPipeGroup(click.Group):
-    """A reader that stops reading (``aiobk ledger list | head -1``) is not an error: exit 0,
-    with no "Exception ignored ... BrokenPipeError" at interpreter exit."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout once more at exit
-            os.close(devnull)
-            return 0
-
-
-def install_event_loop_policy() -> None:
-    """uvloop (a declared dependency) for every command that runs a loop."""
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
-def run_until_signalled(bookie: Bookie) -> None:
-    """Start ``bookie``, print its address, serve until SIGTERM/SIGINT, then stop cleanly."""
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await bookie.start()
-        if bookie.config.metrics_port is not None:
-            serve_metrics(
-                bookie.stats,
-                bookie.bookie_id,
-                bookie.config.host,
-                bookie.config.metrics_port,
-                bookie.gauges,
-            )
-        click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}", nl=True)
-        sys.stdout.flush()
-        await stop.wait()
-        click.echo("stopping", err=True)
-        await bookie.stop()
-
-    install_event_loop_policy()
-    asyncio.run(main())
+from aiobk.runner import make_bookie, run_until_signalled
 
 
 @click.group(name="bookie", cls=QuietPipeGroup, help="Run and manage a bookie (storage server).")
@@ -183,7 +100,7 @@ def start_command(
         raise click.UsageError(str(exc)) from None
     configure_logging(log_level or config.log_level)
     try:
-        run_until_signalled(Bookie(config))
+        run_until_signalled(make_bookie(config))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     except (MetadataURIError, BKError) as exc:
@@ -213,118 +130,11 @@ def format_command(data_dir: str, journal_dir: str | None, force: bool) -> None:
     click.echo(f"formatted {data_dir}" + (f" (journal {journal_dir})" if journal_dir else ""))
 
 
-def run_group(group: click.Command, prog_name: str, argv: list[str] | None = None) -> None:
-    try:
-        result = group.main(args=argv, prog_name=prog_name, standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo(f"{prog_name}: aborted", err=True)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        message = " ".join(exc.format_message().split())
-        click.echo(f"{prog_name}: error: {message}", err=True)
-        sys.exit(exc.exit_code)
-    sys.exit(result if isinstance(result, int) else 0)
-
-
-@click.group(name="cookie", help="Inspect or fix a bookie's cookies (BP-46).")
-def cookie_group() -> None:
-    pass
-
-
-def _cookie_config(data_dir: str, journal_dir: str | None) -> BookieConfig:
-    return BookieConfig(data_dir=data_dir, journal_dir=journal_dir)
-
-
-@cookie_group.command("show", help="Print the cookies in the directories and in the store.")
-@click.option("--data-dir", type=click.Path(file_okay=False), required=True)
-@click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--bookie-id", default=None, help="Also show the store's cookie for this id.")
-@click.option("--metadata", envvar="AIOBK_METADATA", default=None)
-def cookie_show(
-    data_dir: str, journal_dir: str | None, bookie_id: str | None, metadata: str | None
-) -> None:
-    config = _cookie_config(data_dir, journal_dir)
-    if not os.path.isdir(data_dir):
-        raise click.ClickException(f"no bookie data directory at {data_dir}")
-
-    async def collect() -> dict[str, object]:
-        disk = OsDisk()
-        out: dict[str, object] = {}
-        try:
-            journal_dirs, data_dirs = directories(config)
-            for directory in dict.fromkeys([*journal_dirs, *data_dirs]):
-                path = os.path.join(directory, COOKIE_FILE)
-                found = await disk.read_file(path) if await disk.exists(path) else None
-                out[directory] = json.loads(found) if found is not None else None
-            if bookie_id and metadata:
-                store = open_store(metadata)
-                try:
-                    remote = await store.read_cookie(bookie_id)
-                finally:
-                    await store.close()
-                out["metadata"] = json.loads(remote.to_json()) if remote is not None else None
-            out["unclean_shutdown_marker"] = await marker_present(disk, config)
-        finally:
-            await disk.close()
-        return out
-
-    try:
-        found = uvloop.run(collect())
-    except (MetadataURIError, BKError) as exc:
-        raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        raise click.ClickException(f"cannot read the cookies: {exc}") from None
-    cookies = [v for k, v in found.items() if k != "unclean_shutdown_marker" and v is not None]
-    if not cookies:
-        where = ", ".join(k for k in found if k != "unclean_shutdown_marker")
-        raise click.ClickException(
-            f"no cookie in {where}: no bookie has started on these directories"
-        )
-    click.echo(json.dumps(found, indent=2))
-
-
-@cookie_group.command("fix", help="Rewrite the cookies after a disk was lost or replaced.")
-@click.option("--data-dir", type=click.Path(file_okay=False), required=True)
-@click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--bookie-id", required=True, help="The bookie's id (its host:port by default).")
-@click.option("--metadata", envvar="AIOBK_METADATA", default=None)
-def cookie_fix(
-    data_dir: str, journal_dir: str | None, bookie_id: str, metadata: str | None
-) -> None:
-    """Writes new cookies everywhere and sets the unclean-shutdown marker, so that the next start
-    fences this bookie's ledgers and puts the open ones in limbo (BP-46): a fixed cookie alone
-    would let a bookie that lost data answer as if it had not."""
-    if not metadata:
-        raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
-    config = _cookie_config(data_dir, journal_dir)
-
-    async def fix() -> str:
-        disk = OsDisk()
-        store = open_store(metadata)
-        try:
-            cookie = await fix_cookies(
-                disk, config, store, bookie_id, bookie_id, os.urandom(16).hex()
-            )
-            return cookie.instance_id
-        finally:
-            await store.close()
-            await disk.close()
-
-    try:
-        instance = uvloop.run(fix())
-    except (MetadataURIError, BKError) as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"cookies of {bookie_id} rewritten (instance {instance}); the next start fences")
-
-
 bookie_group.add_command(cookie_group)
 
 
 def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) -> Response:
     """Send one request to the bookie at HOST:PORT and return its answer (any status)."""
-    from aiobk.client import BookieConnection  # noqa: PLC0415 - the client layer, for admin commands
 
     host, _sep, port = address.rpartition(":")
     if not host or not port.isdigit():

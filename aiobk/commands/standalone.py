@@ -15,13 +15,13 @@ import signal
 
 import click
 
-from aiobk.bookie.cli import install_event_loop_policy
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.index import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.bookie.server import Bookie
 from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, port_in_use
 from aiobk.protocol.errors import BKError
+from aiobk.runner import install_event_loop_policy, make_bookie
 
 HOST = "127.0.0.1"
 
@@ -67,7 +67,7 @@ async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) ->
                 host=HOST,
                 metadata_uri=uri,
             )
-            bookie = Bookie(config)
+            bookie = make_bookie(config)
             try:
                 await bookie.start()
             except (OSError, ValueError, BKError, JournalCorruptError, IndexCorruptError) as exc:

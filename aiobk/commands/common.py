@@ -1,0 +1,217 @@
+"""What every ``aiobk`` command shares: the runner (bad input exits non-zero with one line on
+stderr, ``PROG: error: ...``, never click's multi-line usage dump), ``--log-level``, the
+``--metadata``/``--json``/``--password``/``--yes`` options, and running an action against the
+metadata store or a client."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import click
+import uvloop
+from rich.console import Console
+from rich.table import Table
+
+from aiobk.client.bookkeeper import BookKeeper
+from aiobk.client.config import ClientConfig
+from aiobk.client.entry import Entry
+from aiobk.logging_setup import LOG_LEVELS, configure_logging
+from aiobk.metadata import (
+    LedgerMetadata,
+    MetadataFormatError,
+    MetadataStore,
+    MetadataURIError,
+    open_store,
+)
+from aiobk.protocol.errors import BKError
+
+
+def with_log_level(command: click.Command, default: str = "warning") -> click.Command:
+    """Give a long-running command ``--log-level``, applied before it runs."""
+    if any(param.name == "log_level" for param in command.params):
+        return command
+
+    def apply(_ctx: click.Context, _param: click.Parameter, value: str) -> None:
+        configure_logging(value)
+
+    command.params.append(
+        click.Option(
+            ["--log-level"],
+            type=click.Choice(LOG_LEVELS, case_sensitive=False),
+            default=default,
+            show_default=True,
+            expose_value=False,
+            callback=apply,
+            help="Log messages at this level and above to stderr.",
+        )
+    )
+    return command
+
+
+class QuietPipeGroup(click.Group):
+    """A reader that stops reading (``aiobk ledger list | head -1``) is not an error: exit 0,
+    with no "Exception ignored ... BrokenPipeError" at interpreter exit."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout once more at exit
+            os.close(devnull)
+            return 0
+
+
+def run_group(group: click.Command, prog_name: str, argv: list[str] | None = None) -> None:
+    try:
+        result = group.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo(f"{prog_name}: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        message = " ".join(exc.format_message().split())
+        click.echo(f"{prog_name}: error: {message}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)
+
+
+T = TypeVar("T")
+
+
+metadata_option = click.option(
+    "--metadata",
+    envvar="AIOBK_METADATA",
+    default=None,
+    help="Metadata service URI (etcd://HOST:PORT/PREFIX); or set AIOBK_METADATA.",
+)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[T]]) -> T:
+    """Open the store, run ``action`` on uvloop, close; store errors become one-line errors."""
+    if not uri:
+        raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
+
+    async def main() -> T:
+        store = open_store(uri)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    try:
+        return uvloop.run(main())
+    except MetadataURIError as exc:
+        raise click.UsageError(str(exc)) from None
+    except (BKError, MetadataFormatError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def ledger_document(ledger_id: int, metadata: LedgerMetadata) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(metadata.to_json())
+    document["ledger_id"] = ledger_id
+    document["version"] = metadata.version
+    return document
+
+
+def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
+    """One ledger's metadata as a two-column table (``ledger show``, ``ledger recover``)."""
+    table = Table(show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    last = "-" if found.last_entry_id is None else str(found.last_entry_id)
+    rows = [
+        ("ledger", str(ledger_id)),
+        ("state", found.state.value),
+        (
+            "ensemble / write / ack",
+            f"{found.ensemble_size} / {found.write_quorum} / {found.ack_quorum}",
+        ),
+        ("last entry", last),
+        ("length", str(found.length)),
+        ("durability", found.durability.name),
+        ("digest", found.digest_type.name),
+        ("version", str(found.version)),
+    ]
+    rows += [(f"fragment from {f.first_entry_id}", ", ".join(f.ensemble)) for f in found.fragments]
+    rows += [(f"custom {k}", repr(v)) for k, v in found.custom_metadata.items()]
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]]) -> T:
+    """Connect, run ``action`` on uvloop, close; client errors become one-line errors."""
+    if not uri:
+        raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
+
+    async def main() -> T:
+        async with BookKeeper(uri, ClientConfig()) as bk:
+            return await action(bk)
+
+    try:
+        return uvloop.run(main())
+    except MetadataURIError as exc:
+        raise click.UsageError(str(exc)) from None
+    except BKError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@contextlib.contextmanager
+def quiet_on_closed_pipe() -> Iterator[None]:
+    """A reader that went away (``aiobk ledger read 7 | head -1``) ends the command quietly,
+    status 0: what a consumer did not read was not wanted."""
+    try:
+        yield
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit; that write would fail too and print
+        # "Exception ignored ... BrokenPipeError". Point the descriptor at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def refuse_unless_confirmable(what: str, yes: bool) -> None:
+    """Before any I/O: a destructive command without ``--yes`` needs a terminal to ask on
+    (never a silent default, never a hang on a pipe)."""
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(f"{what} needs confirmation and stdin is not a terminal; pass --yes")
+
+
+def confirm_or_stop(question: str, refused: str) -> None:
+    """Ask on the terminal (the question on stderr: stdout is for data); "no" stops."""
+    if not click.confirm(question, default=False, err=True):
+        raise click.ClickException(refused)
+
+
+def entry_line(entry: Entry, as_json: bool, position: str | None = None) -> str:
+    """One entry as printed: ``ID<TAB>DATA`` (UTF-8, other bytes escaped), or a JSON object
+    with the data in base64; ``position`` (a log's ``LEDGER:ENTRY``) replaces the id."""
+    if as_json:
+        document: dict[str, Any] = {}
+        if position is not None:
+            document["position"] = position
+            document["ledger_id"] = entry.ledger_id
+        document["entry_id"] = entry.entry_id
+        document["data_base64"] = base64.b64encode(entry.data).decode()
+        return json.dumps(document)
+    data = entry.data.decode("utf-8", errors="backslashreplace")
+    return f"{entry.entry_id if position is None else position}\t{data}"
+
+
+password_option = click.option(
+    "--password", default="", help="The ledger's password (UTF-8).", show_default=False
+)
+
+
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")

@@ -1,0 +1,68 @@
+"""Run a bookie as a process does: the wiring of the bookie layer with the rest.
+
+As BookKeeper's ``EmbeddedServer`` assembles a bookie with its services, this is where the
+bookie gets what it must not import itself: the client's repairer for BP-46's boot repair
+(``aiobk.client.repair.BookieRepairer``) and the metrics exporter. ``aiobk bookie start`` and
+``aiobk standalone`` build bookies here; the benchmarks and tests that start bookies in-process
+do too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Any
+
+import click
+import uvloop
+
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.client.repair import BookieRepairer
+from aiobk.metrics import serve_metrics
+
+
+def install_event_loop_policy() -> None:
+    """uvloop (a declared dependency) for every command that runs a loop."""
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
+    """A bookie wired as a running one is: with the client's repairer (``seams``: the I/O
+    seams of ``Bookie``, for tests and the simulator)."""
+    return Bookie(config, repairer=BookieRepairer, **seams)
+
+
+def start_metrics(bookie: Bookie) -> None:
+    """The Prometheus exporter, when the bookie's config asks for one (``metrics_port``)."""
+    if bookie.config.metrics_port is not None:
+        serve_metrics(
+            bookie.stats,
+            bookie.bookie_id,
+            bookie.config.host,
+            bookie.config.metrics_port,
+            bookie.gauges,
+        )
+
+
+def run_until_signalled(bookie: Bookie) -> None:
+    """Start ``bookie``, print its address, serve until SIGTERM/SIGINT, then stop cleanly."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await bookie.start()
+        start_metrics(bookie)
+        click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}", nl=True)
+        sys.stdout.flush()
+        await stop.wait()
+        click.echo("stopping", err=True)
+        await bookie.stop()
+
+    install_event_loop_policy()
+    asyncio.run(main())
+
+
+__all__ = ["install_event_loop_policy", "make_bookie", "run_until_signalled", "start_metrics"]
