@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aiobk.client.ledger_handle import LedgerHandle
+from aiobk.client.log_append import take_log
 from aiobk.client.log_position import LogPosition
 from aiobk.metadata import LogRecord
 from aiobk.protocol import Durability
@@ -32,11 +33,8 @@ from aiobk.protocol.errors import (
     BKError,
     LedgerClosedError,
     LedgerFencedError,
-    LogExistsError,
     LogFencedError,
     MetadataVersionError,
-    NoSuchLedgerError,
-    NoSuchLogError,
 )
 
 if TYPE_CHECKING:
@@ -75,24 +73,9 @@ class LogWriter:
     # ------------------------------------------------------------------ opening
 
     async def _open(self) -> None:
-        store = self._bk.store
-        try:
-            record = await store.read_log(self.name)
-        except NoSuchLogError:
-            if not self._settings.create:
-                raise
-            try:
-                record = await store.create_log(self.name)
-            except LogExistsError:
-                record = await store.read_log(self.name)
-        for ledger_id in record.ledgers[-2:]:
-            await self._fence(ledger_id)
+        s = self._settings
+        record = await take_log(self._bk, self.name, s.password, create=s.create)
         await self._add_ledger(record)
-
-    async def _fence(self, ledger_id: int) -> None:
-        """Fence and close a previous ledger of the log (a no-op when already closed)."""
-        with contextlib.suppress(NoSuchLedgerError):  # truncated away meanwhile
-            await self._bk.open_ledger(ledger_id, self._settings.password, recovery=True)
 
     async def _add_ledger(self, record: LogRecord) -> None:
         """Create a ledger and put it at the end of the log by CAS on ``record``'s version."""

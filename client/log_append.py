@@ -1,0 +1,82 @@
+"""Taking a log as its writer, and appending whole ledgers to it (the Spark sink's commit).
+
+Taking a log (protocol.md "Opening a log"; the guide's "Segment Based Logs"): read its ledger
+list (creating the log if asked), then fence -- open with recovery -- its last two ledgers: the
+previous writer may still be writing to the penultimate one while adding the last. After that a
+previous writer can complete no append, and the compare-and-set on the version read decides
+between two writers that take the log at once. ``LogWriter`` opens a log this way, and so does
+``append_ledgers_to_log``.
+
+Positions in a log compare by (ledger id, entry id), and readers (the streaming source among
+them) rely on a log's ledgers being in ascending id order. Appended ledgers must therefore come
+after the log's last ledger, in ascending order; anything else is refused, never reordered
+silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Sequence
+
+from aiobk.client.ledger_client import LedgerClient
+from aiobk.metadata import LogRecord
+from aiobk.protocol.errors import (
+    LogExistsError,
+    LogFencedError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+    NoSuchLogError,
+)
+
+
+async def take_log(
+    bk: LedgerClient, name: str, password: bytes, *, create: bool = True
+) -> LogRecord:
+    """Read (or, with ``create``, create) the log and fence its last two ledgers; the record
+    read, whose version a compare-and-set must then match."""
+    store = bk.store
+    try:
+        record = await store.read_log(name)
+    except NoSuchLogError:
+        if not create:
+            raise
+        try:
+            record = await store.create_log(name)
+        except LogExistsError:
+            record = await store.read_log(name)
+    for ledger_id in record.ledgers[-2:]:
+        with contextlib.suppress(NoSuchLedgerError):  # truncated away meanwhile
+            await bk.open_ledger(ledger_id, password, recovery=True)
+    return record
+
+
+async def append_ledgers_to_log(
+    bk: LedgerClient, name: str, ledger_ids: Sequence[int], password: bytes = b""
+) -> LogRecord:
+    """Take the log as its writer and append ``ledger_ids`` (closed ledgers, strictly
+    ascending) with one compare-and-set, retried on a concurrent change up to the client's
+    ``metadata_retries``. Raises ``ValueError`` for ids out of order and ``LogFencedError``
+    when the log already holds a ledger at or after the first of them (a writer added one
+    meanwhile: appending would break the order of positions)."""
+    ids = tuple(ledger_ids)
+    if any(later <= earlier for earlier, later in itertools.pairwise(ids)):
+        raise ValueError(f"log {name!r}: ledgers to append must be strictly ascending: {ids}")
+    store = bk.store
+    for _attempt in range(bk.config.metadata_retries):
+        record = await take_log(bk, name, password)
+        if not ids:
+            return record
+        if record.ledgers and ids[0] <= record.ledgers[-1]:
+            raise LogFencedError(
+                f"log {name!r}: it ends with ledger {record.ledgers[-1]}, and ledger {ids[0]} "
+                "cannot follow it (positions follow ledger order); write them again"
+            )
+        try:
+            return await store.write_log(record.with_ledgers((*record.ledgers, *ids)))
+        except MetadataVersionError:
+            continue
+    raise MetadataVersionError(f"log {name!r}: could not append ledgers {ids}")
+
+
+__all__ = ["append_ledgers_to_log", "take_log"]

@@ -1,0 +1,73 @@
+"""Appending whole ledgers to a log as its writer (``aiobk.client.log_append``, the Spark
+sink's commit): fences the log's writer, keeps ledger order, refuses what would break it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from aiobk.client import BookKeeper
+from aiobk.client.errors import LedgerFencedError, LogFencedError
+from aiobk.client.log_append import append_ledgers_to_log
+from aiobk.pipeline.write import Written, publish_order
+from tests.cluster import Cluster, forget, start_cluster
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    started = await start_cluster(tmp_path)
+    yield started
+    await started.stop()
+    forget(started)
+
+
+async def _closed_ledgers(bk: BookKeeper, count: int) -> list[int]:
+    ids = []
+    for i in range(count):
+        lh = await bk.create_ledger()
+        await lh.append(b"row %d" % i)
+        await lh.close()
+        ids.append(lh.ledger_id)
+    return ids
+
+
+async def test_ledgers_are_appended_in_one_step_and_the_writer_is_fenced(
+    cluster: Cluster,
+) -> None:
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        writer = await bk.open_log_writer("events")
+        await writer.append(b"from the writer")
+        ids = await _closed_ledgers(bk, 3)
+        record = await append_ledgers_to_log(bk, "events", ids)
+        assert record.ledgers[-3:] == tuple(ids)
+        assert (await bk.store.read_log("events")).ledgers == record.ledgers
+        with pytest.raises((LedgerFencedError, LogFencedError)):
+            await writer.append(b"after the take-over")  # its ledger was fenced
+        created = await append_ledgers_to_log(bk, "new-log", await _closed_ledgers(bk, 1))
+        assert len(created.ledgers) == 1  # a missing log is created
+
+
+async def test_out_of_order_ledgers_are_refused_and_the_log_is_unchanged(
+    cluster: Cluster,
+) -> None:
+    """Positions compare by ledger id: a log whose ledgers are not ascending would read its
+    records out of order (the Spark sink appended in partition order before issue 14)."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        first, second, third = await _closed_ledgers(bk, 3)
+        await append_ledgers_to_log(bk, "ordered", [second])
+        before = await bk.store.read_log("ordered")
+        with pytest.raises(ValueError, match="strictly ascending"):
+            await append_ledgers_to_log(bk, "ordered", [third, third])
+        with pytest.raises(LogFencedError, match="cannot follow"):
+            await append_ledgers_to_log(bk, "ordered", [first, third])  # first < the log's last
+        with pytest.raises(LogFencedError, match="cannot follow"):
+            await append_ledgers_to_log(bk, "ordered", [second])  # already in it
+        assert (await bk.store.read_log("ordered")).ledgers == before.ledgers
+
+
+def test_a_spark_commit_publishes_in_ascending_ledger_order() -> None:
+    """Tasks create their ledgers in any order; partition 0 may hold the highest id."""
+    messages = [Written(0, 30, 5), Written(1, 10, 5), None, Written(2, 20, 0), Written(3, 15, 1)]
+    assert publish_order(messages) == [10, 15, 30]  # empty partitions publish nothing
