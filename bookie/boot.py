@@ -17,14 +17,78 @@ missing entries back from peers is the repair phase's job.)
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import dataclass, field
 
 from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.context import BookieContext
+from aiobk.bookie.cookies import check_cookies, marker_present, set_marker
+from aiobk.bookie.disk import Disk
 from aiobk.bookie.ledger_state import Ledgers
 from aiobk.metadata import MetadataStore
 from aiobk.protocol.errors import NoSuchLedgerError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class BootResult:
+    """What one boot found and did."""
+
+    instance_id: str = ""  # the cookie's: identifies the bookie's directories
+    replaced_instances: tuple[str, ...] = ()  # earlier instances a fixed cookie replaced
+    unclean_start: bool = False  # the last life did not stop cleanly
+    replayed: int = 0  # journal records replayed
+    limbo_ledgers: list[int] = field(default_factory=list)  # put in limbo by phase one
+    to_repair: list[int] = field(default_factory=list)  # every ledger phase one touched
+
+
+async def boot(
+    ctx: BookieContext,
+    disk: Disk,
+    store: MetadataStore | None,
+    address: str,
+    new_instance_id: str,
+) -> BootResult:
+    """BP-46 "The Full Boot-Up Sequence", up to phase one; nothing is served before it ends.
+
+    1. Cookies and the unclean-shutdown marker.
+    2. Ledger storage and the journal after the last checkpoint.
+    3. Phase one, after a cookie failure that was fixed, or after an unclean shutdown of a
+       journal-less bookie (one with a journal lost nothing it acknowledged): every
+       non-closed ledger whose ensembles hold this bookie is fenced and put in limbo.
+    """
+    config, bookie_id = ctx.config, ctx.admin.bookie_id
+    check = await check_cookies(disk, config, store, bookie_id, address, new_instance_id)
+    result = BootResult(check.cookie.instance_id, check.replaced_instances)
+    if check.fixed:
+        log.warning("bookie %s: cookies fixed (%s)", bookie_id, "; ".join(check.problems))
+    result.unclean_start = await marker_present(disk, config)
+    await set_marker(disk, config)
+    storage, journal = ctx.storage, ctx.journal
+    mark = await storage.open()
+    for state in storage.ledgers.values():
+        # Checkpointed entries are synced; rebuild the cursor from the LAC upward.
+        state.sync.confirmed(state.lac)
+        entry = state.lac + 1
+        while state.location(entry) >= 0:
+            state.sync.synced(entry)
+            entry += 1
+    result.replayed = await journal.replay(mark, ctx.ledgers.apply)
+    await journal.start(mark + 1)
+    if result.replayed:
+        log.info("replayed %d journal records after LSN %d", result.replayed, mark)
+        # On a full disk this fails; the journal still holds what it replayed, and the
+        # bookie starts anyway (read-only, see bookie.disk_monitor) and retries.
+        with contextlib.suppress(Exception):
+            await ctx.admin.checkpoint()
+    lost_data = check.fixed or (result.unclean_start and not config.journal_write_data)
+    if lost_data and store is not None:
+        result.limbo_ledgers, result.to_repair = await fence_and_limbo(
+            ctx.ledgers, store, config, bookie_id
+        )
+    return result
 
 
 async def fence_and_limbo(
@@ -65,4 +129,4 @@ async def fence_and_limbo(
     return chosen, touched
 
 
-__all__ = ["fence_and_limbo"]
+__all__ = ["BootResult", "boot", "fence_and_limbo"]

@@ -16,12 +16,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, cast
 
 from aiobk.bookie.advertised import advertised_host
-from aiobk.bookie.boot import fence_and_limbo
+from aiobk.bookie.boot import BootResult, boot
 from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
 from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.connection import ConnectionHooks, ServerConnection
 from aiobk.bookie.context import BookieContext
-from aiobk.bookie.cookies import check_cookies, clear_marker, marker_present, set_marker
+from aiobk.bookie.cookies import clear_marker
 from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.disk_monitor import DiskMonitor
 from aiobk.bookie.errors import BookieStateError
@@ -122,12 +122,7 @@ class Bookie:
         journal = self.journal
         self._hooks = ConnectionHooks(journal.flush_idle, lambda: journal.urgent)
         self._tasks: dict[str, asyncio.Task[None]] = {}  # background work while serving
-        self.replayed = 0
-        self.instance_id = ""
-        self.unclean_start = False
-        self._replaced_instances: tuple[str, ...] = ()
-        self.limbo_ledgers: list[int] = []
-        self._to_repair: list[int] = []
+        self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
         self._owns_metadata = False
         self._registry: Registry | None = None
@@ -201,14 +196,15 @@ class Bookie:
         self.flow.start()
         self.disk_monitor.run()
         self._spawn("checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish))
-        if self._to_repair and self._metadata is not None and self.config.boot_repair:
+        to_repair = self.booted.to_repair
+        if to_repair and self._metadata is not None and self.config.boot_repair:
             self._spawn(
                 "repair",
                 run_repair(
                     self._make_repairer,
                     self.ledgers,
                     self._metadata,
-                    list(self._to_repair),
+                    list(to_repair),
                     self.bookie_id,
                     self.config.repair_retry_interval,
                 ),
@@ -221,55 +217,32 @@ class Bookie:
         self._tasks[name] = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
 
     async def _boot(self) -> None:
-        """BP-46 "The Full Boot-Up Sequence", up to phase one; nothing is served before it ends.
-
-        1. Cookies and the unclean-shutdown marker.
-        2. Ledger storage and the journal after the last checkpoint.
-        3. Phase one, after a cookie failure that was fixed, or after an unclean shutdown of a
-           journal-less bookie (one with a journal lost nothing it acknowledged): every
-           non-closed ledger whose ensembles hold this bookie is fenced and put in limbo.
-        """
+        """Nothing is served before this ends (``bookie.boot``)."""
         # Before anything is written: on a full disk the reserve is given back first, and the
         # bookie boots read-only (bookie.disk_monitor).
         await self.disk_monitor.start()
         if self._metadata is None and self.config.metadata_uri:
             self._metadata = open_store(self.config.metadata_uri)
             self._owns_metadata = True
-        check = await check_cookies(
-            self._disk,
-            self.config,
-            self._metadata,
-            self.bookie_id,
-            str(self.address),
-            self._instance_ids(),
+        self.booted = await boot(
+            self.context, self._disk, self._metadata, str(self.address), self._instance_ids()
         )
-        self.instance_id = check.cookie.instance_id
-        self._replaced_instances = check.replaced_instances
-        if check.fixed:
-            log.warning("bookie %s: cookies fixed (%s)", self.bookie_id, "; ".join(check.problems))
-        self.unclean_start = await marker_present(self._disk, self.config)
-        await set_marker(self._disk, self.config)
-        mark = await self.storage.open()
-        for state in self.storage.ledgers.values():
-            # Checkpointed entries are synced; rebuild the cursor from the LAC upward.
-            state.sync.confirmed(state.lac)
-            entry = state.lac + 1
-            while state.location(entry) >= 0:
-                state.sync.synced(entry)
-                entry += 1
-        self.replayed = await self.journal.replay(mark, self.ledgers.apply)
-        await self.journal.start(mark + 1)
-        if self.replayed:
-            log.info("replayed %d journal records after LSN %d", self.replayed, mark)
-            # On a full disk this fails; the journal still holds what it replayed, and the
-            # bookie starts anyway (read-only, see bookie.disk_monitor) and retries.
-            with contextlib.suppress(Exception):
-                await self.checkpoint()
-        lost_data = check.fixed or (self.unclean_start and not self.config.journal_write_data)
-        if lost_data and self._metadata is not None:
-            self.limbo_ledgers, self._to_repair = await fence_and_limbo(
-                self.ledgers, self._metadata, self.config, self.bookie_id
-            )
+
+    @property
+    def instance_id(self) -> str:
+        return self.booted.instance_id
+
+    @property
+    def unclean_start(self) -> bool:
+        return self.booted.unclean_start
+
+    @property
+    def limbo_ledgers(self) -> list[int]:
+        return self.booted.limbo_ledgers
+
+    @property
+    def replayed(self) -> int:
+        return self.booted.replayed
 
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
@@ -366,7 +339,7 @@ class Bookie:
             self._usage,
             lambda: self._running,
         )
-        await self._registry.register(self._replaced_instances)
+        await self._registry.register(self.booted.replaced_instances)
 
     async def _usage(self) -> tuple[int, int, bool]:
         free, total = await self.disk_usage()
