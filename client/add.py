@@ -30,8 +30,14 @@ but the LAC moves only by BP-14's rule over the LastAddSynced each bookie report
 last completed add), and a failing bookie fails the ledger's adds instead of changing the
 ensemble ("Ensemble changes are not allowed ... when ledgerType is not PD_JOURNAL").
 
-The same pipeline writes recovery's write-backs (RECOVERY_ADD, a fixed LAC in every body, and a
-``change_ensemble`` that only changes the local view, RELIABILITY traps 3 and 4).
+The same pipeline writes recovery's write-backs (``AddMode.recovery``: RECOVERY_ADD, a fixed LAC
+in every body, and a ``change_ensemble`` that only changes the local view, RELIABILITY traps 3
+and 4).
+
+The parts: ``ack_tracker`` counts acks, orders completions and moves the LAC (pure); the pool's
+``Sender`` delivers frames in order per bookie, through a backlog while a connection is being
+made; ``lac.ExplicitLac`` tells idle bookies the last LAC; this module frames entries, reacts to
+answers and runs ensemble changes.
 """
 
 from __future__ import annotations
@@ -40,15 +46,18 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from aiobk.client.ack_tracker import AckTracker
 from aiobk.client.backpressure import AddBudget
-from aiobk.client.config import ClientConfig
+from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
-from aiobk.client.pool import BookiePool
-from aiobk.client.quorum import lac_from_last_add_synced, write_set
+from aiobk.client.lac import ExplicitLac
+from aiobk.client.pool import Sender
+from aiobk.client.quorum import write_set
+from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_SIZE,
@@ -58,7 +67,6 @@ from aiobk.protocol import (
     Durability,
     Response,
     StatusCode,
-    WriteLacRequest,
     encode,
 )
 from aiobk.protocol.errors import (
@@ -88,6 +96,28 @@ EnsembleChanger = Callable[
 ADD_FRAME_OVERHEAD = 1 + 1 + 5 * 9 + 3 + 5 + HEADER_SIZE + 32
 
 
+@dataclass(frozen=True, slots=True)
+class AddMode:
+    """How a pipeline writes: as the ledger's writer, or as recovery writing entries back."""
+
+    flags: AddFlag = AddFlag.NONE
+    durability: Durability = Durability.PERSISTENT
+    fixed_lac: int | None = None  # recovery: the LAC every body carries (RELIABILITY trap 4)
+    budgeted: bool = True  # appends hold a share of the client's AddBudget (backpressure.py)
+
+    @classmethod
+    def writer(cls, durability: Durability = Durability.PERSISTENT) -> AddMode:
+        return cls(AddFlag.NONE, durability, None, True)
+
+    @classmethod
+    def recovery(cls, lac: int) -> AddMode:
+        """Write-backs: RECOVERY_ADD (a fenced bookie takes them), always synced -- even for a
+        volatile ledger: the close that follows promises every entry up to the last is on an
+        ack quorum (I3), and a write-back may change the ensemble locally, which BP-14's
+        no-change rule is not about (it binds writers) -- and no budget."""
+        return cls(AddFlag.RECOVERY_ADD, Durability.PERSISTENT, lac, False)
+
+
 class PendingAdd:
     __slots__ = (
         "acks", "charged", "done", "entry_id", "future", "inflight", "length", "payload", "queued",
@@ -107,75 +137,90 @@ class PendingAdd:
         self.inflight = 0  # sends whose callback has not run yet
 
 
-# One request waiting for its bookie's connection: (txn_id, encoded frame, response callback,
-# the add it is for).
-QueuedSend = tuple[int, bytes, Callable[[Response | BKError], None], PendingAdd]
-
-
 class AddPipeline:
     def __init__(
         self,
+        ctx: ClientContext,
         *,
         ledger_id: int,
         master_key: bytes,
         digest: Digester,
-        ensemble_size: int,
-        write_quorum: int,
-        ack_quorum: int,
-        ensemble: list[str],
-        pool: BookiePool,
-        config: ClientConfig,
+        metadata: LedgerMetadata,
         change_ensemble: EnsembleChanger,
+        mode: AddMode,
         lac: int = -1,
         length: int = 0,
-        flags: AddFlag = AddFlag.NONE,
-        durability: Durability = Durability.PERSISTENT,
-        fixed_lac: int | None = None,
-        budget: AddBudget | None = None,
     ) -> None:
+        """Adds to the last fragment of ``metadata``, the next entry after ``lac`` (a ledger
+        of ``length`` bytes so far)."""
         self.ledger_id = ledger_id
         self._key = master_key
         self._digest = digest
-        self.e, self.wq, self.aq = ensemble_size, write_quorum, ack_quorum
-        self.ensemble = list(ensemble)
-        self._pool = pool
-        self._config = config
+        self.e, self.wq = metadata.ensemble_size, metadata.write_quorum
+        self.ensemble = list(metadata.ensemble)
+        self._pool = ctx.pool
+        self._config = config = ctx.config
         self._change_ensemble = change_ensemble
-        self.lac = lac
-        self.lac_length = length
-        self.last_acked = lac  # last add completed to its caller (== lac unless VOLATILE)
-        self.volatile = durability is Durability.VOLATILE
-        self.synced = [-1] * ensemble_size  # BP-14: LastAddSynced reported by each slot
-        self._lengths: dict[int, int] = {}  # VOLATILE: lengths of completed entries above lac
+        self._mode = mode
+        self.volatile = mode.durability is Durability.VOLATILE
+        self._tracker: AckTracker[PendingAdd] = AckTracker(
+            metadata.ensemble_size,
+            metadata.write_quorum,
+            metadata.ack_quorum,
+            volatile=self.volatile,
+            lac=lac,
+            length=length,
+        )
         self.next_entry_id = lac + 1
         self.length = length
-        self._flags = flags
-        self._durability = durability
-        self._fixed_lac = fixed_lac
-        self._pending: deque[PendingAdd] = deque()
+        self._frozen_lac = mode.fixed_lac if config.switches.recovery_frozen_lac else None
         self._queued: list[PendingAdd] = []
         self._failed: dict[int, str] = {}
         self.changing = False
         self._sent_early = False  # replace_after_cas off: this change already sends to the new
         self.error: BKError | None = None
-        self._budget = budget  # add() is called holding a share of it, given back at the end
+        # add() is called holding a share of the budget, given back at the end
+        self._budget: AddBudget | None = ctx.budget if mode.budgeted else None
         self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
-        # Sends to a bookie whose connection is still being made, in entry order; one task per
-        # bookie hands them over once it connects. Later sends queue behind them, so a bookie
-        # never sees a later add (or a FORCE, see ``sent``) before an earlier one.
-        self._backlog: dict[str, list[QueuedSend]] = {}
-        self._backlog_done: dict[str, asyncio.Future[None]] = {}
-        self._sent_lac = lac  # the highest LAC that went out piggybacked on an add
-        self._lac_timer: asyncio.TimerHandle | None = None
+        self._sender: Sender[PendingAdd] = Sender(ctx.pool, config.add_timeout, self._answered)
+        # Recovery's write-backs carry their frozen LAC and need no explicit one.
+        self._explicit = (
+            ExplicitLac(ledger_id, master_key, ctx.pool, config, lac)
+            if mode.fixed_lac is None
+            else None
+        )
 
-    # ------------------------------------------------------------------ adding
+    # ------------------------------------------------------------------ state
+
+    @property
+    def lac(self) -> int:
+        return self._tracker.lac
+
+    @property
+    def lac_length(self) -> int:
+        return self._tracker.lac_length
+
+    @property
+    def last_acked(self) -> int:
+        """The last add completed to its caller (== lac unless VOLATILE)."""
+        return self._tracker.last_acked
+
+    @property
+    def synced(self) -> list[int]:
+        """BP-14: the LastAddSynced each slot reported."""
+        return self._tracker.synced
+
+    def advance_volatile_lac(self, ceiling: int | None = None) -> int:
+        return self._tracker.advance_volatile_lac(ceiling)
 
     @property
     def outstanding(self) -> int:
-        return len(self._pending)
+        return len(self._tracker.pending)
+
+    # ------------------------------------------------------------------ adding
 
     def check_size(self, payload: bytes) -> None:
         """Refuse, before it takes an entry id, a payload whose add would not fit in a frame."""
@@ -218,7 +263,7 @@ class AddPipeline:
     ) -> PendingAdd:
         op = PendingAdd(entry_id, payload, length, self._loop.create_future())
         op.charged = charged
-        self._pending.append(op)
+        self._tracker.track(op)
         if self.changing and not self._sent_early:
             op.queued = True
             self._queued.append(op)
@@ -227,65 +272,31 @@ class AddPipeline:
         return op
 
     def _frame(self, op: PendingAdd) -> tuple[int, bytes]:
-        lac = self.lac
-        if self._fixed_lac is not None and self._config.switches.recovery_frozen_lac:
-            lac = self._fixed_lac
-        self._sent_lac = max(self._sent_lac, lac)
+        lac = self._tracker.lac if self._frozen_lac is None else self._frozen_lac
+        explicit = self._explicit
+        if explicit is not None and lac > explicit.sent:
+            explicit.sent = lac  # the bookies learn this LAC with this add
         body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
         txn_id = next(self._pool.txn_ids)
+        mode = self._mode
         request = AddRequest(
-            txn_id, self.ledger_id, op.entry_id, self._flags, self._durability, self._key, body
+            txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
         )
         return txn_id, encode(request)
 
     def _send(self, op: PendingAdd, slots: list[int]) -> None:
         txn_id, frame = self._frame(op)
-        timeout = self._config.add_timeout
-        alone = len(self._pending) == 1  # nothing else in flight: send now, not at turn's end
+        alone = len(self._tracker.pending) == 1  # nothing else in flight: send now
         op.inflight += len(slots)  # each send's callback runs exactly once
+        send = self._sender.send
         for slot in slots:
             bookie = self.ensemble[slot]
-            callback = self._callback(op, slot, bookie)
-            backlog = self._backlog.get(bookie)
-            if backlog is None:
-                conn = self._pool.get_nowait(bookie)
-                if conn is not None:
-                    conn.send_frame(txn_id, frame, timeout, callback)
-                    if alone:
-                        conn.flush_now()
-                    continue
-                backlog = self._backlog[bookie] = []
-                self._backlog_done[bookie] = self._loop.create_future()
-                self._spawn(self._send_after_connect(bookie))
-            backlog.append((txn_id, frame, callback, op))
-
-    async def _send_after_connect(self, bookie: str) -> None:
-        try:
-            conn = await self._pool.get(bookie)
-        except BKError as exc:
-            for _txn_id, _frame, callback, _op in self._end_backlog(bookie):
-                callback(exc)
-            return
-        except asyncio.CancelledError:  # the pipeline is closing: these adds go nowhere
-            for _txn_id, _frame, _callback, op in self._end_backlog(bookie):
-                self._answered(op)  # never sent: no answer to wait for
-            raise
-        for txn_id, frame, callback, _op in self._end_backlog(bookie):
-            conn.send_frame(txn_id, frame, self._config.add_timeout, callback)
-
-    def _end_backlog(self, bookie: str) -> list[QueuedSend]:
-        backlog = self._backlog.pop(bookie, [])
-        done = self._backlog_done.pop(bookie, None)
-        if done is not None and not done.done():
-            done.set_result(None)
-        return backlog
+            send(bookie, txn_id, frame, self._callback(op, slot, bookie), op, alone)
 
     async def sent(self, bookie: str) -> None:
         """Wait until every add so far has been handed to ``bookie``'s connection (or failed to
         connect): a FORCE sent after this cannot overtake them."""
-        done = self._backlog_done.get(bookie)
-        if done is not None:
-            await asyncio.shield(done)
+        await self._sender.sent(bookie)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coro)
@@ -300,7 +311,7 @@ class AddPipeline:
     # ------------------------------------------------------------------ responses
 
     def _answered(self, op: PendingAdd) -> None:
-        """One send of ``op`` is over (answered, failed or dropped)."""
+        """One send of ``op`` is over (answered, failed or never sent)."""
         op.inflight -= 1
         if op.done and not op.inflight and op.charged:
             op.charged = False
@@ -316,13 +327,10 @@ class AddPipeline:
         if self.ensemble[slot] != bookie or self._failed.get(slot) == bookie:
             return  # from a bookie replaced (or being replaced) in this slot: does not count
         if isinstance(result, AddResponse) and result.status is StatusCode.EOK:
-            if self.volatile and result.last_add_synced > self.synced[slot]:
-                self.synced[slot] = result.last_add_synced
-                self.advance_volatile_lac()
-            if op.done:
-                return
-            op.acks |= 1 << slot
-            if op.acks.bit_count() >= self.aq and op is self._pending[0]:
+            tracker = self._tracker
+            if self.volatile:
+                tracker.synced_to(slot, result.last_add_synced)
+            if tracker.ack(op, slot):
                 self._complete_ready()
             return
         if isinstance(result, Response):
@@ -363,86 +371,41 @@ class AddPipeline:
         """Acknowledge, in order, every entry at the head that has its ack quorum."""
         if self.changing and self._config.switches.hold_acks_during_change:
             return  # hold acknowledgements until the new fragment is in the metadata
-        pending = self._pending
-        aq = self.aq
-        volatile = self.volatile
         finished = finished_bytes = 0
-        while pending and pending[0].acks.bit_count() >= aq:
-            op = pending.popleft()
-            op.done = True
+        for op in self._tracker.pop_ready():
             if op.charged and not op.inflight:  # else the last answer gives its share back
                 op.charged = False
                 finished += 1
                 finished_bytes += len(op.payload)
-            self.last_acked = op.entry_id
-            if volatile:
-                self._lengths[op.entry_id] = op.length
-            else:
-                self.lac = op.entry_id
-                self.lac_length = op.length
             if not op.future.done():
                 op.future.set_result(op.entry_id)
-        if volatile:
-            self.advance_volatile_lac()
         if finished and self._budget is not None:
             self._budget.release(finished, finished_bytes)
         self._wake()
 
-    def advance_volatile_lac(self, ceiling: int | None = None) -> int:
-        """BP-14: the LAC is the max of the WQ-AQ+1 lowest LastAddSynced values, never above
-        the last completed add (or ``ceiling``, for force())."""
-        candidate = lac_from_last_add_synced(self.synced, self.wq, self.aq)
-        candidate = min(candidate, self.last_acked if ceiling is None else ceiling)
-        if candidate > self.lac:
-            self.lac = candidate
-            self.lac_length = self._lengths.get(candidate, self.lac_length)
-            for entry in [e for e in self._lengths if e <= candidate]:
-                del self._lengths[entry]
-        return self.lac
-
     def _wake(self) -> None:
-        if not self._pending:
+        if not self._tracker.pending:
             idle, self._idle = self._idle, []
             for waiter in idle:
                 if not waiter.done():
                     waiter.set_result(None)
-            self._arm_explicit_lac()
+            if self._explicit is not None:
+                self._explicit.arm(self._lac_due)
 
-    # ------------------------------------------------------------------ explicit LAC
-
-    def _arm_explicit_lac(self) -> None:
-        delay = self._config.explicit_lac_delay
-        if delay <= 0 or self._fixed_lac is not None or self._lac_timer is not None:
-            return  # recovery write-backs carry their frozen LAC and need no more
-        self._lac_timer = self._loop.call_later(delay, self._send_explicit_lac)
-
-    def _send_explicit_lac(self) -> None:
-        """Idle with a LAC no add has carried yet: tell the bookies (WRITE_LAC), so that a
-        reader's long poll wakes for the last entry too."""
-        self._lac_timer = None
-        if self.error is not None or self._pending or self.lac <= self._sent_lac:
-            return
-        lac = self._sent_lac = self.lac
-        for bookie in dict.fromkeys(self.ensemble):
-            self._spawn(self._write_lac(bookie, lac))
-
-    async def _write_lac(self, bookie: str, lac: int) -> None:
-        try:
-            conn = await self._pool.get(bookie)
-            request = WriteLacRequest(conn.next_txn_id(), self.ledger_id, self._key, lac)
-            await conn.send(request, self._config.add_timeout)
-        except BKError as exc:  # best effort: the next add carries the LAC anyway
-            log.debug("ledger %d: explicit LAC to %s failed: %s", self.ledger_id, bookie, exc)
+    def _lac_due(self) -> tuple[int, Sequence[str]] | None:
+        """For ``ExplicitLac``: the LAC to announce while idle, if any."""
+        if self.error is not None or self._tracker.pending:
+            return None
+        return self._tracker.lac, self.ensemble
 
     def fail(self, error: BKError) -> None:
         """Fail every pending and future add with ``error``."""
         if self.error is None:
             self.error = error
-        pending, self._pending = self._pending, deque()
+        pending = self._tracker.drain()
         self._queued = []
         finished = finished_bytes = 0
         for op in pending:
-            op.done = True
             if op.charged and not op.inflight:  # else the last answer gives its share back
                 op.charged = False
                 finished += 1
@@ -456,7 +419,7 @@ class AddPipeline:
 
     async def settle(self) -> None:
         """Wait until no add is pending (each acknowledged or failed)."""
-        if self._pending:
+        if self._tracker.pending:
             waiter: asyncio.Future[None] = self._loop.create_future()
             self._idle.append(waiter)
             await waiter
@@ -475,12 +438,8 @@ class AddPipeline:
         try:
             while self._failed and self.error is None:
                 failed = dict(self._failed)
-                first_entry = self.lac + 1  # acknowledgements are held: the LAC cannot move
-                mask = 0
-                for slot in failed:
-                    mask |= 1 << slot
-                for op in self._pending:
-                    op.acks &= ~mask  # a replaced bookie's acks above the LAC do not count
+                first_entry = self._tracker.lac + 1  # acks are held: the LAC cannot move
+                self._tracker.forget_slots(list(failed))  # their acks above the LAC: void
                 chosen = None
                 if not self._config.switches.replace_after_cas:
                     chosen = functools.partial(self._send_early, failed)
@@ -508,7 +467,7 @@ class AddPipeline:
 
     def _resend(self, failed: dict[int, str]) -> None:
         """Every unacknowledged entry of the replaced slots goes to the replacements."""
-        for op in list(self._pending):
+        for op in list(self._tracker.pending):
             if op.queued:
                 continue
             slots = [s for s in write_set(op.entry_id, self.e, self.wq) if s in failed]
@@ -533,9 +492,9 @@ class AddPipeline:
                 self._send(op, write_set(op.entry_id, self.e, self.wq))
 
     async def close(self) -> None:
-        if self._lac_timer is not None:
-            self._lac_timer.cancel()
-            self._lac_timer = None
+        if self._explicit is not None:
+            await self._explicit.close()
+        await self._sender.withdraw()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

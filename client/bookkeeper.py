@@ -9,8 +9,8 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from aiobk.client.backpressure import AddBudget
 from aiobk.client.config import ClientConfig
+from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_position import LogPosition
@@ -67,8 +67,10 @@ class BookKeeper:
         self._rng = rng or random.Random()
         self._wall_clock = wall_clock
         self.pool = BookiePool(store, config, connector)
-        # One budget of unfinished appends for every ledger this client writes (backpressure.py).
-        self.add_budget = AddBudget(config.max_outstanding_adds, config.max_outstanding_bytes)
+        # What every ledger of this client shares, among it one budget of unfinished appends
+        # (backpressure.py).
+        self.context = ClientContext.build(store, self.pool, config, self._rng)
+        self.add_budget = self.context.budget
         self._owns_store = owns_store
         self._closed = False
 
@@ -152,15 +154,11 @@ class BookKeeper:
         )
         metadata = await self.store.create_ledger(ledger_id, metadata)
         return LedgerHandle(
+            self.context,
             ledger_id=ledger_id,
             metadata=metadata,
             master_key=master_key(password),
             digest=Digester(kind, password),
-            store=self.store,
-            pool=self.pool,
-            config=self.config,
-            rng=self._rng,
-            budget=self.add_budget,
         )
 
     async def open_ledger(
@@ -173,21 +171,13 @@ class BookKeeper:
         digest = Digester(metadata.digest_type, password)
         if recovery and not metadata.is_closed:
             metadata = await LedgerRecovery(
-                ledger_id=ledger_id,
-                master_key=master_key(password),
-                digest=digest,
-                store=self.store,
-                pool=self.pool,
-                config=self.config,
-                rng=self._rng,
+                self.context, ledger_id=ledger_id, master_key=master_key(password), digest=digest
             ).run(metadata)
         handle = ReadHandle(
+            self.context,
             ledger_id=ledger_id,
             metadata=metadata,
             reader=EntryReader(ledger_id, digest, self.pool, self.config),
-            store=self.store,
-            pool=self.pool,
-            config=self.config,
         )
         if not metadata.is_closed:
             await handle.read_last_add_confirmed()

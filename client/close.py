@@ -10,39 +10,37 @@ last entry -> an error. An unreachable metadata store is retried for ``metadata_
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
+from aiobk.client.context import ClientContext
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol.errors import LedgerFencedError, MetadataVersionError
 
-if TYPE_CHECKING:
-    from aiobk.client.ledger_handle import LedgerHandle
 
-
-async def close_as_writer(handle: LedgerHandle, last_entry: int, length: int) -> LedgerMetadata:
-    metadata = handle.metadata
-    ledger_id = handle.ledger_id
-    retry = MetadataRetry(handle.config, f"ledger {ledger_id}: close")
-    for _attempt in range(handle.config.metadata_retries):
+async def close_as_writer(
+    ctx: ClientContext, ledger_id: int, metadata: LedgerMetadata, last_entry: int, length: int
+) -> LedgerMetadata:
+    """Close ``ledger_id`` at ``last_entry`` (``length`` bytes), starting from ``metadata``:
+    the version this writer last wrote or read."""
+    store, config = ctx.store, ctx.config
+    retry = MetadataRetry(config, f"ledger {ledger_id}: close")
+    for _attempt in range(config.metadata_retries):
         if metadata.state is LedgerState.CLOSED:
             if metadata.last_entry_id == last_entry:
                 return metadata
             raise LedgerFencedError(
-                f"ledger {handle.ledger_id} was closed by another client at entry "
+                f"ledger {ledger_id} was closed by another client at entry "
                 f"{metadata.last_entry_id}; this writer acknowledged up to {last_entry}"
             )
         if metadata.state is LedgerState.IN_RECOVERY:
-            raise LedgerFencedError(
-                f"ledger {handle.ledger_id} is being recovered by another client"
-            )
+            raise LedgerFencedError(f"ledger {ledger_id} is being recovered by another client")
         closed = metadata.closed(last_entry, length)
         try:
             return await retry.call(
-                "writing CLOSED", functools.partial(handle.store.write_ledger, ledger_id, closed)
+                "writing CLOSED", functools.partial(store.write_ledger, ledger_id, closed)
             )
         except MetadataVersionError:
             metadata = await retry.call(
-                "reading the metadata again", functools.partial(handle.store.read_ledger, ledger_id)
+                "reading the metadata again", functools.partial(store.read_ledger, ledger_id)
             )
-    raise MetadataVersionError(f"ledger {handle.ledger_id}: close still racing")
+    raise MetadataVersionError(f"ledger {ledger_id}: close still racing")

@@ -14,61 +14,64 @@ An unreachable metadata store (etcd restarting) is retried with backoff for
 from __future__ import annotations
 
 import functools
-import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from aiobk.client.context import ClientContext
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.placement import choose_replacement
-from aiobk.metadata import LedgerState
+from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol.errors import LedgerFencedError, MetadataVersionError
 
 if TYPE_CHECKING:
     from aiobk.client.add import ReplacementsChosen
-    from aiobk.client.ledger_handle import LedgerHandle
 
 
 async def change_ensemble(
-    handle: LedgerHandle,
+    ctx: ClientContext,
+    ledger_id: int,
+    current: Callable[[], LedgerMetadata],
     first_entry: int,
     ensemble: list[str],
     failed: dict[int, str],
-    rng: random.Random,
+    bad: set[str],
     chosen: ReplacementsChosen | None = None,
-) -> list[str]:
-    handle.bad_bookies.update(failed.values())
-    store = handle.store
-    ledger_id = handle.ledger_id
+) -> tuple[list[str], LedgerMetadata]:
+    """Replace the ``failed`` slots of ``ensemble`` in a new fragment from ``first_entry``;
+    return the new ensemble and the metadata written. ``current()`` is the writer's latest
+    metadata, read when the CAS is attempted (a close may not race past it); ``bad`` are the
+    bookies never to choose."""
+    store, config = ctx.store, ctx.config
     # The listing, the CAS and the re-reads ride out an unreachable store together, for
     # metadata_retry_timeout; acknowledgements stay held meanwhile (the pipeline is changing).
-    retry = MetadataRetry(handle.config, f"ledger {ledger_id}: ensemble change")
+    retry = MetadataRetry(config, f"ledger {ledger_id}: ensemble change")
     candidates = await retry.call(
-        "listing the writable bookies", functools.partial(handle.pool.writable_bookies, fresh=True)
+        "listing the writable bookies", functools.partial(ctx.pool.writable_bookies, fresh=True)
     )
     new = list(ensemble)
     for slot in sorted(failed):
-        new[slot] = choose_replacement(candidates, new, handle.bad_bookies, rng)
+        new[slot] = choose_replacement(candidates, new, bad, ctx.rng)
     if chosen is not None:  # ProtocolSwitches.replace_after_cas off: write before the CAS
         chosen(list(new))
-    metadata = handle.metadata
-    retries = handle.config.metadata_retries
+    metadata = current()
+    retries = config.metadata_retries
     for _attempt in range(retries):
         wanted = metadata.with_fragment(first_entry, tuple(new))
         try:
-            handle.metadata = await retry.call(
+            written = await retry.call(
                 "writing the new fragment", functools.partial(store.write_ledger, ledger_id, wanted)
             )
-            return new
+            return new, written
         except MetadataVersionError:
-            current = await retry.call(
+            latest = await retry.call(
                 "reading the metadata again", functools.partial(store.read_ledger, ledger_id)
             )
-            if current.state is not LedgerState.OPEN:
-                handle.fenced = True
+            if latest.state is not LedgerState.OPEN:
                 raise LedgerFencedError(
-                    f"ledger {ledger_id} is {current.state.value}: another client is "
+                    f"ledger {ledger_id} is {latest.state.value}: another client is "
                     "recovering or closed it"
                 ) from None
-            metadata = current
+            metadata = latest
     raise MetadataVersionError(
         f"ledger {ledger_id}: ensemble change still racing after {retries} attempts"
     )

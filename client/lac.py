@@ -14,6 +14,9 @@ Long poll: READ with LONG_POLL to the write set of the next entry; the first ans
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
 
 from aiobk.client.config import ClientConfig
 from aiobk.client.pool import BookiePool
@@ -27,8 +30,11 @@ from aiobk.protocol import (
     ReadRequest,
     ReadResponse,
     StatusCode,
+    WriteLacRequest,
 )
 from aiobk.protocol.errors import BKError, BookieUnavailableError
+
+log = logging.getLogger(__name__)
 
 
 async def read_lac_quorum(
@@ -129,3 +135,66 @@ async def long_poll_lac(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# What the writer says when its explicit-LAC timer fires: (LAC, ensemble) to announce, or None
+# when there is nothing to say (adds in flight again, or the ledger failed).
+LacDue = Callable[[], tuple[int, Sequence[str]] | None]
+
+
+class ExplicitLac:
+    """A writer's explicit LAC (BookKeeper's ExplicitLac, protocol.md "Reading from ledgers").
+
+    Every add carries the LAC at send time, so the bookies learn the LAC of entry N only with
+    entry N + 1. When the writer goes idle (``arm``) with a LAC no add has carried yet
+    (``sent`` is the highest that went out), then after ``explicit_lac_delay`` every bookie of
+    the ensemble gets a WRITE_LAC, so a reader's long poll wakes for the last entry too. Best
+    effort: a failed WRITE_LAC is only logged, the next add carries the LAC anyway."""
+
+    def __init__(
+        self, ledger_id: int, master_key: bytes, pool: BookiePool, config: ClientConfig, lac: int
+    ) -> None:
+        self.ledger_id = ledger_id
+        self._key = master_key
+        self._pool = pool
+        self._config = config
+        self.sent = lac  # the highest LAC the bookies were told (piggybacked or explicit)
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def arm(self, due: LacDue) -> None:
+        delay = self._config.explicit_lac_delay
+        if delay <= 0 or self._timer is not None:
+            return
+        self._timer = asyncio.get_running_loop().call_later(delay, self._fire, due)
+
+    def _fire(self, due: LacDue) -> None:
+        self._timer = None
+        what = due()
+        if what is None or what[0] <= self.sent:
+            return
+        lac, ensemble = what
+        self.sent = lac
+        loop = asyncio.get_running_loop()
+        for bookie in dict.fromkeys(ensemble):
+            task = loop.create_task(self._write(bookie, lac))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, bookie: str, lac: int) -> None:
+        try:
+            conn = await self._pool.get(bookie)
+            request = WriteLacRequest(conn.next_txn_id(), self.ledger_id, self._key, lac)
+            await conn.send(request, self._config.add_timeout)
+        except BKError as exc:
+            log.debug("ledger %d: explicit LAC to %s failed: %s", self.ledger_id, bookie, exc)
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, BKError):
+                await task

@@ -5,20 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 
-from aiobk.client.add import AddPipeline, ReplacementsChosen
-from aiobk.client.backpressure import AddBudget, acquire
+from aiobk.client.add import AddMode, AddPipeline, ReplacementsChosen
+from aiobk.client.backpressure import acquire
 from aiobk.client.close import close_as_writer
-from aiobk.client.config import ClientConfig
 from aiobk.client.connection import status_error
+from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.ensemble_change import change_ensemble
-from aiobk.client.pool import BookiePool
 from aiobk.client.recovery import LedgerRecovery
-from aiobk.metadata import LedgerMetadata, MetadataStore
+from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import Durability, ForceRequest, ForceResponse, StatusCode
-from aiobk.protocol.errors import BKError, LedgerClosedError
+from aiobk.protocol.errors import BKError, LedgerClosedError, LedgerFencedError
 
 log = logging.getLogger(__name__)
 
@@ -26,46 +24,35 @@ log = logging.getLogger(__name__)
 class LedgerHandle:
     def __init__(
         self,
+        ctx: ClientContext,
         *,
         ledger_id: int,
         metadata: LedgerMetadata,
         master_key: bytes,
         digest: Digester,
-        store: MetadataStore,
-        pool: BookiePool,
-        config: ClientConfig,
-        rng: random.Random,
-        budget: AddBudget | None = None,
     ) -> None:
         self.ledger_id = ledger_id
         self.metadata = metadata
-        self.store = store
-        self.pool = pool
-        self.config = config
+        self._ctx = ctx
+        self.store = ctx.store
+        self.pool = ctx.pool
+        self.config = ctx.config
         self.bad_bookies: set[str] = set()
         self.fenced = False
         self._closed = False
         self._closing: asyncio.Future[None] | None = None
-        self._rng = rng
         self._master_key = master_key
         self._digest = digest
         # The client's budget of unfinished adds, shared by all its handles (backpressure.py).
-        self._budget = budget or AddBudget(
-            config.max_outstanding_adds, config.max_outstanding_bytes
-        )
+        self._budget = ctx.budget
         self._pipeline = AddPipeline(
+            ctx,
             ledger_id=ledger_id,
             master_key=master_key,
             digest=digest,
-            ensemble_size=metadata.ensemble_size,
-            write_quorum=metadata.write_quorum,
-            ack_quorum=metadata.ack_quorum,
-            ensemble=list(metadata.ensemble),
-            pool=pool,
-            config=config,
+            metadata=metadata,
             change_ensemble=self._change_ensemble,
-            durability=metadata.durability,
-            budget=self._budget,
+            mode=AddMode.writer(metadata.durability),
         )
 
     async def _change_ensemble(
@@ -75,7 +62,22 @@ class LedgerHandle:
         failed: dict[int, str],
         chosen: ReplacementsChosen | None,
     ) -> list[str]:
-        return await change_ensemble(self, first_entry, ensemble, failed, self._rng, chosen)
+        self.bad_bookies.update(failed.values())
+        try:
+            new, self.metadata = await change_ensemble(
+                self._ctx,
+                self.ledger_id,
+                lambda: self.metadata,
+                first_entry,
+                ensemble,
+                failed,
+                self.bad_bookies,
+                chosen,
+            )
+        except LedgerFencedError:
+            self.fenced = True  # a recovery started: this writer stops for good
+            raise
+        return new
 
     # ------------------------------------------------------------------ state
 
@@ -194,7 +196,9 @@ class LedgerHandle:
                     self.metadata = recovered
                     self._closed = True
                 elif not self.fenced:
-                    self.metadata = await close_as_writer(self, pipeline.lac, pipeline.lac_length)
+                    self.metadata = await close_as_writer(
+                        self._ctx, self.ledger_id, self.metadata, pipeline.lac, pipeline.lac_length
+                    )
                     self._closed = True
                 else:
                     self._closed = True
@@ -244,13 +248,7 @@ class LedgerHandle:
         if self.fenced or pipeline.lac >= pipeline.last_acked:
             return None
         return await LedgerRecovery(
-            ledger_id=self.ledger_id,
-            master_key=self._master_key,
-            digest=self._digest,
-            store=self.store,
-            pool=self.pool,
-            config=self.config,
-            rng=self._rng,
+            self._ctx, ledger_id=self.ledger_id, master_key=self._master_key, digest=self._digest
         ).run(self.metadata)
 
     def __repr__(self) -> str:

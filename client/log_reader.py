@@ -15,22 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from aiobk.client.entry import Entry
+from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.log_position import LogEntry, LogPosition
 from aiobk.client.read_handle import ReadHandle
 from aiobk.metadata import LogRecord
 from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
 
-if TYPE_CHECKING:
-    from aiobk.client.bookkeeper import BookKeeper
-
 
 class LogReader:
     def __init__(
         self,
-        bk: BookKeeper,
+        bk: LedgerClient,
         name: str,
         start: LogPosition,
         password: bytes = b"",
@@ -140,7 +137,7 @@ class LogReader:
             return  # truncated away under the reader
 
 
-async def truncate_log(bk: BookKeeper, name: str, before: LogPosition) -> list[int]:
+async def truncate_log(bk: LedgerClient, name: str, before: LogPosition) -> list[int]:
     """Remove from the log every ledger wholly below ``before`` (never its last ledger, which
     a writer may be using), by CAS, then delete those ledgers. Returns their ids."""
     store = bk.store

@@ -22,8 +22,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_append import take_log
 from aiobk.client.log_position import LogPosition
@@ -36,9 +36,6 @@ from aiobk.protocol.errors import (
     LogFencedError,
     MetadataVersionError,
 )
-
-if TYPE_CHECKING:
-    from aiobk.client.bookkeeper import BookKeeper
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +55,7 @@ class LogWriterSettings:
 
 
 class LogWriter:
-    def __init__(self, bk: BookKeeper, name: str, settings: LogWriterSettings) -> None:
+    def __init__(self, bk: LedgerClient, name: str, settings: LogWriterSettings) -> None:
         self._bk = bk
         self.name = name
         self._settings = settings
@@ -249,7 +246,7 @@ class LogWriter:
         await self.close()
 
 
-async def open_log_writer(bk: BookKeeper, name: str, settings: LogWriterSettings) -> LogWriter:
+async def open_log_writer(bk: LedgerClient, name: str, settings: LogWriterSettings) -> LogWriter:
     writer = LogWriter(bk, name, settings)
     await writer._open()
     return writer

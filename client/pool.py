@@ -13,14 +13,20 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from aiobk.client.config import ClientConfig
 from aiobk.client.connection import BookieConnection
 from aiobk.client.net import AsyncioConnector, Connector
 from aiobk.metadata import MetadataStore
+from aiobk.protocol import Response
 from aiobk.protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+ResponseCallback = Callable[[Response | BKError], None]
 
 
 class BookiePool:
@@ -156,3 +162,87 @@ class BookiePool:
             with_result = pending.done()
             if not with_result:
                 await asyncio.wait([pending], timeout=self._config.connect_timeout)
+
+
+class Sender(Generic[T]):
+    """The sends of one owner (a ledger's add pipeline) to the pool's bookies, in order per
+    bookie.
+
+    A send to a bookie whose connection is open goes straight to it (the hot path). One to a
+    bookie whose connection is still being made waits in a backlog that one task per bookie
+    hands over once it connects -- or fails, each callback getting the error. Later sends queue
+    behind the backlog, so a bookie never sees a later add (or a FORCE sent after ``sent``)
+    before an earlier one. ``withdraw`` gives up what is still queued (the owner is closing):
+    ``on_withdrawn`` gets each send's ``tag``, as it was never sent and gets no answer."""
+
+    def __init__(self, pool: BookiePool, timeout: float, on_withdrawn: Callable[[T], None]) -> None:
+        self._pool = pool
+        self._timeout = timeout
+        self._on_withdrawn = on_withdrawn
+        self._backlog: dict[str, list[tuple[int, bytes, ResponseCallback, T]]] = {}
+        self._handed_over: dict[str, asyncio.Future[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def send(
+        self,
+        bookie: str,
+        txn_id: int,
+        frame: bytes,
+        callback: ResponseCallback,
+        tag: T,
+        flush: bool = False,
+    ) -> None:
+        """Send ``frame`` (an encoded request with ``txn_id``); ``callback`` gets its answer
+        or failure, exactly once. ``flush``: write it now rather than at the end of the loop
+        turn (nothing else is in flight to batch it with)."""
+        backlog = self._backlog.get(bookie)
+        if backlog is None:
+            conn = self._pool.get_nowait(bookie)
+            if conn is not None:
+                conn.send_frame(txn_id, frame, self._timeout, callback)
+                if flush:
+                    conn.flush_now()
+                return
+            loop = asyncio.get_running_loop()
+            backlog = self._backlog[bookie] = []
+            self._handed_over[bookie] = loop.create_future()
+            task = loop.create_task(self._after_connect(bookie))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        backlog.append((txn_id, frame, callback, tag))
+
+    async def _after_connect(self, bookie: str) -> None:
+        try:
+            conn = await self._pool.get(bookie)
+        except BKError as exc:
+            for _txn_id, _frame, callback, _tag in self._end_backlog(bookie):
+                callback(exc)
+            return
+        except asyncio.CancelledError:  # withdrawn: these sends go nowhere
+            for _txn_id, _frame, _callback, tag in self._end_backlog(bookie):
+                self._on_withdrawn(tag)
+            raise
+        for txn_id, frame, callback, _tag in self._end_backlog(bookie):
+            conn.send_frame(txn_id, frame, self._timeout, callback)
+
+    def _end_backlog(self, bookie: str) -> list[tuple[int, bytes, ResponseCallback, T]]:
+        backlog = self._backlog.pop(bookie, [])
+        done = self._handed_over.pop(bookie, None)
+        if done is not None and not done.done():
+            done.set_result(None)
+        return backlog
+
+    async def sent(self, bookie: str) -> None:
+        """Until every send so far to ``bookie`` is with its connection (or failed to
+        connect): a request sent after this cannot overtake them."""
+        done = self._handed_over.get(bookie)
+        if done is not None:
+            await asyncio.shield(done)
+
+    async def withdraw(self) -> None:
+        """Give up every send still waiting for a connection (see the class docstring)."""
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -23,16 +23,13 @@ from aiobk.client.config import ClientConfig
 from aiobk.client.connection import status_error
 from aiobk.client.digest import Digester
 from aiobk.client.entry import Entry
+from aiobk.client.entry_read import ask, verified
 from aiobk.client.pool import BookiePool
 from aiobk.client.quorum import write_set
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
     EntryBody,
-    MalformedEntryError,
-    ReadRequest,
-    ReadResponse,
     StatusCode,
-    parse_entry,
 )
 from aiobk.protocol.errors import (
     BKError,
@@ -103,19 +100,12 @@ class EntryReader:
                 await asyncio.gather(*running, return_exceptions=True)
 
     async def _ask(self, bookie: str, entry_id: int) -> EntryBody:
-        conn = await self._pool.get(bookie)
-        response = await conn.send(
-            ReadRequest(conn.next_txn_id(), self.ledger_id, entry_id), self._config.read_timeout
+        response = await ask(
+            self._pool, bookie, self.ledger_id, entry_id, self._config.read_timeout
         )
-        assert isinstance(response, ReadResponse)
         if response.status is not StatusCode.EOK or response.body is None:
             raise status_error(response, bookie)
-        try:
-            parsed = parse_entry(response.body)
-            self._digest.verify(parsed, self.ledger_id, entry_id)
-        except (MalformedEntryError, DigestMismatchError) as exc:
-            raise DigestMismatchError(f"bookie {bookie}: {exc}") from None
-        return parsed
+        return verified(response.body, self._digest, self.ledger_id, entry_id, bookie)
 
     async def read_one(self, metadata: LedgerMetadata, entry_id: int) -> Entry:
         body = await self.fetch(metadata, entry_id)

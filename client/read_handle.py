@@ -6,12 +6,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from aiobk.client.config import ClientConfig
+from aiobk.client.context import ClientContext
 from aiobk.client.entry import Entry
 from aiobk.client.lac import long_poll_lac, read_lac_quorum
-from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
-from aiobk.metadata import LedgerMetadata, MetadataStore
+from aiobk.metadata import LedgerMetadata
 from aiobk.protocol.errors import BKError, NoSuchEntryError, ReadTooLargeError
 
 POLL_BACKOFF_MIN = 0.05  # seconds before polling again after an early answer without news
@@ -21,21 +20,19 @@ POLL_BACKOFF_MAX = 1.0
 class ReadHandle:
     def __init__(
         self,
+        ctx: ClientContext,
         *,
         ledger_id: int,
         metadata: LedgerMetadata,
         reader: EntryReader,
-        store: MetadataStore,
-        pool: BookiePool,
-        config: ClientConfig,
         lac: int = -1,
     ) -> None:
         self.ledger_id = ledger_id
         self.metadata = metadata
         self._reader = reader
-        self._store = store
-        self._pool = pool
-        self._config = config
+        self._store = ctx.store
+        self._pool = ctx.pool
+        self._config = ctx.config
         self._lac = metadata.last_entry_id if metadata.last_entry_id is not None else lac
 
     @property

@@ -20,27 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 
-from aiobk.client.add import AddPipeline, ReplacementsChosen
-from aiobk.client.config import ClientConfig
+from aiobk.client.add import AddMode, AddPipeline, ReplacementsChosen
+from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
+from aiobk.client.entry_read import ask, verified
 from aiobk.client.placement import choose_replacement
-from aiobk.client.pool import BookiePool
 from aiobk.client.quorum import write_set
 from aiobk.client.read import EntryReader
 from aiobk.client.recovery_decisions import FenceTracker, Outcome, ReadTracker
-from aiobk.metadata import LedgerMetadata, LedgerState, MetadataStore
+from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol import (
     LAC_ENTRY_ID,
-    AddFlag,
-    Durability,
-    MalformedEntryError,
     ReadFlag,
     ReadRequest,
     ReadResponse,
     StatusCode,
-    parse_entry,
 )
 from aiobk.protocol.errors import (
     BKError,
@@ -55,23 +50,16 @@ log = logging.getLogger(__name__)
 
 class LedgerRecovery:
     def __init__(
-        self,
-        *,
-        ledger_id: int,
-        master_key: bytes,
-        digest: Digester,
-        store: MetadataStore,
-        pool: BookiePool,
-        config: ClientConfig,
-        rng: random.Random,
+        self, ctx: ClientContext, *, ledger_id: int, master_key: bytes, digest: Digester
     ) -> None:
         self.ledger_id = ledger_id
+        self._ctx = ctx
         self._key = master_key
         self._digest = digest
-        self._store = store
-        self._pool = pool
-        self._config = config
-        self._rng = rng
+        self._store = ctx.store
+        self._pool = ctx.pool
+        self._config = ctx.config
+        self._rng = ctx.rng
         self._bad: set[str] = set()  # bookies that failed a write-back: never chosen again
 
     async def run(self, metadata: LedgerMetadata) -> LedgerMetadata:
@@ -166,29 +154,29 @@ class LedgerRecovery:
         async def read_one(bookie: str) -> None:
             outcome = Outcome.PENDING
             found = (b"", 0)
+            fence = self._config.switches.recovery_reads_fence
             try:
-                conn = await self._pool.get(bookie)
-                fence = self._config.switches.recovery_reads_fence
-                request = ReadRequest(
-                    conn.next_txn_id(),
+                response = await ask(
+                    self._pool,
+                    bookie,
                     self.ledger_id,
                     entry_id,
+                    self._config.read_timeout,
                     ReadFlag.FENCE if fence else ReadFlag.NONE,
                     self._key if fence else b"",
                 )
-                response = await conn.send(request, self._config.read_timeout)
             except BKError:
                 outcome = tracker.unknown()
             else:
-                assert isinstance(response, ReadResponse)
                 if response.status is StatusCode.EOK and response.body is not None:
                     try:
-                        parsed = parse_entry(response.body)
-                        payload = self._digest.verify(parsed, self.ledger_id, entry_id)
-                    except (MalformedEntryError, DigestMismatchError):
+                        parsed = verified(
+                            response.body, self._digest, self.ledger_id, entry_id, bookie
+                        )
+                    except DigestMismatchError:
                         outcome = tracker.unknown()  # a damaged copy proves nothing
                     else:
-                        found = (payload, parsed.length)
+                        found = (parsed.payload, parsed.length)
                         outcome = tracker.positive()
                 elif response.status.is_explicit_negative:
                     outcome = tracker.negative()
@@ -217,24 +205,15 @@ class LedgerRecovery:
                     f"ledger {self.ledger_id}: cannot read entry {start} (the LAC): {exc}"
                 ) from exc
         pipeline = AddPipeline(
+            self._ctx,
             ledger_id=self.ledger_id,
             master_key=self._key,
             digest=self._digest,
-            ensemble_size=metadata.ensemble_size,
-            write_quorum=metadata.write_quorum,
-            ack_quorum=metadata.ack_quorum,
-            ensemble=list(metadata.ensemble),
-            pool=self._pool,
-            config=self._config,
+            metadata=metadata,
             change_ensemble=self._change_locally,
+            mode=AddMode.recovery(start),
             lac=start,
             length=length,
-            flags=AddFlag.RECOVERY_ADD,
-            # Always synced, even for a volatile ledger: the close that follows promises every
-            # entry up to the last is on an ack quorum (I3), and a write-back may change the
-            # ensemble locally, which BP-14's no-change rule is not about (it binds writers).
-            durability=Durability.PERSISTENT,
-            fixed_lac=start,
         )
         try:
             last, length = await self._scan(metadata, start, length, pipeline)
@@ -244,6 +223,15 @@ class LedgerRecovery:
                     f"ledger {self.ledger_id}: write-back failed: {pipeline.error}"
                 ) from pipeline.error
             return last, length
+        except BaseException as exc:
+            # Write-backs still in flight would stay pending for good (their answers are
+            # ignored once the pipeline closes): they fail with the recovery.
+            if pipeline.error is None:
+                reason = exc if isinstance(exc, LedgerRecoveryError) else None
+                pipeline.fail(
+                    reason or LedgerRecoveryError(f"ledger {self.ledger_id}: stopped: {exc!r}")
+                )
+            raise
         finally:
             await pipeline.close()
 

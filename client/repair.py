@@ -8,7 +8,9 @@ from __future__ import annotations
 import random
 
 from aiobk.client.config import ClientConfig
+from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
+from aiobk.client.entry_read import ask, verified
 from aiobk.client.net import Connector
 from aiobk.client.pool import BookiePool
 from aiobk.client.quorum import write_set
@@ -16,11 +18,7 @@ from aiobk.client.recovery import LedgerRecovery
 from aiobk.metadata import LedgerMetadata, MetadataStore
 from aiobk.protocol import (
     DigestType,
-    MalformedEntryError,
-    ReadRequest,
-    ReadResponse,
     StatusCode,
-    parse_entry,
 )
 from aiobk.protocol.errors import BKError, DigestMismatchError, UnauthorizedError
 
@@ -37,9 +35,9 @@ class BookieRepairer:
     ) -> None:
         self._store = store
         self._bookie_id = bookie_id
-        self._config = config or ClientConfig()
-        self._pool = BookiePool(store, self._config, connector)
-        self._rng = rng or random.Random()
+        self._config = config = config or ClientConfig()
+        self._pool = BookiePool(store, config, connector)
+        self._ctx = ClientContext.build(store, self._pool, config, rng or random.Random())
 
     @staticmethod
     def can_recover(metadata: LedgerMetadata) -> bool:
@@ -53,13 +51,10 @@ class BookieRepairer:
         if not self.can_recover(metadata):
             raise UnauthorizedError(f"ledger {ledger_id} uses a MAC digest: needs its password")
         recovery = LedgerRecovery(
+            self._ctx,
             ledger_id=ledger_id,
             master_key=master_key,
             digest=Digester(metadata.digest_type),
-            store=self._store,
-            pool=self._pool,
-            config=self._config,
-            rng=self._rng,
         )
         return await recovery.run(metadata)
 
@@ -73,21 +68,18 @@ class BookieRepairer:
             if bookie == self._bookie_id:
                 continue
             try:
-                conn = await self._pool.get(bookie)
-                response = await conn.send(
-                    ReadRequest(conn.next_txn_id(), ledger_id, entry_id), self._config.read_timeout
+                response = await ask(
+                    self._pool, bookie, ledger_id, entry_id, self._config.read_timeout
                 )
             except BKError:
                 continue
-            if not isinstance(response, ReadResponse) or response.status is not StatusCode.EOK:
-                continue
             body = response.body
-            if body is None:
+            if response.status is not StatusCode.EOK or body is None:
                 continue
             if self.can_recover(metadata):
                 try:
-                    digest.verify(parse_entry(body), ledger_id, entry_id)
-                except (MalformedEntryError, DigestMismatchError):
+                    verified(body, digest, ledger_id, entry_id, bookie)
+                except DigestMismatchError:
                     continue
             return body
         return None

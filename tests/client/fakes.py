@@ -59,7 +59,7 @@ class Gate:
 @dataclass
 class Rule:
     predicate: Predicate
-    action: str  # "hold", "drop", "fail"
+    action: str  # "hold", "drop", "fail", "reject"
     status: StatusCode = StatusCode.EIO
     gate: Gate | None = None
     times: int | None = None  # None: every match
@@ -126,6 +126,10 @@ class FakeBookie:
         self, predicate: Predicate, status: StatusCode = StatusCode.EIO, times: int | None = None
     ) -> None:
         self.rules.append(Rule(predicate, "fail", status, times=times))
+
+    def reject(self, predicate: Predicate, times: int | None = None) -> None:
+        """Answer as a bookie answers a request it cannot take: an ErrorResponse (EBADREQ)."""
+        self.rules.append(Rule(predicate, "reject", StatusCode.EBADREQ, times=times))
 
     def _match(self, request: Request) -> Rule | None:
         for rule in self.rules:
@@ -257,6 +261,9 @@ class _ServerSide:
                 return
             if rule.action == "fail":
                 self._reply(_failure(request, rule.status))
+                return
+            if rule.action == "reject":
+                self._reply(ErrorResponse(request.txn_id, rule.status, int(request.op)))
                 return
             assert rule.gate is not None
             rule.gate.count += 1
