@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
-from aiobk.client import BookKeeper, ClientConfig, Digester, Durability
+from aiobk.client import BookKeeper, ClientConfig, Digester, Durability, LedgerHandle
 from aiobk.client.errors import (
     DataUnknownError,
     LedgerFencedError,
@@ -51,6 +51,19 @@ def _is_fencing(address: str):
     )
 
 
+async def _five_entries_then_a_crash(
+    cluster: Cluster, bk: BookKeeper
+) -> tuple[LedgerHandle, Bookie]:
+    """A ledger of five entries; the first bookie of its ensemble crashes, journal-less: the
+    five unflushed entries are gone with it."""
+    lh = await bk.create_ledger(3, 3, 2)
+    for i in range(5):
+        await lh.append(b"%d" % i)
+    victim = cluster.by_id(lh.metadata.ensemble[0])
+    await victim.crash()
+    return lh, victim
+
+
 async def test_cookies_refuse_a_wiped_bookie_unless_fixing_is_allowed(tmp_path: Path) -> None:
     uri = f"memory://{unique_name('cookie')}"
     config = BookieConfig(data_dir=str(tmp_path / "b"), port=free_port(), metadata_uri=uri)
@@ -81,11 +94,7 @@ async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_p
     cluster = await _cluster(tmp_path)
     try:
         async with await BookKeeper.connect(cluster.uri) as bk:
-            lh = await bk.create_ledger(3, 3, 2)
-            for i in range(5):
-                await lh.append(b"%d" % i)
-            victim = cluster.by_id(lh.metadata.ensemble[0])
-            await victim.crash()  # the 5 unflushed entries are gone with it
+            lh, victim = await _five_entries_then_a_crash(cluster, bk)
             restarted = await cluster.restart(victim)
             assert restarted.unclean_start
             assert restarted.limbo_ledgers == [lh.ledger_id]
@@ -129,11 +138,7 @@ async def test_without_a_repairer_limbo_ledgers_stay_in_limbo_and_it_says_so(
     cluster = await _cluster(tmp_path, boot_repair=True)
     try:
         async with await BookKeeper.connect(cluster.uri) as bk:
-            lh = await bk.create_ledger(3, 3, 2)
-            for i in range(5):
-                await lh.append(b"%d" % i)
-            victim = cluster.by_id(lh.metadata.ensemble[0])
-            await victim.crash()
+            lh, victim = await _five_entries_then_a_crash(cluster, bk)
             bare = Bookie(victim.config.with_changes(port=victim.address.port))
             cluster.bookies[cluster.bookies.index(victim)] = bare
             with caplog.at_level(logging.WARNING, logger="aiobk.bookie.repair"):
