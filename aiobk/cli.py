@@ -53,6 +53,7 @@ class _BenchGroup(click.Group):
 
     commands_by_module: ClassVar[dict[str, str]] = {
         "add": "aiobk.bench.add",
+        "index": "aiobk.bench.index_engines",
         "journal": "aiobk.bench.journal",
         "metadata": "aiobk.bench.metadata",
         "spark": "aiobk.bench.spark",

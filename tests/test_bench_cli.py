@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -118,3 +119,20 @@ def test_bad_in_flight_is_a_one_line_error() -> None:
         "python -m aiobk.bench.add: error: Invalid value for '--in-flight': expected a comma list "
         "of integers, got '1,x'"
     ]
+
+
+@pytest.mark.timeout(180)
+def test_the_index_engine_comparison_runs_and_checks_crash_safety(tmp_path: Path) -> None:
+    """A small run of ``aiobk bench index``: both engines load, look up, delete ranges, scan,
+    survive a SIGKILL mid-write with every durable batch whole, and the result is written."""
+    result = subprocess.run(
+        [sys.executable, "-m", "aiobk.bench.index_engines", "--ledgers", "300", "--entries",
+         "3", "--lookups", "100", "--deletes", "10", "--batch", "200"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=170, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "LOST A DURABLE BATCH" not in result.stdout
+    assert result.stdout.count("every durable batch whole") == 2
+    (written,) = (tmp_path / "bench" / "results").iterdir()
+    figures = json.loads(written.read_text())
+    assert figures["rocksdb"]["keys"] == figures["lmdb"]["keys"] == 900
