@@ -69,6 +69,10 @@ class BookieConfig:
     # Compact a complete entry log whose live entries are under this share of its records
     # (their copies go to the active log, then the log goes); 0 turns compaction off.
     gc_compaction_threshold: float = 0.5
+    # After each GC pass, let etcd forget all but this many revisions of history (etcd keeps
+    # every revision until compacted and refuses all writes at its quota); 0: leave it to
+    # etcd's own --auto-compaction-retention (a warning at start says so).
+    metadata_history_revisions: int = 100_000
     max_frame_size: int = 5 * 1024 * 1024  # nettyMaxFrameSizeBytes
     max_inflight_per_connection: int = 10_000  # pause reading a client beyond this
     max_long_poll_timeout: float = 120.0  # caps a client's long-poll wait
@@ -141,6 +145,8 @@ class BookieConfig:
             raise ConfigError("gc_compaction_threshold must be in [0, 1)")
         if self.gc_interval < 0:
             raise ConfigError("gc_interval must not be negative (0 turns collection off)")
+        if self.metadata_history_revisions < 0:
+            raise ConfigError("metadata_history_revisions must not be negative (0: off)")
         if self.journal_max_group_wait < 0:
             raise ConfigError("journal_max_group_wait must not be negative")
         if self.journal_volatile_sync_delay < 0:

@@ -38,6 +38,7 @@ from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import DISK, WriteState
 from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
+from aiobk.protocol.errors import BKError
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
@@ -211,6 +212,14 @@ class Bookie:
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
             self._spawn("gc", self._gc_loop())
+        compacting = self.config.gc_interval > 0 and self.config.metadata_history_revisions > 0
+        if self._metadata is not None and not compacting:
+            log.warning(
+                "bookie %s: with gc_interval or metadata_history_revisions 0, nothing here "
+                "compacts etcd's history: unless etcd runs with --auto-compaction-retention, its "
+                "database grows until its quota stops every write",
+                self.bookie_id,
+            )
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
@@ -389,6 +398,17 @@ class Bookie:
                 continue
             if result.skipped:
                 log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
+            await self._compact_metadata_history()
+
+    async def _compact_metadata_history(self) -> None:
+        """Bound etcd's history (``MetadataStore.compact_history``), after each GC pass."""
+        keep = self.config.metadata_history_revisions
+        if keep <= 0 or self._metadata is None:
+            return
+        try:
+            await self._metadata.compact_history(keep)
+        except BKError as exc:
+            log.warning("bookie %s: cannot compact the metadata history: %s", self.bookie_id, exc)
 
     async def _forced_gc(self) -> GcResult | None:
         """The disk monitor's forced pass (needs the metadata store, as every pass)."""

@@ -47,6 +47,11 @@ PIDFILE = "etcd.pid"
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
+# etcd's own bound on its history: revision-mode auto-compaction keeping this many revisions
+# (what `aiobk standalone` runs with; the bookies' GC passes compact too).
+AUTO_COMPACTION = ("--auto-compaction-mode=revision", "--auto-compaction-retention=100000")
+
+
 class EtcdNotFoundError(RuntimeError):
     """The etcd binary is not on PATH (``make setup`` installs it)."""
 

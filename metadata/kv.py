@@ -143,6 +143,12 @@ class KV(abc.ABC):
         """Events on ``key`` (or every key under it) from ``start_revision`` on."""
 
     @abc.abstractmethod
+    async def compact(self, revision: int) -> None:
+        """Forget the history of changes before ``revision`` (etcd's compaction): watches can no
+        longer start earlier (they fail with MetadataStoreError). Compacting to a revision at
+        or below one already compacted does nothing."""
+
+    @abc.abstractmethod
     async def grant_lease(self, ttl: float) -> tuple[int, float]:
         """A new lease: (id, granted ttl in seconds)."""
 

@@ -302,6 +302,23 @@ class EtcdKV(KV):
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
         return _EtcdWatch(self, key, prefix, start_revision)
 
+    async def compact(self, revision: int) -> None:
+        async def run(client: aetcd.Client) -> None:
+            try:
+                await client.compact(revision)
+            except (rpc.AioRpcError, etcd_errors.ClientError) as exc:
+                # Compacted that far already (another bookie's pass, auto-compaction): done.
+                # etcd says so with OUT_OF_RANGE, which aetcd leaves a plain ClientError.
+                if "revision has been compacted" not in str(exc):
+                    raise
+
+        await self._call("compact", run)
+
+    async def db_size(self) -> int:
+        """Bytes of the answering member's database file (etcd's ``status``)."""
+        status = await self._call("status", lambda client: client.status())
+        return int(status.db_size)
+
     async def grant_lease(self, ttl: float) -> tuple[int, float]:
         request = rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl)))
         response = await self._call(

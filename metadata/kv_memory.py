@@ -20,6 +20,7 @@ from aiobk.metadata.kv import (
     Watch,
     WatchEvent,
 )
+from aiobk.protocol.errors import MetadataStoreError
 
 WriteHook = Callable[[str, bytes], Awaitable[None]]
 
@@ -58,6 +59,7 @@ class MemoryKV(KV):
         self._sorted: list[bytes] = []
         self._revision = 1
         self._history: list[WatchEvent] = []  # every change, for watches from a past revision
+        self._compacted = 0  # history before this revision is gone (``compact``)
         self._watches: set[_MemoryWatch] = set()
         self._leases: dict[int, _Lease] = {}
         self._next_lease = 1
@@ -110,6 +112,7 @@ class MemoryKV(KV):
         self._history.append(event)
         if len(self._history) > HISTORY:
             del self._history[: HISTORY // 2]
+            self._compacted = self._history[0].revision
         for watch in list(self._watches):
             if watch.matches(event.key):
                 watch._push(event)
@@ -159,8 +162,23 @@ class MemoryKV(KV):
             out.append(self._data[key])
         return out, self._revision
 
+    async def compact(self, revision: int) -> None:
+        if revision <= self._compacted:
+            return
+        self._compacted = revision
+        self._history = [event for event in self._history if event.revision >= revision]
+
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
         watch = _MemoryWatch(self, key, prefix)
+        if start_revision < self._compacted:
+            # As etcd: the changes asked for are gone, the watcher must read again.
+            watch._push(
+                MetadataStoreError(
+                    f"watch of {key!r} from revision {start_revision}: compacted to "
+                    f"{self._compacted}"
+                )
+            )
+            return watch
         for event in self._history:
             if event.revision >= start_revision and watch.matches(event.key):
                 watch._push(event)

@@ -45,6 +45,22 @@ class MetadataStore:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # ------------------------------------------------------------------ history
+
+    async def compact_history(self, keep: int) -> int:
+        """Let the store forget all but the last ``keep`` revisions of history (etcd keeps
+        every revision until compacted, and refuses all writes once its database reaches its
+        quota). Watches start from a revision just read, so they need little history; one
+        that falls ``keep`` revisions behind fails and its owner reads again. Returns the
+        revision compacted to (0: nothing to do yet). Every bookie calls this after its GC
+        pass: compacting to an older revision than another did is a no-op."""
+        _found, revision = await self.kv.get(self.keys.idgen)
+        target = revision - keep
+        if keep <= 0 or target <= 0:
+            return 0
+        await self.kv.compact(target)
+        return target
+
     # ------------------------------------------------------------------ ledgers
 
     async def allocate_ledger_id(self) -> int:

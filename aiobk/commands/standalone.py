@@ -19,7 +19,12 @@ from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.index import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.bookie.server import Bookie
-from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, port_in_use
+from aiobk.metadata.etcd_process import (
+    AUTO_COMPACTION,
+    EtcdNotFoundError,
+    EtcdProcess,
+    port_in_use,
+)
 from aiobk.protocol.errors import BKError
 from aiobk.runner import install_event_loop_policy, make_bookie
 
@@ -45,6 +50,9 @@ async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) ->
         client_port=etcd_port,
         peer_port=etcd_port + 1,
         data_dir=os.path.join(data_dir, "etcd"),
+        # History bounded by etcd itself as well as by the bookies' GC passes (README,
+        # "etcd's history"): keep the last 100,000 revisions.
+        extra_args=AUTO_COMPACTION,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -19,6 +19,7 @@ from aiobk.bookie.compaction import compaction_candidates
 from aiobk.bookie.gc import garbage_candidates, removable_logs
 from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.metadata import EtcdProcess
+from aiobk.protocol.errors import MetadataStoreError
 from tests.cluster import Cluster, forget, start_cluster
 
 # Small logs, gc on demand only, compaction off unless a test turns it on.
@@ -262,3 +263,27 @@ async def test_gc_needs_a_metadata_store(start_bookie) -> None:
     assert code != 0
     assert "EBADREQ" in err
     assert "metadata store" in err
+
+
+async def test_each_gc_pass_compacts_the_metadata_history(tmp_path: Path) -> None:
+    """After its GC pass a bookie lets the store forget all but ``metadata_history_revisions``
+    revisions (etcd refuses every write once its history fills its quota)."""
+    settings = {**SMALL_LOGS, "gc_interval": 0.05, "metadata_history_revisions": 3}
+    async with _one_bookie(tmp_path, **settings) as (_cluster, bk):
+        store = bk.store
+        first = await store.allocate_ledger_id()
+        for _ in range(10):
+            await store.allocate_ledger_id()
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:  # until a pass has compacted past the first revision
+            watch = await store.kv.watch(store.keys.idgen, prefix=False, start_revision=first)
+            try:
+                await watch.next(0.05)
+            except MetadataStoreError:
+                break  # compacted: a watch from there cannot start
+            except TimeoutError:
+                pass
+            finally:
+                await watch.close()
+            assert asyncio.get_running_loop().time() < deadline, "no GC pass compacted"
+            await asyncio.sleep(0.05)

@@ -19,6 +19,7 @@ from aiobk.protocol.errors import (
     BookieAlreadyRegisteredError,
     LedgerExistsError,
     LogExistsError,
+    MetadataStoreError,
     MetadataVersionError,
     NoSuchLedgerError,
     NoSuchLogError,
@@ -222,3 +223,28 @@ async def test_logs(store: MetadataStore) -> None:
         await store.read_log("orders")
     with pytest.raises(ValueError, match="log name"):
         await store.create_log("bad/name")
+
+
+async def test_history_is_compacted_behind_what_watches_need(store: MetadataStore) -> None:
+    """etcd keeps every revision until compacted (and stops taking writes at its quota): the
+    store compacts all but the last ``keep`` revisions. A watch from before that fails (its
+    owner reads again); watches from a fresh read work as before; compacting to an older
+    revision than already done is a no-op."""
+    first = await store.allocate_ledger_id()
+    key = store.keys.ledger(first)
+    await store.create_ledger(first, ledger())
+    for _ in range(5):
+        await store.allocate_ledger_id()
+    assert await store.compact_history(keep=1_000_000) == 0  # nothing that old yet
+    compacted = await store.compact_history(keep=2)
+    assert compacted > first
+    assert await store.compact_history(keep=4) == compacted - 2  # older: nothing happens
+    stale = await store.kv.watch(key, prefix=False, start_revision=first)
+    with pytest.raises(MetadataStoreError):
+        await stale.next(10)
+    await stale.close()
+    updates = store.watch_ledger(first)  # from a fresh read: unaffected
+    assert (await asyncio.wait_for(anext(updates), 10)) is not None
+    await store.delete_ledger(first)
+    assert await asyncio.wait_for(anext(updates), 10) is None
+    await updates.aclose()
