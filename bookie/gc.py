@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from aiobk.bookie.compaction import compaction_candidates, live_entries, relocate
@@ -61,6 +61,22 @@ class GcResult:
 def garbage_candidates(held: Iterable[int], listed: Iterable[int]) -> set[int]:
     """Ledgers held here that the (later) listing of the metadata store did not name."""
     return set(held) - set(listed)
+
+
+async def unlisted(held: Iterable[int], listing: AsyncIterator[int]) -> list[int]:
+    """``garbage_candidates`` over an ascending listing streamed page by page: a merge walk,
+    so a pass holds this bookie's ledger ids, never the whole cluster's."""
+    mine = sorted(held)
+    missing: list[int] = []
+    index = 0
+    async for listed in listing:
+        while index < len(mine) and mine[index] < listed:
+            missing.append(mine[index])  # passed over by the ascending listing: not in it
+            index += 1
+        if index < len(mine) and mine[index] == listed:
+            index += 1
+    missing.extend(mine[index:])
+    return missing
 
 
 def removable_logs(complete: Iterable[int], referenced: set[int]) -> list[int]:
@@ -116,9 +132,8 @@ class GarbageCollector:
         storage = self.storage
         held = list(storage.ledgers)  # before the listing: see step 1
         try:
-            listed = [ledger_id async for ledger_id in store.list_ledgers()]
             doomed = []
-            for ledger_id in sorted(garbage_candidates(held, listed)):
+            for ledger_id in await unlisted(held, store.list_ledgers()):
                 state = storage.ledgers.get(ledger_id)
                 if state is None or (state.limbo and keep_limbo):
                     continue  # the boot repair works on limbo ledgers; a deleted one it skips

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiobk.bookie import Bookie
 from aiobk.bookie.compaction import compaction_candidates
-from aiobk.bookie.gc import garbage_candidates, removable_logs
+from aiobk.bookie.gc import garbage_candidates, removable_logs, unlisted
 from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol.errors import MetadataStoreError
@@ -35,6 +37,21 @@ PAYLOAD = 1000
 def test_candidates_are_held_but_not_listed() -> None:
     assert garbage_candidates([1, 2, 3, 7], [2, 3, 4]) == {1, 7}
     assert garbage_candidates([], [1]) == set()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 60)), st.sets(st.integers(0, 60)))
+def test_the_streamed_merge_finds_what_the_listing_does_not_name(
+    held: set[int], listed: set[int]
+) -> None:
+    """GC walks the ascending listing page by page instead of holding the cluster's ids."""
+
+    async def listing() -> AsyncIterator[int]:
+        for ledger_id in sorted(listed):
+            yield ledger_id
+
+    found = asyncio.run(unlisted(held, listing()))
+    assert found == sorted(garbage_candidates(held, listed))
 
 
 def test_only_complete_unreferenced_logs_go() -> None:
