@@ -56,6 +56,7 @@ class _BenchGroup(click.Group):
         "index": "aiobk.bench.index_engines",
         "journal": "aiobk.bench.journal",
         "metadata": "aiobk.bench.metadata",
+        "scale": "aiobk.bench.scale",
         "spark": "aiobk.bench.spark",
     }
 

@@ -28,9 +28,11 @@ def start_bookie(
     uri: str | None = None,
     extra: Sequence[str] = (),
     source: str | None = None,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """One bookie process on a free loopback port, returned once it serves."""
-    port = free_port()
+    """One bookie process on ``port`` (a free loopback one by default), returned once it
+    serves."""
+    port = port or free_port()
     env = dict(os.environ)
     if source:
         env["PYTHONPATH"] = source
