@@ -41,6 +41,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from aiobk.bookie.index_db import IndexBatch
 from aiobk.commands.common import run_group, with_log_level
 
 KEY = struct.Struct(">QQ")  # ledger id, entry id: one ledger's entries are one ordered range
@@ -57,51 +58,32 @@ class Engine(Protocol):
 
 
 class Rocks:
-    def __init__(self, path: str, cache_bytes: int) -> None:
-        from rocksdict import (
-            BlockBasedOptions,
-            Cache,
-            Options,
-            Rdict,
-            WriteOptions,
-        )
+    """The bookie's own engine (``bookie.index_rocks``), configured as the bookie runs it."""
 
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        table = BlockBasedOptions()
-        table.set_block_cache(Cache(cache_bytes))
-        options.set_block_based_table_factory(table)
-        self._db = Rdict(path, options)
-        self._sync = WriteOptions()
-        self._sync.sync = True
+    def __init__(self, path: str, cache_bytes: int) -> None:
+        from aiobk.bookie.index_rocks import RocksIndexDb
+
+        self._db = RocksIndexDb(path, cache_bytes=cache_bytes)
 
     def write_batch(self, items: list[tuple[bytes, bytes]]) -> None:
-        from rocksdict import WriteBatch
-
-        batch = WriteBatch(raw_mode=True)
+        batch = IndexBatch()
         for key, value in items:
             batch.put(key, value)
-        self._db.write(batch, self._sync)
+        self._db.write_now(batch)
 
     def get(self, key: bytes) -> bytes | None:
-        value = self._db.get(key)
-        return value if value is None else bytes(value)
+        return self._db.get(key)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
-        from rocksdict import WriteBatch
-
-        batch = WriteBatch(raw_mode=True)
+        batch = IndexBatch()
         batch.delete_range(start, end)
-        self._db.write(batch, self._sync)
+        self._db.write_now(batch)
 
     def seek(self, key: bytes) -> bytes | None:
-        it = self._db.iter()
-        it.seek(key)
-        return bytes(it.key()) if it.valid() else None
+        return next((found for found, _value in self._db.scan(key, b"\xff" * 17)), None)
 
     def close(self) -> None:
-        self._db.flush()  # the memtable into a table file: what is on disk is what reopens
-        self._db.close()
+        self._db.close_now()
 
 
 class Lmdb:

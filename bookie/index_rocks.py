@@ -49,7 +49,8 @@ class RocksIndexDb(IndexDb):
             yield key, bytes(it.value())
             it.next()
 
-    def _write(self, batch: IndexBatch) -> None:
+    def write_now(self, batch: IndexBatch) -> None:
+        """``write``, blocking the caller (benchmarks; the bookie uses ``write``)."""
         rocks = WriteBatch(raw_mode=True)
         for op, key, value in batch.ops:
             if op == PUT:
@@ -62,13 +63,13 @@ class RocksIndexDb(IndexDb):
 
     async def write(self, batch: IndexBatch) -> None:
         async with self._lock:
-            await asyncio.to_thread(self._write, batch)
+            await asyncio.to_thread(self.write_now, batch)
 
     async def close(self) -> None:
         async with self._lock:
-            await asyncio.to_thread(self._close)
+            await asyncio.to_thread(self.close_now)
 
-    def _close(self) -> None:
+    def close_now(self) -> None:
         self._db.flush()
         self._db.close()
 
