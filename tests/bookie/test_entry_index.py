@@ -1,0 +1,110 @@
+"""Entry locations and ledger state over the index engine, with its write cache
+(bookie.entry_index), on the simulator's twin (the engine contract is test_index_db.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from aiobk.bookie import OsDisk
+from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
+from aiobk.bookie.index_db import IndexBatch
+from aiobk.bookie.index_log import LogIndexDb
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[EntryIndex]:
+    db = await LogIndexDb.open(OsDisk(), str(tmp_path / "index"))
+    yield EntryIndex(db, max_cache_bytes=400)  # five cached locations
+    await db.close()
+
+
+async def _reopened(index: EntryIndex, tmp_path: Path) -> EntryIndex:
+    await index.db.close()
+    return EntryIndex(await LogIndexDb.open(OsDisk(), str(tmp_path / "index")))
+
+
+async def test_cached_then_flushed_with_the_mark_and_durable(
+    index: EntryIndex, tmp_path: Path
+) -> None:
+    record = LedgerRecord(b"k" * 20, fenced=True, lac=4, max_entry=5)
+    for entry in range(6):
+        index.put_location(7, entry, 1000 + entry)
+    index.put_state(7, record)
+    assert index.location(7, 3) == 1003  # from the cache
+    assert index.mark() == -1
+    assert index.full  # six cached locations pass this index's bound
+    await index.flush(mark=42)
+    assert index.cache_bytes == 0
+    again = await _reopened(index, tmp_path)
+    assert again.mark() == 42
+    assert again.location(7, 5) == 1005
+    assert again.location(7, 6) == -1
+    assert again.state(7) == record
+    assert list(again.entries(7)) == [(e, 1000 + e) for e in range(6)]
+    assert list(again.ledgers()) == [7]
+    await again.db.close()
+
+
+async def test_newer_changes_win_and_a_deleted_ledger_is_gone_everywhere(
+    index: EntryIndex,
+) -> None:
+    index.put_location(1, 0, 10)
+    index.put_location(2, 0, 20)
+    index.put_state(1, LedgerRecord(b"a"))
+    index.put_state(2, LedgerRecord(b"b"))
+    await index.flush(mark=1)
+    index.put_location(1, 0, 11)  # compaction moved it: the cached one wins
+    index.put_location(1, 1, 12)
+    index.delete_ledger(2)
+    assert index.location(1, 0) == 11
+    assert index.location(2, 0) == -1
+    assert index.state(2) is None
+    assert list(index.ledgers()) == [1]
+    assert list(index.entries(1)) == [(0, 11), (1, 12)]
+    await index.flush(mark=2)
+    assert index.location(2, 0) == -1
+    assert list(index.entries(2)) == []
+    assert list(index.ledgers()) == [1]
+
+
+async def test_a_flush_being_written_is_still_seen(index: EntryIndex) -> None:
+    index.put_location(3, 0, 30)
+    flushing = asyncio.ensure_future(index.flush(mark=5))
+    await asyncio.sleep(0)  # the cache is set aside, the write under way
+    index.put_location(3, 1, 31)  # goes to a fresh cache
+    assert index.location(3, 0) == 30
+    assert list(index.entries(3)) == [(0, 30), (1, 31)]
+    await flushing
+    assert index.location(3, 0) == 30
+    assert index.cache_bytes > 0  # entry 1 waits for the next flush
+
+
+class _FailingDb(LogIndexDb):
+    fail = True
+
+    async def write(self, batch: IndexBatch) -> None:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        await super().write(batch)
+
+
+async def test_a_failed_flush_keeps_its_changes_for_the_next(tmp_path: Path) -> None:
+    db = await _FailingDb.open(OsDisk(), str(tmp_path / "index"))
+    assert isinstance(db, _FailingDb)
+    index = EntryIndex(db)
+    index.put_location(4, 0, 40)
+    index.put_state(4, LedgerRecord(b"k"))
+    with pytest.raises(OSError, match="No space"):
+        await index.flush(mark=9)
+    index.put_location(4, 1, 41)
+    assert index.location(4, 0) == 40
+    db.fail = False
+    await index.flush(mark=10)
+    assert index.mark() == 10
+    assert list(index.entries(4)) == [(0, 40), (1, 41)]
+    assert index.state(4) == LedgerRecord(b"k")
+    await db.close()
