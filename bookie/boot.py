@@ -67,14 +67,7 @@ async def boot(
     result.unclean_start = await marker_present(disk, config)
     await set_marker(disk, config)
     storage, journal = ctx.storage, ctx.journal
-    mark = await storage.open()
-    for state in storage.ledgers.values():
-        # Checkpointed entries are synced; rebuild the cursor from the LAC upward.
-        state.sync.confirmed(state.lac)
-        entry = state.lac + 1
-        while state.location(entry) >= 0:
-            state.sync.synced(entry)
-            entry += 1
+    mark = await storage.open()  # ledger states load on demand (their sync cursors too)
     result.replayed = await journal.replay(mark, ctx.ledgers.apply)
     await journal.start(mark + 1)
     if result.replayed:

@@ -47,6 +47,7 @@ class Checkpoints:
         self.owner = ""  # the bookie id, for log lines
         self.error: str | None = None  # why the last checkpoint failed, until one works
         self._lock = asyncio.Lock()
+        self._soon = asyncio.Event()  # the index's write cache is full: do not wait
 
     async def checkpoint(self, release: bool = True) -> None:
         """Make everything journaled so far durable in ledger storage; trim the journal
@@ -75,11 +76,18 @@ class Checkpoints:
             if release:
                 await self.journal.release(mark)
 
+    def wake(self) -> None:
+        """Checkpoint now rather than at the next interval (the write cache is full)."""
+        self._soon.set()
+
     async def run(self, interval: float, after: Callable[[], Awaitable[None]]) -> None:
-        """Checkpoint every ``interval`` (sooner after a failure), then ``after()``."""
+        """Checkpoint every ``interval`` (sooner after a failure or a ``wake``), then
+        ``after()``."""
         while True:
             delay = interval if self.error is None else min(interval, CHECKPOINT_RETRY)
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._soon.wait(), delay)
+            self._soon.clear()
             with contextlib.suppress(Exception):  # counted and logged by checkpoint()
                 await self.checkpoint()
             await after()

@@ -1,17 +1,18 @@
 """Entry-log compaction: copy the live entries out of mostly-dead entry logs so that garbage
 collection can remove them (BookKeeper's EntryLogCompactor, counting entries, not bytes).
 
-Garbage collection removes an entry log once no ledger has an entry in it. A log shared with a
-ledger that lives on would stay forever; compaction moves that ledger's entries in it to the
-log taking appends, after which the old log is unreferenced. A complete log is compacted when
-its live entries are under ``gc_compaction_threshold`` of its records.
+Garbage collection removes an entry log once every ledger it holds is deleted. A log shared
+with a ledger that lives on would stay forever; compaction moves that ledger's entries in it to
+the log taking appends, after which the old log is unreferenced. A complete log is compacted
+when its live entries are under ``gc_compaction_threshold`` of its records.
 
-Moving one entry: read it (CRC-checked) from its old location, append it again, and point the
-index at the copy -- unless meanwhile the ledger was deleted or the entry written again, in
-which case the newer state wins. An entry that cannot be read (damaged) keeps its log alive.
-The caller (``bookie.gc``) then notes what still points into the compacted logs *before* it
-checkpoints (the copies and the index that names them become durable together), and removes
-the logs nothing pointed into.
+Which entries are live comes from the index (``bookie.entry_index``): per log, the ledgers it
+holds and how many entries each appended there (``log_usage``); moving walks the log's records
+in file order (``EntryLogger.records``) and moves a record only if the index still points at it
+-- so neither a ledger deleted meanwhile nor an entry written again is brought back -- into the
+write cache, which the next checkpoint commits in one batch with the copies synced before it.
+The caller (``bookie.gc``) then checks that nothing points into the compacted logs
+(``references``) and removes them.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiobk.bookie.entrylog import OFFSET_BITS, CorruptEntryError
-from aiobk.bookie.ledger import PAGE_BITS, LedgerState, page_items
+from aiobk.bookie.entry_index import EntryIndex
+from aiobk.bookie.entrylog import OFFSET_BITS, pack_location
 from aiobk.bookie.storage import LedgerStorage
 
-PAGES_PER_YIELD = 16  # a few ms of work between yields to the event loop
+RECORDS_PER_YIELD = 256  # a few ms of work between yields to the event loop
 
 
 @dataclass
@@ -35,15 +36,22 @@ class Relocation:
     stuck: set[int] = field(default_factory=set)  # logs with an entry that could not be read
 
 
-async def live_entries(ledgers: Iterable[LedgerState]) -> Counter[int]:
-    """How many index locations point into each entry log (yields to the loop as it goes)."""
+def held(index: EntryIndex, ledger_id: int) -> bool:
+    return index.state(ledger_id) is not None
+
+
+async def log_usage(index: EntryIndex, logs: Iterable[int]) -> Counter[int]:
+    """Entries appended to each log by ledgers still held (a log at 0 can go). Entries written
+    again elsewhere count until their ledger goes: the figure errs toward keeping a log."""
     live: Counter[int] = Counter()
-    pages = 0
-    for state in list(ledgers):
-        for page in list(state.pages.values()):
-            live.update(location >> OFFSET_BITS for _slot, location in page_items(page))
-            pages += 1
-            if pages % PAGES_PER_YIELD == 0:
+    checked = 0
+    for log_id in logs:
+        live[log_id] += 0
+        for ledger_id, count in index.log_ledgers(log_id):
+            if held(index, ledger_id):
+                live[log_id] += count
+            checked += 1
+            if checked % RECORDS_PER_YIELD == 0:
                 await asyncio.sleep(0)
     return live
 
@@ -61,36 +69,38 @@ def compaction_candidates(
     return [log_id for _ratio, log_id in sorted(ratios)[:limit]]
 
 
-async def relocate(storage: LedgerStorage, logs: set[int], flush_bytes: int) -> Relocation:
-    """Copy every live entry held in ``logs`` to the active entry log and repoint the index."""
-    targets: list[tuple[LedgerState, int, int]] = []
-    pages = 0
-    for state in list(storage.ledgers.values()):
-        for number, page in list(state.pages.items()):
-            pages += 1
-            if pages % PAGES_PER_YIELD == 0:
-                await asyncio.sleep(0)
-            base = number << PAGE_BITS
-            for slot, location in page_items(page):
-                if location >> OFFSET_BITS in logs:
-                    targets.append((state, base + slot, location))
+async def relocate(storage: LedgerStorage, logs: Iterable[int], flush_bytes: int) -> Relocation:
+    """Copy every entry the index still locates in ``logs`` to the active entry log and repoint
+    the index at the copies (in the write cache: one batch at the next checkpoint)."""
     result = Relocation()
-    logger = storage.entry_logger
-    unflushed = 0
-    for state, entry_id, location in targets:
-        try:
-            body = await logger.read(location, state.ledger_id, entry_id)
-        except (CorruptEntryError, OSError):
-            result.stuck.add(location >> OFFSET_BITS)
-            continue
-        current = storage.ledgers.get(state.ledger_id)
-        if current is not state or state.location(entry_id) != location:
-            continue  # deleted, or written again while we read: the newer state stands
-        state.set_location(entry_id, logger.append(state.ledger_id, entry_id, body))
-        result.moved += 1
-        result.bytes += len(body)
-        unflushed += len(body)
-        if unflushed >= flush_bytes:  # bound the copies held in memory
-            await logger.flush()
-            unflushed = 0
+    logger, index = storage.entry_logger, storage.index
+    unflushed = walked = 0
+    for log_id in sorted(logs):
+        async for offset, ledger_id, entry_id, body in logger.records(log_id):
+            walked += 1
+            if walked % RECORDS_PER_YIELD == 0:
+                await asyncio.sleep(0)
+            if index.location(ledger_id, entry_id) != pack_location(log_id, offset):
+                continue  # dead: deleted, or written again elsewhere
+            if not held(index, ledger_id):
+                continue
+            index.put_location(ledger_id, entry_id, logger.append(ledger_id, entry_id, body))
+            result.moved += 1
+            result.bytes += len(body)
+            unflushed += len(body)
+            if unflushed >= flush_bytes:  # bound the copies held in memory
+                await logger.flush()
+                unflushed = 0
     return result
+
+
+async def references(index: EntryIndex, log_id: int) -> int:
+    """How many index locations point into the log, counted over the ledgers it holds that
+    are still held (a damaged record compaction could not move keeps its log)."""
+    count = 0
+    for ledger_id, _appended in list(index.log_ledgers(log_id)):
+        for _entry_id, location in index.entries(ledger_id):
+            if location >> OFFSET_BITS == log_id:
+                count += 1
+        await asyncio.sleep(0)
+    return count

@@ -62,7 +62,16 @@ class BookieConfig:
     entry_log_max_size: int = 1024 * 1024 * 1024  # BookKeeper's logSizeLimit
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)
-    index_full_snapshot_every: int = 32  # checkpoints between full index snapshots
+    index_full_snapshot_every: int = 32  # unused since issue 15's index (kept: old configs)
+    # Memory of ledger storage (issue 15), whatever the bookie holds on disk: entry locations
+    # since the last checkpoint (a checkpoint starts early when it fills; BookKeeper's
+    # dbStorage_writeCacheMaxSizeMb), entry bodies recently read (its read cache), the index
+    # engine's block cache (dbStorage_rocksDB_blockCacheSize), and the states of the ledgers
+    # in use kept loaded after a checkpoint (idle ones beyond it are dropped).
+    write_cache_max_size: int = 64 * 1024 * 1024
+    read_cache_max_size: int = 16 * 1024 * 1024
+    index_cache_size: int = 64 * 1024 * 1024
+    ledger_state_cache_size: int = 10_000
     # Seconds between garbage collection passes that reclaim deleted ledgers' disk
     # (BookKeeper's gcWaitTime); 0 turns it off. Needs the metadata store.
     gc_interval: float = 300.0
@@ -118,6 +127,9 @@ class BookieConfig:
             "entry_log_write_buffer",
             "flush_interval",
             "index_full_snapshot_every",
+            "write_cache_max_size",
+            "index_cache_size",
+            "ledger_state_cache_size",
             "max_frame_size",
             "max_inflight_per_connection",
             "max_long_poll_timeout",
@@ -174,6 +186,8 @@ class BookieConfig:
                 "disk_usage_threshold <= 1 and 0 < disk_usage_warn_threshold <= "
                 "disk_usage_threshold"
             )
+        if self.read_cache_max_size < 0:
+            raise ConfigError("read_cache_max_size must not be negative (0: no read cache)")
         if self.min_usable_size_for_high_priority_writes < 0 or self.disk_reserved_space < 0:
             raise ConfigError("disk sizes must not be negative")
         if self.entry_log_max_size > 1 << 40:

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.protocol import (
     ErrorResponse,
     FrameDecoder,
@@ -178,7 +179,12 @@ class ServerConnection(asyncio.Protocol):
                 self._send(ErrorResponse(exc.txn_id, StatusCode.EBADREQ, exc.op or 0))
                 continue
             self._inflight += 1
-            handlers[request.op](ctx, request, self)
+            try:
+                handlers[request.op](ctx, request, self)
+            except IndexCorruptError as exc:  # a damaged index block: EIO, never a guess
+                ctx.stats.corrupt_reads += 1
+                log.error("bookie %s: %s", ctx.admin.bookie_id, exc)
+                self.reply(ErrorResponse(request.txn_id, StatusCode.EIO, request.op))
         if self.closed:
             return
         self._batch_done()

@@ -3,27 +3,36 @@ BookKeeper's DbLedgerStorage: EntryLocationIndex, LedgerMetadataIndex and its Wr
 
 Theory of operation. What changed since the last checkpoint -- new entry locations, ledger
 states, deleted ledgers -- waits in memory (the write cache); everything older is in the
-``IndexDb`` (RocksDB in production, its twin in the simulator). ``flush(mark)`` writes the whole
-cache as one atomic, durable batch together with the journal LSN it covers, so after a crash
-the index is exactly as of some checkpoint and the journal after that LSN replays the rest.
+``IndexDb`` (RocksDB in production, its twin in the simulator). A checkpoint ``seal``s the cache
+(synchronously, at the journal LSN it covers), syncs the entry logs, then ``commit``s the sealed
+changes as one atomic, durable batch together with that LSN; so after a crash the index is
+exactly as of some checkpoint and the journal after that LSN replays the rest.
 
 The caller keeps the order that makes this safe (bookie.storage): entry-log bytes are synced
-*before* the flush that names them, and the journal is released only *after* it. While a flush
-is being written, lookups still see what it holds (it is set aside, not dropped), and new
-changes go to a fresh cache.
+*before* the commit that names them, and the journal is released only *after* it. While sealed
+changes are being written, lookups still see them (set aside, not dropped), and new changes go
+to a fresh cache; a commit that fails merges its changes back under the newer ones.
 
-Keys (big-endian, so one ledger's entries are one ordered range)::
+Keys (big-endian, so one ledger's entries, or one entry log's ledgers, are one ordered range)::
 
     b"E" ledger u64 entry u64 -> location i64      an entry's place in the entry logs
     b"L" ledger u64           -> a LedgerRecord    master key, fenced, limbo, LAC, max entry
+    b"D" ledger u64           -> b""               garbage collected: never to come back
+    b"G" log u64 ledger u64   -> count i64         entries appended to that log for the ledger
     b"M"                      -> mark i64          the journal LSN the index covers
+    b"N"                      -> count i64         ledgers held (a gauge, kept with the mark)
 
-Memory is the write cache (bounded: ``cache_bytes`` reaching ``max_cache_bytes`` tells the
-caller to checkpoint now) plus the engine's own caches, whatever the index holds on disk.
+The ``G`` keys are what garbage collection needs without reading every location (BookKeeper
+keeps the same per-log ledger map, EntryLogMetadata): an entry log can go once every ledger it
+names is deleted, and its live share is the sum of the counts of the ledgers still held.
+
+Memory is the write cache (bounded: ``full`` tells the caller to checkpoint now) plus the
+engine's own caches, whatever the index holds on disk.
 """
 
 from __future__ import annotations
 
+import heapq
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,10 +41,13 @@ from aiobk.bookie.index_db import IndexBatch, IndexDb
 
 LOCATION_KEY = struct.Struct(">cQQ")
 STATE_KEY = struct.Struct(">cQ")
+LOG_KEY = struct.Struct(">cQQ")
 VALUE = struct.Struct(">q")
 STATE_HEAD = struct.Struct(">BqqB")  # flags, lac, max entry, key length
 MARK_KEY = b"M"
+HELD_KEY = b"N"
 FENCED, LIMBO = 1, 2
+LOG_SHIFT = 40  # a location is log << 40 | offset (bookie.entrylog)
 CACHED_BYTES = 80  # what one cached location costs in memory, roughly (dict slot and ints)
 
 
@@ -45,6 +57,14 @@ def location_key(ledger_id: int, entry_id: int) -> bytes:
 
 def state_key(ledger_id: int) -> bytes:
     return STATE_KEY.pack(b"L", ledger_id)
+
+
+def deleted_key(ledger_id: int) -> bytes:
+    return STATE_KEY.pack(b"D", ledger_id)
+
+
+def log_key(log_id: int, ledger_id: int) -> bytes:
+    return LOG_KEY.pack(b"G", log_id, ledger_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +92,26 @@ class LedgerRecord:
 class _Changes:
     """One generation of the write cache."""
 
-    __slots__ = ("deleted", "locations", "states")
+    __slots__ = ("deleted", "dropped_logs", "held", "locations", "log_counts", "mark", "states")
 
     def __init__(self) -> None:
         self.locations: dict[int, dict[int, int]] = {}  # ledger -> entry -> location
         self.states: dict[int, LedgerRecord] = {}
         self.deleted: set[int] = set()
+        self.log_counts: dict[tuple[int, int], int] = {}  # (log, ledger) -> entries appended
+        self.dropped_logs: set[int] = set()
+        self.mark = -1
+        self.held: int | None = None
+
+
+class Sealed:
+    """Changes a checkpoint took out of the write cache; written by ``EntryIndex.commit``."""
+
+    __slots__ = ("batch", "changes")
+
+    def __init__(self, changes: _Changes, batch: IndexBatch) -> None:
+        self.changes = changes
+        self.batch = batch
 
 
 class EntryIndex:
@@ -91,22 +125,36 @@ class EntryIndex:
     # ------------------------------------------------------------------ writing
 
     def put_location(self, ledger_id: int, entry_id: int, location: int) -> None:
-        entries = self._cache.locations.get(ledger_id)
+        """A new place for the entry: appended (add, copy, replay) or moved (compaction)."""
+        cache = self._cache
+        entries = cache.locations.get(ledger_id)
         if entries is None:
-            entries = self._cache.locations[ledger_id] = {}
+            entries = cache.locations[ledger_id] = {}
         if entry_id not in entries:
             self._cached += CACHED_BYTES
         entries[entry_id] = location
+        pair = (location >> LOG_SHIFT, ledger_id)
+        counts = cache.log_counts
+        counts[pair] = counts.get(pair, 0) + 1
 
     def put_state(self, ledger_id: int, record: LedgerRecord) -> None:
         self._cache.states[ledger_id] = record
 
     def delete_ledger(self, ledger_id: int) -> None:
-        """Forget the ledger: its entries and state go with the next flush."""
+        """Forget the ledger for good: its entries and state go with the next commit, and a
+        tombstone stays (ids are never reused; a late request must not bring it back)."""
         cache = self._cache
         self._cached -= CACHED_BYTES * len(cache.locations.pop(ledger_id, {}))
         cache.states.pop(ledger_id, None)
         cache.deleted.add(ledger_id)
+
+    def set_held(self, count: int) -> None:
+        """How many ledgers the bookie holds, written with the next commit."""
+        self._cache.held = count
+
+    def drop_log(self, log_id: int) -> None:
+        """An entry log was removed: forget which ledgers it held."""
+        self._cache.dropped_logs.add(log_id)
 
     @property
     def cache_bytes(self) -> int:
@@ -117,48 +165,81 @@ class EntryIndex:
         """The write cache reached its bound: checkpoint now."""
         return self._cached >= self.max_cache_bytes
 
-    async def flush(self, mark: int) -> None:
-        """Write every change so far and ``mark`` (the journal LSN covered) in one durable
-        batch. Entry-log bytes the changes name must be synced already (see the docstring)."""
+    def seal(self, mark: int) -> Sealed:
+        """Take every change so far out of the cache, as of ``mark`` (the journal LSN they
+        cover), into a batch; lookups keep seeing them until ``commit`` or ``abandon``. Only
+        one sealed batch at a time (checkpoints run one after the other)."""
+        assert self._flushing is None, "one checkpoint at a time"
         changes, self._cache = self._cache, _Changes()
+        changes.mark = mark
         self._cached = 0
         self._flushing = changes
         batch = IndexBatch()
+        db = self.db
         for ledger_id in sorted(changes.deleted):
             batch.delete_range(location_key(ledger_id, 0), location_key(ledger_id + 1, 0))
             batch.delete(state_key(ledger_id))
+            batch.put(deleted_key(ledger_id), b"")
+        for log_id in sorted(changes.dropped_logs):
+            batch.delete_range(log_key(log_id, 0), log_key(log_id + 1, 0))
         for ledger_id, entries in changes.locations.items():
             for entry_id, location in entries.items():
                 batch.put(location_key(ledger_id, entry_id), VALUE.pack(location))
+        for (log_id, ledger_id), count in changes.log_counts.items():
+            if log_id in changes.dropped_logs:
+                continue
+            key = log_key(log_id, ledger_id)
+            before = db.get(key)
+            total = count + (0 if before is None else VALUE.unpack(before)[0])
+            batch.put(key, VALUE.pack(total))
         for ledger_id, record in changes.states.items():
             batch.put(state_key(ledger_id), record.encode())
+        if changes.held is not None:
+            batch.put(HELD_KEY, VALUE.pack(changes.held))
         batch.put(MARK_KEY, VALUE.pack(mark))
+        return Sealed(changes, batch)
+
+    async def commit(self, sealed: Sealed) -> None:
+        """Write the sealed batch; durable when this returns. Entry-log bytes it names must be
+        synced already (see the docstring). On failure its changes return to the cache."""
         try:
-            await self.db.write(batch)
+            await self.db.write(sealed.batch)
         except BaseException:
-            self._merge_back(changes)
+            self.abandon(sealed)
             raise
-        finally:
+        self._flushing = None
+
+    def abandon(self, sealed: Sealed) -> None:
+        """The sealed changes will not be written now: back into the cache (under newer ones)."""
+        if self._flushing is sealed.changes:
             self._flushing = None
+            self._merge_back(sealed.changes)
+
+    async def flush(self, mark: int) -> None:
+        """``seal`` and ``commit`` in one step (for callers with nothing to sync between)."""
+        await self.commit(self.seal(mark))
 
     def _merge_back(self, failed: _Changes) -> None:
-        """A failed flush: its changes stay cached (older than what came meanwhile)."""
         newer = self._cache
         for ledger_id, entries in failed.locations.items():
             if ledger_id in newer.deleted:
                 continue
-            merged = {**entries, **newer.locations.get(ledger_id, {})}
-            newer.locations[ledger_id] = merged
+            newer.locations[ledger_id] = {**entries, **newer.locations.get(ledger_id, {})}
         for ledger_id, record in failed.states.items():
             if ledger_id not in newer.deleted:
                 newer.states.setdefault(ledger_id, record)
+        for pair, count in failed.log_counts.items():
+            newer.log_counts[pair] = newer.log_counts.get(pair, 0) + count
         newer.deleted |= failed.deleted - set(newer.locations) - set(newer.states)
+        newer.dropped_logs |= failed.dropped_logs
+        if newer.held is None:
+            newer.held = failed.held
         self._cached = CACHED_BYTES * sum(len(e) for e in newer.locations.values())
 
     # ------------------------------------------------------------------ reading
 
     def _generations(self) -> list[_Changes]:
-        """Newest first: the cache, then a flush being written."""
+        """Newest first: the cache, then a sealed batch being written."""
         if self._flushing is None:
             return [self._cache]
         return [self._cache, self._flushing]
@@ -184,6 +265,12 @@ class EntryIndex:
         found = self.db.get(state_key(ledger_id))
         return None if found is None else LedgerRecord.decode(found)
 
+    def is_deleted(self, ledger_id: int) -> bool:
+        """Garbage collection dropped the ledger (and it must never come back)."""
+        if any(ledger_id in changes.deleted for changes in self._generations()):
+            return True
+        return self.db.get(deleted_key(ledger_id)) is not None
+
     def entries(self, ledger_id: int) -> Iterator[tuple[int, int]]:
         """(entry, location) of every entry the ledger has, ascending."""
         merged: dict[int, int] = {}
@@ -199,12 +286,38 @@ class EntryIndex:
         return iter(sorted(merged.items()))
 
     def ledgers(self) -> Iterator[int]:
-        """Every ledger with a state, ascending (flushed and cached)."""
-        found = {STATE_KEY.unpack(k)[1] for k, _v in self.db.scan(b"L", b"M")}
-        for changes in reversed(self._generations()):
-            found -= changes.deleted
-            found |= set(changes.states)
-        return iter(sorted(found))
+        """Every ledger with a state, ascending (flushed and cached), streamed from the engine:
+        nothing is held per ledger. Ledgers cached after the call starts may be missed."""
+        generations = self._generations()
+        cached = sorted({i for g in generations for i in g.states})
+        gone = {i for g in generations for i in g.deleted} - {
+            i for i in cached if self._cached_state(i) is not None
+        }
+        flushed = (STATE_KEY.unpack(key)[1] for key, _value in self.db.scan(b"L", b"M"))
+        last = -1
+        for ledger_id in heapq.merge(flushed, iter(cached)):
+            if ledger_id == last or ledger_id in gone:
+                continue
+            last = ledger_id
+            yield ledger_id
+
+    def _cached_state(self, ledger_id: int) -> LedgerRecord | None:
+        for changes in self._generations():
+            record = changes.states.get(ledger_id)
+            if record is not None or ledger_id in changes.deleted:
+                return record
+        return None
+
+    def log_ledgers(self, log_id: int) -> Iterator[tuple[int, int]]:
+        """(ledger, entries appended) for every ledger an entry log holds, flushed ones only
+        (garbage collection checkpoints before it looks)."""
+        for key, value in self.db.scan(log_key(log_id, 0), log_key(log_id + 1, 0)):
+            yield LOG_KEY.unpack(key)[2], VALUE.unpack(value)[0]
+
+    def held(self) -> int:
+        """Ledgers held as of the last commit that counted them (0 before any)."""
+        found = self.db.get(HELD_KEY)
+        return 0 if found is None else VALUE.unpack(found)[0]
 
     def mark(self) -> int:
         """The journal LSN the flushed index covers (-1: never flushed)."""
@@ -212,4 +325,12 @@ class EntryIndex:
         return -1 if found is None else VALUE.unpack(found)[0]
 
 
-__all__ = ["EntryIndex", "LedgerRecord", "location_key", "state_key"]
+__all__ = [
+    "EntryIndex",
+    "LedgerRecord",
+    "Sealed",
+    "deleted_key",
+    "location_key",
+    "log_key",
+    "state_key",
+]

@@ -26,7 +26,7 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import crc32c
@@ -43,7 +43,8 @@ SUFFIX = ".log"
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 LENGTH = struct.Struct(">I")
-SCAN_BLOCK = 1 << 20  # bytes read at a time when counting a log's records
+SCAN_BLOCK = 1 << 20  # bytes read at a time when walking a log's records
+READ_GUESS = 4096  # one pread takes the head and, for most entries, the whole record
 
 
 class CorruptEntryError(Exception):
@@ -251,11 +252,14 @@ class EntryLogger:
             record = bytes(view[: 8 + length])
         else:
             reader = await self._reader(log_id)
-            head = await reader.pread(offset, RECORD_HEAD.size)
-            if len(head) < RECORD_HEAD.size:
+            record = await reader.pread(offset, READ_GUESS)
+            if len(record) < RECORD_HEAD.size:
                 raise CorruptEntryError(f"entry log {log_id:x} is truncated at {offset}")
-            length = RECORD_HEAD.unpack_from(head)[0]
-            record = head + await reader.pread(offset + RECORD_HEAD.size, length - IDS.size)
+            size = 8 + RECORD_HEAD.unpack_from(record)[0]
+            if size > len(record):  # a big entry: the rest of it
+                record += await reader.pread(offset + len(record), size - len(record))
+            else:
+                record = record[:size]
         return _check(record, log_id, offset, ledger_id, entry_id, self.stats)
 
     async def _reader(self, log_id: int) -> ReadFile:
@@ -340,6 +344,35 @@ class EntryLogger:
             count += 1
             offset = end
         return count
+
+    async def records(self, log_id: int) -> AsyncIterator[tuple[int, int, int, bytes]]:
+        """(offset, ledger, entry, body) of every record of a complete log, in file order, a
+        block at a time (compaction's walk, BookKeeper's scanEntryLog). A record failing its
+        checksum is skipped with a warning; a torn tail ends the walk."""
+        self._check_complete(log_id)
+        reader = await self._reader(log_id)
+        size = await reader.size()
+        offset = len(FILE_MAGIC)
+        block, block_start = b"", offset
+        while offset + RECORD_HEAD.size <= size:
+            at = offset - block_start
+            if at + RECORD_HEAD.size > len(block):
+                block, block_start, at = await reader.pread(offset, SCAN_BLOCK), offset, 0
+            length, _crc, ledger_id, entry_id = RECORD_HEAD.unpack_from(block, at)
+            end = offset + 8 + length
+            if length < IDS.size or end > size:
+                return
+            if at + 8 + length > len(block):
+                want = max(SCAN_BLOCK, 8 + length)
+                block, block_start, at = await reader.pread(offset, want), offset, 0
+            record = block[at : at + 8 + length]
+            try:
+                body = _check(record, log_id, offset, ledger_id, entry_id, self.stats)
+            except CorruptEntryError as exc:
+                log.warning("%s; skipped", exc)
+            else:
+                yield offset, ledger_id, entry_id, body
+            offset = end
 
     def _check_complete(self, log_id: int) -> None:
         if log_id in self._writers or self._active is None or log_id >= self._active.log_id:

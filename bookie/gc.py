@@ -3,24 +3,25 @@ with its scan-and-compare collector, and compaction).
 
 ``delete_ledger`` only removes a ledger's metadata; each bookie notices later. One pass:
 
-1. Take the ids of the ledgers this bookie holds, *then* list the metadata store. A ledger's
-   metadata exists before any bookie is sent its entries, so a ledger held here but missing
-   from the later listing was deleted (ids are never reused).
+1. Walk the ids of the ledgers this bookie holds (from the index, ascending) beside the
+   metadata store's listing (ascending, page by page). A ledger's metadata exists before any
+   bookie is sent its entries, so a ledger held here but missing from the listing was deleted
+   (ids are never reused); neither side is held whole in memory.
 2. Read each candidate's metadata once more and keep it unless the store says it does not
    exist. Ledgers in limbo wait while the boot repair (BP-46 phase two) runs. Any metadata
    error ends the pass having deleted nothing.
-3. Drop the ledgers' state here and make the next index segment a full one, so a restart
-   cannot bring them back from older segments.
+3. Drop the ledgers here: their entries and state leave the index, a tombstone stays so no
+   late request or replayed record brings them back.
 4. On a disk short of space (the bookie read-only for it, or a pass forced by the warning
    threshold) the log taking appends is rolled first when it holds more than a write buffer:
    with the default 1 GiB logs a small disk's data may all sit in that one log, which no pass
    could otherwise touch. Checkpoint (buffered entry logs are written out, older writers
    closed), note the complete
-   entry logs (older than the one taking appends) and the logs some remaining ledger's index
-   points into, checkpoint again (a full segment, durable), then remove every complete log
-   nothing points into. Appends only ever go to the newest log, so after the look no index
-   location can move *into* a complete log: the durable segment points into none of them
-   but those noted.
+   entry logs (older than the one taking appends) and, from the index's per-log ledger
+   lists, those holding a ledger still held; checkpoint again (the deletions durable), then
+   remove every complete log whose ledgers are all gone. Appends only ever go to the newest
+   log, so no index location can move *into* a complete log, and a deleted ledger never
+   comes back.
 5. Compaction (``bookie.compaction``, when ``gc_compaction_threshold`` > 0): complete logs
    that still hold live entries, but under that share of their records, have those entries
    copied to the active log; the emptied logs are removed as in step 4.
@@ -31,10 +32,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from aiobk.bookie.compaction import compaction_candidates, live_entries, relocate
+from aiobk.bookie.compaction import compaction_candidates, log_usage, references, relocate
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
@@ -63,19 +64,20 @@ def garbage_candidates(held: Iterable[int], listed: Iterable[int]) -> set[int]:
     return set(held) - set(listed)
 
 
-async def unlisted(held: Iterable[int], listing: AsyncIterator[int]) -> list[int]:
-    """``garbage_candidates`` over an ascending listing streamed page by page: a merge walk,
-    so a pass holds this bookie's ledger ids, never the whole cluster's."""
-    mine = sorted(held)
+async def unlisted(held: Iterator[int], listing: AsyncIterator[int]) -> list[int]:
+    """``garbage_candidates`` of two ascending streams (this bookie's ids from its index, the
+    store's listing page by page): a merge walk holding neither whole, only what it finds."""
     missing: list[int] = []
-    index = 0
+    mine = next(held, None)
     async for listed in listing:
-        while index < len(mine) and mine[index] < listed:
-            missing.append(mine[index])  # passed over by the ascending listing: not in it
-            index += 1
-        if index < len(mine) and mine[index] == listed:
-            index += 1
-    missing.extend(mine[index:])
+        while mine is not None and mine < listed:
+            missing.append(mine)  # passed over by the ascending listing: not in it
+            mine = next(held, None)
+        if mine is not None and mine == listed:
+            mine = next(held, None)
+    while mine is not None:
+        missing.append(mine)
+        mine = next(held, None)
     return missing
 
 
@@ -130,11 +132,10 @@ class GarbageCollector:
     ) -> GcResult:
         result = GcResult()
         storage = self.storage
-        held = list(storage.ledgers)  # before the listing: see step 1
         try:
             doomed = []
-            for ledger_id in await unlisted(held, store.list_ledgers()):
-                state = storage.ledgers.get(ledger_id)
+            for ledger_id in await unlisted(storage.ledger_ids(), store.list_ledgers()):
+                state = storage.get(ledger_id)
                 if state is None or (state.limbo and keep_limbo):
                     continue  # the boot repair works on limbo ledgers; a deleted one it skips
                 try:
@@ -153,12 +154,12 @@ class GarbageCollector:
         try:
             await self.checkpoint()  # writes out buffered logs, so that they can be complete
             complete = await storage.entry_logger.complete_logs()
-            live = await live_entries(storage.ledgers.values())
-            await self.checkpoint()  # a full segment: durable references are within `live`
+            live = await log_usage(storage.index, complete)
+            await self.checkpoint()  # the deletions durable: nothing held points into the rest
         except OSError as exc:
             result.skipped = f"checkpoint failed: {exc}"
             return result
-        await self._remove(result, removable_logs(complete, set(live)))
+        await self._remove(result, removable_logs(complete, {i for i in complete if live[i]}))
         threshold = self.config.gc_compaction_threshold
         if threshold > 0:
             try:
@@ -174,6 +175,7 @@ class GarbageCollector:
             except OSError as exc:
                 log.warning("cannot remove entry log %x: %s", log_id, exc)
                 continue
+            self.storage.index.drop_log(log_id)
             result.logs_removed.append(log_id)
 
     async def _compact(
@@ -186,10 +188,9 @@ class GarbageCollector:
         chosen = compaction_candidates(live, records, threshold, COMPACT_LOGS_PER_PASS)
         if not chosen:
             return
-        moved = await relocate(storage, set(chosen), self.config.entry_log_write_buffer)
+        moved = await relocate(storage, chosen, self.config.entry_log_write_buffer)
         result.entries_moved += moved.moved
-        still = await live_entries(storage.ledgers.values())  # before the checkpoint: see above
         await self.checkpoint()  # the copies, and the index naming them, durable together
-        done = [i for i in chosen if not still[i] and i not in moved.stuck]
+        done = [i for i in chosen if not await references(storage.index, i)]
         result.logs_compacted.extend(done)
         await self._remove(result, done)

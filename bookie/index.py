@@ -1,4 +1,9 @@
-"""The checkpointed ledger index: ledger states and entry locations, in segment files.
+"""The index format of aiobk up to issue 15 (read to upgrade a data directory; the bookie now
+keeps its index in ``bookie.entry_index``): ledger states and entry locations, in segment files.
+
+``PagedLedger`` is that format's in-memory ledger: locations in pages of 4096 slots, like
+BookKeeper's index pages, sparse (a dict) until ``SPARSE_MAX`` entries, then dense (4096 int64
+slots). ``bookie.upgrade`` loads the segments into these and writes them to the new index.
 
 A checkpoint writes one segment ``index/SEQ.idx`` (tmp file, fsync, rename, directory fsync, so
 a segment either exists whole or not at all). A segment is FULL (every ledger, every page) or a
@@ -26,13 +31,26 @@ import os
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import crc32c
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.ledger import PAGE_SIZE, LedgerState, Page
+from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.ledger import MAX_KEY_SIZE
+
+PAGE_BITS = 12
+PAGE_SIZE = 1 << PAGE_BITS
+PAGE_MASK = PAGE_SIZE - 1
+_EMPTY_PAGE = array("q", [-1]) * PAGE_SIZE
+# A sparse page turns dense at this many entries: measured, a dict of 256 locations takes
+# 23 KiB (with its int objects), 360 would match the 32 KiB array.
+SPARSE_MAX = 256
+
+# Dense: slot -> location (-1 absent); sparse: only the slots present.
+Page: TypeAlias = "array[int] | dict[int, int]"
 
 MAGIC = b"AIOBKIDX"
 VERSION = 2
@@ -52,8 +70,79 @@ FULL, DELTA = 1, 2
 FENCED, LIMBO = 1, 2
 
 
-class IndexCorruptError(Exception):
-    """An index segment is damaged; the bookie must not guess what it held."""
+
+
+def dense_page(sparse: dict[int, int]) -> array[int]:
+    page = array("q", _EMPTY_PAGE)
+    for slot, location in sparse.items():
+        page[slot] = location
+    return page
+
+
+def page_items(page: Page) -> Iterator[tuple[int, int]]:
+    """(slot, location) of every entry a page holds."""
+    if isinstance(page, dict):
+        return iter(page.items())
+    return ((slot, location) for slot, location in enumerate(page) if location >= 0)
+
+
+class PagedLedger:
+    """One ledger as format 2 holds it: state and paged locations."""
+
+    __slots__ = (
+        "dirty_pages",
+        "fenced",
+        "lac",
+        "ledger_id",
+        "limbo",
+        "master_key",
+        "max_entry",
+        "meta_dirty",
+        "pages",
+    )
+
+    def __init__(self, ledger_id: int, master_key: bytes) -> None:
+        if len(master_key) > MAX_KEY_SIZE:
+            raise ValueError(f"master key of {len(master_key)} bytes exceeds {MAX_KEY_SIZE}")
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.fenced = False
+        self.limbo = False
+        self.lac = -1
+        self.max_entry = -1
+        self.pages: dict[int, Page] = {}
+        self.dirty_pages: set[int] = set()
+        self.meta_dirty = True
+
+    def location(self, entry_id: int) -> int:
+        page = self.pages.get(entry_id >> PAGE_BITS)
+        if page is None:
+            return -1
+        if isinstance(page, dict):
+            return page.get(entry_id & PAGE_MASK, -1)
+        return page[entry_id & PAGE_MASK]
+
+    def set_location(self, entry_id: int, location: int) -> None:
+        number = entry_id >> PAGE_BITS
+        slot = entry_id & PAGE_MASK
+        page = self.pages.get(number)
+        if page is None:
+            self.pages[number] = {slot: location}
+        elif isinstance(page, dict):
+            page[slot] = location
+            if len(page) >= SPARSE_MAX:
+                self.pages[number] = dense_page(page)
+        else:
+            page[slot] = location
+        self.dirty_pages.add(number)
+        self.max_entry = max(self.max_entry, entry_id)
+
+    def entries(self) -> Iterator[tuple[int, int]]:
+        """(entry, location) of every entry held, ascending."""
+        for number in sorted(self.pages):
+            base = number << PAGE_BITS
+            for slot, location in sorted(page_items(self.pages[number])):
+                yield base + slot, location
 
 
 @dataclass(slots=True)
@@ -70,7 +159,7 @@ class Loaded:
     """What the segments on disk hold."""
 
     mark: int = -1  # the journal LSN they cover
-    ledgers: dict[int, LedgerState] = field(default_factory=dict)
+    ledgers: dict[int, PagedLedger] = field(default_factory=dict)
     deleted: set[int] = field(default_factory=set)
 
 
@@ -103,7 +192,7 @@ def encode_segment(
     seq: int,
     full: bool,
     mark_lsn: int,
-    ledgers: Iterable[LedgerState],
+    ledgers: Iterable[PagedLedger],
     deleted: Iterable[int] = (),
 ) -> tuple[bytes, int]:
     """Encode (and clear the dirty marks of) what a segment holds; return bytes and count.
@@ -193,7 +282,7 @@ def decode_segment(data: bytes, loaded: Loaded) -> tuple[int, int]:
         lac, max_entry, pages = reader.unpack(LEDGER_TAIL)
         state = ledgers.get(ledger_id)
         if state is None:
-            state = ledgers[ledger_id] = LedgerState(ledger_id, key)
+            state = ledgers[ledger_id] = PagedLedger(ledger_id, key)
         state.master_key = key
         state.fenced = bool(flags & FENCED)
         state.limbo = bool(flags & LIMBO)
@@ -258,7 +347,7 @@ class IndexStore:
         return loaded
 
     def capture(
-        self, mark_lsn: int, ledgers: Iterable[LedgerState], deleted: Iterable[int] = ()
+        self, mark_lsn: int, ledgers: Iterable[PagedLedger], deleted: Iterable[int] = ()
     ) -> Snapshot:
         """Encode a segment now (synchronously, so it matches the entry logs' state now)."""
         full = self._force_full or self._since_full >= self._full_every

@@ -15,7 +15,8 @@ one contract test (tests/bookie/test_index_db.py):
 
 What both promise: ``write(batch)`` applies every operation of the batch or none, and once it
 returns the batch survives a crash; ``get`` and ``scan`` see every returned write (reads are
-synchronous: point lookups are microseconds, served from memory or the engine's cache).
+synchronous: point lookups are microseconds, served from memory or the engine's cache). Damage
+the engine detects (a checksum) is ``IndexCorruptError``, at open or at the read that meets it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 PUT, DELETE, DELETE_RANGE = 0, 1, 2
+
+
+class IndexCorruptError(Exception):
+    """The index is damaged; the bookie must not guess what it held."""
 
 
 @dataclass
@@ -63,4 +68,4 @@ class IndexDb(abc.ABC):
     async def close(self) -> None: ...
 
 
-__all__ = ["DELETE", "DELETE_RANGE", "PUT", "IndexBatch", "IndexDb"]
+__all__ = ["DELETE", "DELETE_RANGE", "PUT", "IndexBatch", "IndexCorruptError", "IndexDb"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import os
 import struct
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ class LogIndexDb(IndexDb):
         self._data: dict[bytes, bytes] = {}
         self._keys: list[bytes] = []  # sorted
         self._handle: AppendFile | None = None
+        self._good = 0  # where the last whole, synced batch ends
         self._lock = asyncio.Lock()  # batches reach the log and the map in one order
 
     @classmethod
@@ -49,8 +51,8 @@ class LogIndexDb(IndexDb):
             good = db._replay(data)
             if good < len(data):
                 await disk.truncate(db._file, good)  # a torn last batch: never synced whole
-        db._handle = await disk.open_append(db._file, "index")
-        return db
+        db._good = good
+        return db  # the log is opened for appends by the first write (a full disk may boot)
 
     def _replay(self, data: bytes) -> int:
         """Apply every whole record; return where the good ones end."""
@@ -92,12 +94,27 @@ class LogIndexDb(IndexDb):
             index = bisect.bisect_right(keys, key)  # the map may change between yields
 
     async def write(self, batch: IndexBatch) -> None:
-        assert self._handle is not None, "open() first"
         payload = msgpack.packb(batch.ops, use_bin_type=True)
         record = HEAD.pack(len(payload), crc32c.crc32c(payload)) + payload
         async with self._lock:
-            await self._handle.write_and_sync(record)
+            if self._handle is None:
+                self._handle = await self._disk.open_append(self._file, "index")
+            try:
+                await self._handle.write_and_sync(record)
+            except BaseException:
+                await self._undo()
+                raise
+            self._good += len(record)
             self._apply(batch.ops)
+
+    async def _undo(self) -> None:
+        """After a failed write (a full disk may take part of it), cut the log back to its last
+        whole batch, so the next batch is not appended behind a torn one."""
+        handle, self._handle = self._handle, None
+        with contextlib.suppress(Exception):
+            if handle is not None:
+                await handle.close()
+            await self._disk.truncate(self._file, self._good)
 
     async def close(self) -> None:
         if self._handle is not None:

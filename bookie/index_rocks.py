@@ -1,21 +1,28 @@
 """``RocksIndexDb``: the bookie index's engine, RocksDB through rocksdict (bookie.index_db has
 the contract; ``aiobk bench index`` the figures that chose it).
 
-Memory is bounded by configuration: the block cache (``cache_bytes``) and the memtables
-(``write_buffer`` each, RocksDB's default two of them). Each batch is one WriteBatch written
-with ``sync`` -- the write-ahead log fsynced -- on a worker thread, one batch at a time, so the
-event loop never waits on the disk; point lookups and scans run inline (microseconds from the
-cache; a miss reads one block).
+Memory is bounded by configuration: the block cache (``cache_bytes``, which also holds the
+index and bloom-filter blocks, so they do not grow outside it with the data) and the memtables
+(``write_buffer`` each, RocksDB's default two of them). A bloom filter per table makes a lookup
+of a key that is not there (a new ledger, a deleted one) cost no block read.
+
+RocksDB's errors arrive as plain exceptions; a write or open that fails is raised as ``OSError``
+(ENOSPC when the disk is full), which is what the bookie's disk handling expects of storage.
+
+Each batch is one WriteBatch written with ``sync`` -- the write-ahead log fsynced -- on a
+worker thread, one batch at a time, so the event loop never waits on the disk; point lookups
+and scans run inline (microseconds from the cache; a miss reads one block).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Iterator
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
-from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexDb
+from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
 
 
 class RocksIndexDb(IndexDb):
@@ -29,25 +36,43 @@ class RocksIndexDb(IndexDb):
         options.set_write_buffer_size(write_buffer)
         table = BlockBasedOptions()
         table.set_block_cache(Cache(cache_bytes))
+        table.set_bloom_filter(10, False)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
-        self._db = Rdict(path, options)
+        try:
+            self._db = Rdict(path, options)
+        except Exception as exc:
+            raise _os_error(exc, path) from exc
         self._sync = WriteOptions()
         self._sync.sync = True
         self._lock = asyncio.Lock()  # one batch at a time, in order
 
+    @classmethod
+    async def open(cls, path: str, *, cache_bytes: int = 64 << 20) -> RocksIndexDb:
+        """Open (or create) the database off the event loop: opening replays RocksDB's log."""
+        return await asyncio.to_thread(cls, path, cache_bytes=cache_bytes)
+
     def get(self, key: bytes) -> bytes | None:
-        value = self._db.get(key)
+        try:
+            value = self._db.get(key)
+        except Exception as exc:
+            raise _os_error(exc, self._db.path()) from exc
         return None if value is None else bytes(value)
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
-        it.seek(start)
-        while it.valid():
-            key = bytes(it.key())
-            if key >= end:
-                return
-            yield key, bytes(it.value())
-            it.next()
+        try:
+            it = self._db.iter()
+            it.seek(start)
+            while it.valid():
+                key = bytes(it.key())
+                if key >= end:
+                    return
+                yield key, bytes(it.value())
+                it.next()
+            it.status()
+        except Exception as exc:
+            raise _os_error(exc, self._db.path()) from exc
 
     def write_now(self, batch: IndexBatch) -> None:
         """``write``, blocking the caller (benchmarks; the bookie uses ``write``)."""
@@ -59,7 +84,10 @@ class RocksIndexDb(IndexDb):
                 rocks.delete(key)
             else:
                 rocks.delete_range(key, value)
-        self._db.write(rocks, self._sync)
+        try:
+            self._db.write(rocks, self._sync)
+        except Exception as exc:
+            raise _os_error(exc, self._db.path()) from exc
 
     async def write(self, batch: IndexBatch) -> None:
         async with self._lock:
@@ -72,6 +100,17 @@ class RocksIndexDb(IndexDb):
     def close_now(self) -> None:
         self._db.flush()
         self._db.close()
+
+
+def _os_error(exc: Exception, path: str) -> Exception:
+    """RocksDB's exception as the bookie's: damage is IndexCorruptError, the rest OSError."""
+    if isinstance(exc, (OSError, IndexCorruptError)):
+        return exc
+    message = str(exc)
+    if message.startswith("Corruption"):
+        return IndexCorruptError(f"index database {path}: {message}")
+    code = errno.ENOSPC if "No space" in message else errno.EIO
+    return OSError(code, f"index database: {message}", path)
 
 
 __all__ = ["RocksIndexDb"]

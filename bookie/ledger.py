@@ -1,48 +1,21 @@
-"""What a bookie knows of one ledger: its master key, fence and limbo bits, LAC, and where
-each of its entries is stored.
+"""What a bookie knows of one ledger while it is in use: its master key, fence and limbo bits,
+LAC, BP-14 sync cursor and long polls. Where its entries are stored lives in the on-disk index
+(``bookie.entry_index``), which this object reads and writes through.
 
-Locations sit in pages of 4096 slots, like BookKeeper's index pages. A page starts *sparse* (a
-dict of the slots it holds) and becomes *dense* (4096 int64 slots, -1 = absent) once it holds
-``SPARSE_MAX`` entries: a dense ledger then costs 8 bytes an entry, and one entry far from the
-others (striping, a replacement bookie starting mid-ledger, or a peer adding at scattered ids)
-costs a small dict, never a 32 KiB page. Pages changed since the last checkpoint are tracked so
-a checkpoint writes only those.
+A state is materialized from the index when a request names its ledger and dropped again once it
+is idle and its record is durable (``bookie.storage``), so memory follows the ledgers in use,
+not the ledgers held.
 """
 
 from __future__ import annotations
 
 import asyncio
-from array import array
-from collections.abc import Iterator
-from typing import Protocol, TypeAlias
+from typing import Protocol
 
+from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
 from aiobk.bookie.sync_cursor import SyncCursor
 
-PAGE_BITS = 12
-PAGE_SIZE = 1 << PAGE_BITS
-PAGE_MASK = PAGE_SIZE - 1
-_EMPTY_PAGE = array("q", [-1]) * PAGE_SIZE
-# A sparse page turns dense at this many entries: measured, a dict of 256 locations takes
-# 23 KiB (with its int objects), 360 would match the 32 KiB array.
-SPARSE_MAX = 256
 MAX_KEY_SIZE = 255  # what the index stores (a u8 length); the protocol allows 32 bytes
-
-# Dense: slot -> location (-1 absent); sparse: only the slots present.
-Page: TypeAlias = "array[int] | dict[int, int]"
-
-
-def dense_page(sparse: dict[int, int]) -> array[int]:
-    page = array("q", _EMPTY_PAGE)
-    for slot, location in sparse.items():
-        page[slot] = location
-    return page
-
-
-def page_items(page: Page) -> Iterator[tuple[int, int]]:
-    """(slot, location) of every entry a page holds."""
-    if isinstance(page, dict):
-        return iter(page.items())
-    return ((slot, location) for slot, location in enumerate(page) if location >= 0)
 
 
 class Waiter(Protocol):
@@ -53,9 +26,9 @@ class Waiter(Protocol):
 
 class LedgerState:
     __slots__ = (
-        "dirty_pages",
         "fence_pending",
         "fenced",
+        "index",
         "key_pending",
         "lac",
         "ledger_id",
@@ -63,51 +36,64 @@ class LedgerState:
         "master_key",
         "max_entry",
         "meta_dirty",
-        "pages",
         "sync",
         "waiters",
     )
 
-    def __init__(self, ledger_id: int, master_key: bytes) -> None:
+    def __init__(self, ledger_id: int, master_key: bytes, index: EntryIndex) -> None:
         if len(master_key) > MAX_KEY_SIZE:
             raise ValueError(f"master key of {len(master_key)} bytes exceeds {MAX_KEY_SIZE}")
         self.ledger_id = ledger_id
         self.master_key = master_key
+        self.index = index
         self.fenced = False
         self.key_pending = False  # master key journaled but not synced yet
         self.limbo = False
         self.lac = -1  # max of piggybacked and explicit LACs seen
         self.sync = SyncCursor()  # BP-14: what this bookie has synced
         self.max_entry = -1
-        self.pages: dict[int, Page] = {}
-        self.dirty_pages: set[int] = set()
-        self.meta_dirty = True
+        self.meta_dirty = True  # the index's record of it is out of date
         self.waiters: set[Waiter] = set()  # long polls waiting for the LAC to move
         # A fence journaled but not yet synced; its result is the journal's error, if any.
         self.fence_pending: asyncio.Future[BaseException | None] | None = None
 
+    @classmethod
+    def loaded(cls, ledger_id: int, record: LedgerRecord, index: EntryIndex) -> LedgerState:
+        """A state from its durable record. Everything the flushed index names is synced, so
+        the BP-14 cursor starts at the LAC and takes every entry stored above it."""
+        state = cls(ledger_id, record.master_key, index)
+        state.fenced, state.limbo = record.fenced, record.limbo
+        state.lac, state.max_entry = record.lac, record.max_entry
+        state.meta_dirty = False
+        sync = state.sync
+        sync.confirmed(record.lac)
+        entry = record.lac + 1
+        while entry <= record.max_entry and index.location(ledger_id, entry) >= 0:
+            sync.synced(entry)
+            entry += 1
+        return state
+
+    def record(self) -> LedgerRecord:
+        return LedgerRecord(self.master_key, self.fenced, self.limbo, self.lac, self.max_entry)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing but the index needs this object: it may be dropped and loaded again."""
+        return not (
+            self.meta_dirty
+            or self.waiters
+            or self.key_pending
+            or self.fence_pending is not None
+            or self.sync.ranges
+        )
+
     def location(self, entry_id: int) -> int:
-        page = self.pages.get(entry_id >> PAGE_BITS)
-        if page is None:
-            return -1
-        if isinstance(page, dict):
-            return page.get(entry_id & PAGE_MASK, -1)
-        return page[entry_id & PAGE_MASK]
+        return self.index.location(self.ledger_id, entry_id)
 
     def set_location(self, entry_id: int, location: int) -> None:
-        number = entry_id >> PAGE_BITS
-        slot = entry_id & PAGE_MASK
-        page = self.pages.get(number)
-        if page is None:
-            self.pages[number] = {slot: location}
-        elif isinstance(page, dict):
-            page[slot] = location
-            if len(page) >= SPARSE_MAX:
-                self.pages[number] = dense_page(page)
-        else:
-            page[slot] = location
-        self.dirty_pages.add(number)
+        self.index.put_location(self.ledger_id, entry_id, location)
         self.max_entry = max(self.max_entry, entry_id)
+        self.meta_dirty = True
 
     @property
     def last_add_synced(self) -> int:

@@ -67,7 +67,7 @@ class Ledgers:
         self.owner = ""  # the bookie id, for log lines (known once the bookie has bound)
 
     def get(self, ledger_id: int) -> LedgerState | None:
-        return self.storage.ledgers.get(ledger_id)
+        return self.storage.get(ledger_id)
 
     # ------------------------------------------------------------------ create
 
@@ -76,9 +76,9 @@ class Ledgers:
         ENOLEDGER for a ledger garbage collection dropped, EBADREQ for a new ledger without a
         key."""
         storage = self.storage
-        state = storage.ledgers.get(ledger_id)
+        state = storage.get(ledger_id)
         if state is None:
-            if ledger_id in storage.deleted:
+            if storage.is_deleted(ledger_id):
                 return None, StatusCode.ENOLEDGER  # garbage collected: it must not come back
             if not master_key:
                 return None, StatusCode.EBADREQ
@@ -207,7 +207,13 @@ class Ledgers:
 
     def copy(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         """An entry copied back from a peer (BP-46 phase two; the repairer verified it);
-        durable at the next barrier. Its piggybacked LAC counts, as when replay reads it."""
+        durable at the next barrier. Its piggybacked LAC counts, as when replay reads it.
+        The repairer held ``state`` across its fetch: if the ledger's state was dropped and
+        loaded again meanwhile, the current one takes the copy (none: deleted meanwhile)."""
+        current = self.get(state.ledger_id)
+        if current is None:
+            return
+        state = current
         self.storage.add_entry(state, entry_id, body)
         state.advance_lac(peek_header(body)[2])
         self.journal.append(RecordType.ADD, add_payload(state.ledger_id, entry_id, body), _ignore)
@@ -236,25 +242,24 @@ class Ledgers:
         door, ``protocol.limits``) is logged, counted and left out rather than refused."""
         payload = record.payload
         storage = self.storage
-        ledgers = storage.ledgers
         if record.kind is RecordType.MASTER_KEY:
             (ledger_id,) = LEDGER_PREFIX.unpack_from(payload)
             key = payload[LEDGER_PREFIX.size :]
             if len(key) > MAX_KEY_SIZE:
                 self._skip(record, f"ledger {ledger_id}: a {len(key)}-byte master key")
                 key = b""  # kept as a ledger whose key is unknown, like a limbo one
-            state = ledgers.get(ledger_id)
+            state = storage.get(ledger_id)
             if state is None:
-                if ledger_id not in storage.deleted:
+                if not storage.is_deleted(ledger_id):
                     storage.create(ledger_id, key)
             elif not state.master_key and key:
                 state.master_key = key  # a ledger created at boot learns its key
                 state.meta_dirty = True
             return
         ledger_id = LEDGER_PREFIX.unpack_from(payload)[0]
-        state = ledgers.get(ledger_id)
+        state = storage.get(ledger_id)
         if state is None:
-            if ledger_id in storage.deleted:
+            if storage.is_deleted(ledger_id):
                 return  # garbage collected after this record was written
             raise JournalCorruptError(
                 f"journal record {record.lsn} names ledger {ledger_id} before its master key"

@@ -45,7 +45,9 @@ async def copy_missing(
     ledgers: Ledgers, repairer: Repairer, metadata: LedgerMetadata, ledger_id: int, bookie_id: str
 ) -> int:
     """Copy from peers every entry this bookie should hold in a closed ledger but does not."""
-    state = ledgers.storage.ledgers[ledger_id]
+    state = ledgers.get(ledger_id)
+    if state is None:
+        return 0  # deleted meanwhile
     last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
     copied = 0
     for index, fragment in enumerate(metadata.fragments):

@@ -108,6 +108,7 @@ class Bookie:
             config, self._disk, self.write_state, self.journal, stats, self._forced_gc
         )
         self.checkpoints = Checkpoints(self.storage, self.journal, stats, self._write_error)
+        self.storage.on_cache_full = self.checkpoints.wake
         self._gc = GarbageCollector(self.storage, config, stats, self.checkpoint)
         self.context = BookieContext(
             config,
@@ -443,6 +444,9 @@ class Bookie:
             "add_bytes_in_progress": flow.add_bytes,
             "long_polls_waiting": flow.long_polls,
             "ledgers_held": len(self.storage.ledgers),
+            "ledger_states_in_use": self.storage.states_in_use,
+            "write_cache_bytes": self.storage.write_cache_bytes,
+            "read_cache_bytes": self.storage.read_cache.size,
         }
 
     async def disk_usage(self) -> tuple[int, int]:

@@ -41,6 +41,9 @@ class BookieStats:
     gc_bytes_freed: int = 0
     gc_entries_moved: int = 0  # live entries compaction copied out of mostly-dead logs
     gc_logs_compacted: int = 0
+    ledger_states_loaded: int = 0  # states read back from the index (not in use before)
+    ledger_states_dropped: int = 0  # idle states dropped after a checkpoint
+    read_cache_hits: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -15,7 +15,7 @@ import click
 import uvloop
 
 from aiobk.bookie.config import BookieConfig, ConfigError
-from aiobk.bookie.index import IndexCorruptError
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.commands.common import QuietPipeGroup

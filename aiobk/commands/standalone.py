@@ -16,7 +16,7 @@ import signal
 import click
 
 from aiobk.bookie.config import BookieConfig
-from aiobk.bookie.index import IndexCorruptError
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.bookie.server import Bookie
 from aiobk.metadata.etcd_process import (

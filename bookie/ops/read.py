@@ -21,6 +21,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ async def _fetch(
     async with conn.reading():  # bounded: see ctx.flow
         try:
             body = await ctx.storage.read_entry(state, request.entry_id)
-        except (CorruptEntryError, OSError) as exc:
+        except (CorruptEntryError, IndexCorruptError, OSError) as exc:
             # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
             # an answer -- an unanswered read would only time out at the client.
             ctx.log_corruption(exc)

@@ -11,7 +11,7 @@ import pytest
 from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
 from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
 from aiobk.metadata import free_port
-from aiobk.protocol import HEADER_SIZE, StatusCode, parse_entry
+from aiobk.protocol import HEADER_SIZE, ReadFlag, ReadRequest, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, add, read
 
 
@@ -53,14 +53,33 @@ async def test_flipped_byte_in_entry_log_is_eio_not_data(tmp_path: Path, connect
         await bookie.stop()
 
 
-async def test_damaged_index_segment_refuses_to_boot(tmp_path: Path, connect) -> None:
+async def test_damaged_index_refuses_to_boot(tmp_path: Path, connect) -> None:
     config = await _filled(tmp_path, connect)
-    segment = max((tmp_path / "data" / "ledgers" / "index").glob("*.idx"))
-    data = bytearray(segment.read_bytes())
-    data[40] ^= 0xFF
-    segment.write_bytes(bytes(data))
-    with pytest.raises(IndexCorruptError, match="checksum"):
+    (manifest,) = (tmp_path / "data" / "ledgers" / "index.db").glob("MANIFEST-*")
+    data = bytearray(manifest.read_bytes())
+    data[20] ^= 0xFF
+    manifest.write_bytes(bytes(data))
+    with pytest.raises(IndexCorruptError, match="index database"):
         await Bookie(config).start()
+
+
+async def test_a_damaged_index_block_answers_eio_not_a_guess(tmp_path: Path, connect) -> None:
+    """RocksDB checks a block's checksum when it reads it: a request whose lookup meets the
+    damage is answered EIO, never from a guess, and counted."""
+    config = await _filled(tmp_path, connect, entries=600)
+    for table in (tmp_path / "data" / "ledgers" / "index.db").glob("*.sst"):
+        data = bytearray(table.read_bytes())
+        data[10] ^= 0xFF  # the first data block: ledger 1's keys
+        table.write_bytes(bytes(data))
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        conn = await connect(bookie)
+        request = ReadRequest(conn.next_txn_id(), 1, 3, ReadFlag.NONE, b"", -1, 0)
+        assert (await conn.send(request, 10)).status is StatusCode.EIO
+        assert bookie.stats.corrupt_reads >= 1
+    finally:
+        await bookie.stop()
 
 
 async def test_torn_journal_tail_after_crash_boots_with_every_ack(tmp_path: Path, connect) -> None:

@@ -77,14 +77,10 @@ async def test_sigkill_during_pipelined_adds_loses_nothing_acknowledged(
         conn.close()
         assert proc.terminate() == 0
         journals = sorted(p.name for p in (tmp_path / "data" / "journal").iterdir())
-        segments = list((tmp_path / "data" / "ledgers" / "index").glob("*.idx"))
-        assert segments
+        assert (tmp_path / "data" / "ledgers" / "index.db" / "CURRENT").exists()
         if checkpoints == "fast-checkpoints":
             # Journal files rolled over and checkpoints released the early ones.
             assert "0000000000000000.txn" not in journals, journals
-            newest = max(int(p.stem, 16) for p in segments)
-            assert newest > 5, "several checkpoints should have run"
-            assert len(segments) <= 3, "full snapshots should have replaced old segments"
     finally:
         proc.stop()
 

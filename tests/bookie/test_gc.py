@@ -44,13 +44,13 @@ def test_candidates_are_held_but_not_listed() -> None:
 def test_the_streamed_merge_finds_what_the_listing_does_not_name(
     held: set[int], listed: set[int]
 ) -> None:
-    """GC walks the ascending listing page by page instead of holding the cluster's ids."""
+    """GC walks its own ids and the listing, both ascending, holding neither whole."""
 
     async def listing() -> AsyncIterator[int]:
         for ledger_id in sorted(listed):
             yield ledger_id
 
-    found = asyncio.run(unlisted(held, listing()))
+    found = asyncio.run(unlisted(iter(sorted(held)), listing()))
     assert found == sorted(garbage_candidates(held, listed))
 
 

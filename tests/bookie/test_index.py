@@ -17,12 +17,15 @@ from aiobk.bookie.index import (
     LEDGER_TAIL,
     MAGIC,
     PAGE_HEAD_V1,
+    PAGE_SIZE,
+    SPARSE_MAX,
     IndexCorruptError,
     Loaded,
     decode_segment,
     encode_segment,
 )
-from aiobk.bookie.ledger import MAX_KEY_SIZE, PAGE_SIZE, SPARSE_MAX, LedgerState
+from aiobk.bookie.index import PagedLedger as LedgerState
+from aiobk.bookie.ledger import MAX_KEY_SIZE
 from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

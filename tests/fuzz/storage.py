@@ -32,8 +32,8 @@ with atheris.instrument_imports():
         decode_segment,
         encode_segment,
     )
+    from aiobk.bookie.index import PagedLedger as LedgerState
     from aiobk.bookie.journal_format import RecordType, encode_record, scan
-    from aiobk.bookie.ledger import LedgerState
     from aiobk.bookie.stats import BookieStats
     from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 

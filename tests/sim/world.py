@@ -108,6 +108,10 @@ class World:
                 repair_retry_interval=0.3,
                 gc_interval=rng.choice((0.5, 2.0)),
                 gc_compaction_threshold=rng.choice((0.0, 0.5, 0.9)),
+                # Issue 15: ledger states dropped after every checkpoint and loaded again from
+                # the index, and checkpoints started early by a write cache that fills at once.
+                ledger_state_cache_size=rng.choice((1, 4, 10_000)),
+                write_cache_max_size=rng.choice((400, 64 << 20)),
                 boot_fence=switches.boot_fence,
                 boot_limbo=switches.boot_limbo,
             )
