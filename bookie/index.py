@@ -70,8 +70,6 @@ FULL, DELTA = 1, 2
 FENCED, LIMBO = 1, 2
 
 
-
-
 def dense_page(sparse: dict[int, int]) -> array[int]:
     page = array("q", _EMPTY_PAGE)
     for slot, location in sparse.items():
@@ -379,3 +377,14 @@ class IndexStore:
     def abandon(self) -> None:
         """A captured snapshot will not be written: the next one must be full."""
         self._force_full = True
+
+
+__all__ = [
+    "IndexCorruptError",
+    "IndexStore",
+    "Loaded",
+    "PagedLedger",
+    "decode_segment",
+    "encode_segment",
+    "page_items",
+]
