@@ -10,6 +10,9 @@ do too.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import os
 import signal
 import sys
 from typing import Any
@@ -25,6 +28,29 @@ from aiobk.metrics import serve_metrics
 def install_event_loop_policy() -> None:
     """uvloop (a declared dependency) for every command that runs a loop."""
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+MALLOC_ARENAS = 2
+
+
+def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Cap glibc's malloc arenas (what ``MALLOC_ARENA_MAX`` does), before threads start.
+
+    The bookie's disk and index work runs on worker threads, and glibc gives each thread its
+    own arena that keeps what it freed: measured on a bookie taking 20,000 ledgers, the RSS
+    grew 770-850 B a ledger with the default arenas and 440 B with two (issue 15). An explicit
+    ``MALLOC_ARENA_MAX`` in the environment wins; on other C libraries this does nothing."""
+    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        return bool(libc.mallopt(M_ARENA_MAX, arenas))
+    except (OSError, AttributeError):
+        return False
 
 
 def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
@@ -61,8 +87,15 @@ def run_until_signalled(bookie: Bookie) -> None:
         click.echo("stopping", err=True)
         await bookie.stop()
 
+    limit_malloc_arenas()
     install_event_loop_policy()
     asyncio.run(main())
 
 
-__all__ = ["install_event_loop_policy", "make_bookie", "run_until_signalled", "start_metrics"]
+__all__ = [
+    "install_event_loop_policy",
+    "limit_malloc_arenas",
+    "make_bookie",
+    "run_until_signalled",
+    "start_metrics",
+]

@@ -49,9 +49,13 @@ class RocksIndexDb(IndexDb):
         self._lock = asyncio.Lock()  # one batch at a time, in order
 
     @classmethod
-    async def open(cls, path: str, *, cache_bytes: int = 64 << 20) -> RocksIndexDb:
+    async def open(
+        cls, path: str, *, cache_bytes: int = 64 << 20, write_buffer: int = 16 << 20
+    ) -> RocksIndexDb:
         """Open (or create) the database off the event loop: opening replays RocksDB's log."""
-        return await asyncio.to_thread(cls, path, cache_bytes=cache_bytes)
+        return await asyncio.to_thread(
+            cls, path, cache_bytes=cache_bytes, write_buffer=write_buffer
+        )
 
     def get(self, key: bytes) -> bytes | None:
         try:

@@ -51,7 +51,9 @@ def default_opener(disk: Disk, config: BookieConfig) -> IndexOpener:
     fault-injecting disks see every index write)."""
 
     async def open_rocks(path: str) -> IndexDb:
-        return await RocksIndexDb.open(path, cache_bytes=config.index_cache_size)
+        return await RocksIndexDb.open(
+            path, cache_bytes=config.index_cache_size, write_buffer=config.index_write_buffer_size
+        )
 
     async def open_twin(path: str) -> IndexDb:
         return await LogIndexDb.open(disk, path)
