@@ -134,9 +134,15 @@ class KV(abc.ABC):
 
     @abc.abstractmethod
     async def range(
-        self, prefix: bytes, after: bytes | None = None, limit: int = 1000
+        self,
+        prefix: bytes,
+        after: bytes | None = None,
+        limit: int = 1000,
+        *,
+        keys_only: bool = False,
     ) -> tuple[list[KeyValue], int]:
-        """Up to ``limit`` keys under ``prefix`` sorted, strictly after ``after``; + revision."""
+        """Up to ``limit`` keys under ``prefix`` sorted, strictly after ``after``; + revision.
+        ``keys_only``: values come back empty (a listing of ids moves no metadata)."""
 
     @abc.abstractmethod
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:

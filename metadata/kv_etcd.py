@@ -286,7 +286,12 @@ class EtcdKV(KV):
         return int(response.header.revision)
 
     async def range(
-        self, prefix: bytes, after: bytes | None = None, limit: int = 1000
+        self,
+        prefix: bytes,
+        after: bytes | None = None,
+        limit: int = 1000,
+        *,
+        keys_only: bool = False,
     ) -> tuple[list[KeyValue], int]:
         start = after + b"\x00" if after is not None else prefix
         request = rpc.RangeRequest(
@@ -295,6 +300,7 @@ class EtcdKV(KV):
             limit=limit,
             sort_order=rpc.RangeRequest.ASCEND,
             sort_target=rpc.RangeRequest.KEY,
+            keys_only=keys_only,
         )
         response = await self._call("range", lambda c: c.kvstub.Range(request, **self._opts(c)))
         return [_kv(item) for item in response.kvs], int(response.header.revision)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from aiobk.metadata.kv import (
@@ -151,7 +152,12 @@ class MemoryKV(KV):
         return self._put(key, b"", 0)
 
     async def range(
-        self, prefix: bytes, after: bytes | None = None, limit: int = 1000
+        self,
+        prefix: bytes,
+        after: bytes | None = None,
+        limit: int = 1000,
+        *,
+        keys_only: bool = False,
     ) -> tuple[list[KeyValue], int]:
         start = bisect.bisect_right(self._sorted, after) if after else 0
         start = max(start, bisect.bisect_left(self._sorted, prefix))
@@ -159,7 +165,8 @@ class MemoryKV(KV):
         for key in self._sorted[start:]:
             if not key.startswith(prefix) or len(out) >= limit:
                 break
-            out.append(self._data[key])
+            found = self._data[key]
+            out.append(dataclasses.replace(found, value=b"") if keys_only else found)
         return out, self._revision
 
     async def compact(self, revision: int) -> None:

@@ -126,7 +126,9 @@ class MetadataStore:
         """Every ledger id in ascending order, fetched a page at a time."""
         after: bytes | None = None
         while True:
-            page, _revision = await self.kv.range(self.keys.ledgers, after, page_size)
+            page, _revision = await self.kv.range(
+                self.keys.ledgers, after, page_size, keys_only=True
+            )
             for item in page:
                 yield self.keys.ledger_id(item.key)
             if len(page) < page_size:

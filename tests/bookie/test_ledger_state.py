@@ -4,9 +4,11 @@ transition changes reaches the index at the next checkpoint."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from aiobk.bookie import BookieConfig, OsDisk
 from aiobk.bookie.journal import Journal
@@ -28,10 +30,10 @@ def _entry(ledger_id: int, entry_id: int, lac: int) -> bytes:
 
 
 @asynccontextmanager
-async def _booted(tmp_path: Path, replay: bool = True) -> AsyncIterator[Ledgers]:
+async def _booted(tmp_path: Path, replay: bool = True, **settings: Any) -> AsyncIterator[Ledgers]:
     """Ledger storage and a journal over ``tmp_path``, booted as the bookie boots them (index,
     then the journal after its mark); stopped cleanly (no checkpoint) on exit."""
-    config = BookieConfig(data_dir=str(tmp_path), disk_reserved_space=0)
+    config = BookieConfig(data_dir=str(tmp_path), disk_reserved_space=0, **settings)
     disk = OsDisk()
     stats = BookieStats()
     storage = LedgerStorage(disk, config, stats)
@@ -141,3 +143,89 @@ async def test_keys_are_checked_and_deleted_ledgers_stay_deleted(tmp_path: Path)
         assert ledgers.stats.auth_failures == 1
         assert ledgers.storage.delete_ledger(8)
         assert ledgers.ensure(8, KEY) == (None, StatusCode.ENOLEDGER)
+
+
+async def _checkpoint(ledgers: Ledgers) -> None:
+    await ledgers.durable()
+    await ledgers.storage.checkpoint(ledgers.journal.last_lsn)
+
+
+async def test_idle_states_are_dropped_and_load_back_as_they_were(tmp_path: Path) -> None:
+    """Issue 15: after a checkpoint, idle ledger states beyond ``ledger_state_cache_size`` are
+    dropped; loading one back from the index gives the same state, its BP-14 sync cursor
+    included (everything the index names is synced)."""
+    async with _booted(tmp_path, ledger_state_cache_size=2) as ledgers:
+        done: list[BaseException | None] = []
+        for ledger_id in range(1, 11):
+            state, _ = ledgers.ensure(ledger_id, KEY)
+            assert state is not None
+            for entry_id in range(ledger_id % 4 + 1):
+                body = _entry(ledger_id, entry_id, entry_id - 2)
+                ledgers.add(state, entry_id, body, entry_id - 2, done.append)
+            if ledger_id % 3 == 0:
+                assert await ledgers.fence(state) is None
+            if ledger_id % 5 == 0:
+                ledgers.set_limbo(state, True)
+        await ledgers.durable()
+        storage = ledgers.storage
+        before = {i: (_view(s), s.last_add_synced) for i, s in storage.ledgers.items()}
+        assert storage.states_in_use == 10
+        await _checkpoint(ledgers)
+        assert storage.states_in_use == 2
+        assert ledgers.stats.ledger_states_dropped == 8
+        after = {i: (_view(s), s.last_add_synced) for i, s in storage.ledgers.items()}
+        assert after == before
+        assert ledgers.stats.ledger_states_loaded == 8
+        assert all(synced == max(entries) for (*_, entries), synced in after.values())
+
+
+class _Poll:
+    def wake(self) -> None:
+        pass
+
+
+async def test_a_state_in_use_is_never_dropped(tmp_path: Path) -> None:
+    """A long poll waits on the state object itself, and a fence not yet durable is in it:
+    neither may be dropped (a second object for the ledger would split them)."""
+    async with _booted(tmp_path, ledger_state_cache_size=1) as ledgers:
+        for ledger_id in (1, 2, 3):
+            assert ledgers.ensure(ledger_id, KEY)[1] is StatusCode.EOK
+        await _checkpoint(ledgers)
+        polled = ledgers.get(1)
+        assert polled is not None
+        polled.waiters.add(_Poll())
+        fencing = ledgers.get(2)
+        assert fencing is not None
+        # A fence journaled and not synced yet (or whose record failed): held until it is.
+        fencing.fence_pending = asyncio.get_running_loop().create_future()
+        await _checkpoint(ledgers)
+        assert ledgers.get(1) is polled
+        assert ledgers.get(2) is fencing
+        assert ledgers.storage.states_in_use == 2  # ledger 3, idle, was dropped
+
+
+async def test_a_full_write_cache_asks_for_a_checkpoint(tmp_path: Path) -> None:
+    async with _booted(tmp_path, write_cache_max_size=800) as ledgers:  # ten locations
+        asked: list[bool] = []
+        ledgers.storage.on_cache_full = lambda: asked.append(True)
+        state, _ = ledgers.ensure(1, KEY)
+        assert state is not None
+        for entry_id in range(9):
+            ledgers.add(state, entry_id, _entry(1, entry_id, -1), -1, lambda error: None)
+        assert not asked
+        ledgers.add(state, 9, _entry(1, 9, -1), -1, lambda error: None)
+        assert asked
+        await _checkpoint(ledgers)
+        assert ledgers.storage.write_cache_bytes == 0
+
+
+async def test_a_second_read_of_an_entry_comes_from_the_read_cache(tmp_path: Path) -> None:
+    async with _booted(tmp_path) as ledgers:
+        state, _ = ledgers.ensure(1, KEY)
+        assert state is not None
+        ledgers.add(state, 0, _entry(1, 0, -1), -1, lambda error: None)
+        await _checkpoint(ledgers)  # written out: reads go to the file
+        storage = ledgers.storage
+        first = await storage.read_entry(state, 0)
+        assert await storage.read_entry(state, 0) == first
+        assert ledgers.stats.read_cache_hits == 1
