@@ -197,9 +197,16 @@ class LedgerStorage:
         return self.index.is_deleted(ledger_id)
 
     def create(self, ledger_id: int, master_key: bytes) -> LedgerState:
-        state = self._active[ledger_id] = LedgerState(ledger_id, master_key, self.index)
+        active = self._active
+        state = active[ledger_id] = LedgerState(ledger_id, master_key, self.index)
         self.held += 1
+        if len(active) >= 2 * self.config.ledger_state_cache_size:
+            self._cache_full()  # new ledgers pile up (a peer fencing ids by the thousand)
         return state
+
+    def _cache_full(self) -> None:
+        if self.on_cache_full is not None:
+            self.on_cache_full()
 
     def delete_ledger(self, ledger_id: int) -> bool:
         """Forget a deleted ledger (garbage collection): a tombstone keeps it from coming back;
@@ -238,8 +245,8 @@ class LedgerStorage:
 
     def add_entry(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         state.set_location(entry_id, self.entry_logger.append(state.ledger_id, entry_id, body))
-        if self.index.full and self.on_cache_full is not None:
-            self.on_cache_full()
+        if self.index.full:
+            self._cache_full()
 
     async def read_entry(self, state: LedgerState, entry_id: int) -> bytes | None:
         """The stored body, None when absent; raises CorruptEntryError on a bad copy."""

@@ -229,3 +229,18 @@ async def test_a_second_read_of_an_entry_comes_from_the_read_cache(tmp_path: Pat
         first = await storage.read_entry(state, 0)
         assert await storage.read_entry(state, 0) == first
         assert ledgers.stats.read_cache_hits == 1
+
+
+async def test_new_ledgers_piling_up_ask_for_a_checkpoint(tmp_path: Path) -> None:
+    """A peer creating ledgers by the thousand (fencing unknown ids) holds a state each until
+    the next checkpoint: twice ``ledger_state_cache_size`` of them start one early."""
+    async with _booted(tmp_path, ledger_state_cache_size=2) as ledgers:
+        asked: list[bool] = []
+        ledgers.storage.on_cache_full = lambda: asked.append(True)
+        for ledger_id in range(1, 4):
+            assert ledgers.ensure(ledger_id, KEY)[1] is StatusCode.EOK
+        assert not asked
+        assert ledgers.ensure(4, KEY)[1] is StatusCode.EOK
+        assert asked
+        await _checkpoint(ledgers)
+        assert ledgers.storage.states_in_use == 2
