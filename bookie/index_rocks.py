@@ -17,6 +17,7 @@ and scans run inline (microseconds from the cache; a miss reads one block).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 from collections.abc import Iterator
 
@@ -40,10 +41,12 @@ class RocksIndexDb(IndexDb):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(table)
+        self._path, self._options = path, options
         try:
             self._db = Rdict(path, options)
         except Exception as exc:
             raise _os_error(exc, path) from exc
+        self._failed = False  # a write failed: RocksDB refuses writes until reopened
         self._sync = WriteOptions()
         self._sync.sync = True
         self._lock = asyncio.Lock()  # one batch at a time, in order
@@ -95,7 +98,26 @@ class RocksIndexDb(IndexDb):
 
     async def write(self, batch: IndexBatch) -> None:
         async with self._lock:
-            await asyncio.to_thread(self.write_now, batch)
+            if self._failed:
+                self._reopen()
+            try:
+                await asyncio.to_thread(self.write_now, batch)
+            except OSError:
+                self._failed = True
+                raise
+
+    def _reopen(self) -> None:
+        """After a failed write (a full disk) RocksDB stays in its background-error state and
+        refuses every later write; closing and opening it again (its log and tables are whole)
+        clears that, so checkpoints resume once there is room. On the event loop's thread,
+        where lookups run, so no lookup meets a closed handle."""
+        with contextlib.suppress(Exception):
+            self._db.close()
+        try:
+            self._db = Rdict(self._path, self._options)
+        except Exception as exc:
+            raise _os_error(exc, self._path) from exc
+        self._failed = False
 
     async def close(self) -> None:
         async with self._lock:
