@@ -1,11 +1,19 @@
-"""Small request builders for bookie tests."""
+"""Small request builders for bookie tests, and ledger storage booted without a server."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
+from aiobk.bookie import BookieConfig, OsDisk
 from aiobk.bookie.journal import Journal
 from aiobk.bookie.journal_format import RecordType
+from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookieConnection, Digester
 from aiobk.protocol import (
     AddFlag,
@@ -81,3 +89,36 @@ async def append_records(journal: Journal, payloads: list[bytes]) -> list[BaseEx
         journal.append(RecordType.ADD, payload, future.set_result)
         futures.append(future)
     return await asyncio.gather(*futures)
+
+
+@asynccontextmanager
+async def booted_ledgers(
+    data_dir: str,
+    *,
+    replay: bool = True,
+    journal_file_size: int = 1 << 20,
+    index: Callable[[OsDisk], Callable[[str], Any]] | None = None,
+    **settings: Any,
+) -> AsyncIterator[Ledgers]:
+    """Ledger storage and a journal over ``data_dir``, booted as the bookie boots them (index,
+    then the journal after its mark); stopped cleanly (no checkpoint) on exit. ``index``: makes
+    the index engine's opener from the disk (default: the bookie's choice)."""
+    config = BookieConfig(data_dir=data_dir, disk_reserved_space=0, **settings)
+    disk = OsDisk()
+    stats = BookieStats()
+    opener: Callable[[str], Any] | None = index(disk) if index is not None else None
+    storage = LedgerStorage(disk, config, stats, open_index=opener)
+    journal = Journal(
+        disk, config.journal_path, GroupCommitPolicy(), max_file_size=journal_file_size
+    )
+    ledgers = Ledgers(storage, journal, stats)
+    await disk.makedirs(config.ledgers_path)
+    mark = await storage.open()
+    await journal.replay(mark, ledgers.apply if replay else lambda record: None)
+    await journal.start(mark + 1)
+    try:
+        yield ledgers
+    finally:
+        await journal.stop()
+        await storage.close()
+        await disk.close()

@@ -17,22 +17,19 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from aiobk.bookie import BookieConfig, OsDisk
+from aiobk.bookie import OsDisk
 from aiobk.bookie.index_db import IndexDb
 from aiobk.bookie.index_log import LogIndexDb
 from aiobk.bookie.index_rocks import RocksIndexDb
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_policy import GroupCommitPolicy
 from aiobk.bookie.ledger_state import Ledgers
-from aiobk.bookie.stats import BookieStats
-from aiobk.bookie.storage import LedgerStorage
 from aiobk.protocol import DigestType, pack_entry, pack_header
+from tests.bookie.helpers import booted_ledgers
 
 KEY = b"k" * 20
 LEDGERS = (1, 2, 3)
@@ -46,30 +43,16 @@ def _entry(ledger_id: int, entry_id: int) -> bytes:
     )
 
 
-@asynccontextmanager
-async def _booted(data: str, engine: str) -> AsyncIterator[Ledgers]:
-    config = BookieConfig(data_dir=data, disk_reserved_space=0)
-    disk = OsDisk()
+def _booted(data: str, engine: str) -> Any:
+    def index(disk: OsDisk) -> Callable[[str], Awaitable[IndexDb]]:
+        async def opener(path: str) -> IndexDb:
+            if engine == "rocks":
+                return await RocksIndexDb.open(path)
+            return await LogIndexDb.open(disk, path)
 
-    async def opener(path: str) -> IndexDb:
-        if engine == "rocks":
-            return await RocksIndexDb.open(path)
-        return await LogIndexDb.open(disk, path)
+        return opener
 
-    stats = BookieStats()
-    storage = LedgerStorage(disk, config, stats, open_index=opener)
-    journal = Journal(disk, config.journal_path, GroupCommitPolicy(), max_file_size=16 << 10)
-    ledgers = Ledgers(storage, journal, stats)
-    await disk.makedirs(config.ledgers_path)
-    mark = await storage.open()
-    await journal.replay(mark, ledgers.apply)
-    await journal.start(mark + 1)
-    try:
-        yield ledgers
-    finally:
-        await journal.stop()
-        await storage.close()
-        await disk.close()
+    return booted_ledgers(data, journal_file_size=16 << 10, index=index)
 
 
 async def _add(ledgers: Ledgers, first: int, last: int) -> None:

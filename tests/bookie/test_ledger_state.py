@@ -5,19 +5,13 @@ transition changes reaches the index at the next checkpoint."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from aiobk.bookie import BookieConfig, OsDisk
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_policy import GroupCommitPolicy
 from aiobk.bookie.ledger import LedgerState
 from aiobk.bookie.ledger_state import Ledgers
-from aiobk.bookie.stats import BookieStats
-from aiobk.bookie.storage import LedgerStorage
 from aiobk.protocol import DigestType, StatusCode, pack_entry, pack_header
+from tests.bookie.helpers import booted_ledgers
 
 KEY = b"k" * 20
 
@@ -29,26 +23,8 @@ def _entry(ledger_id: int, entry_id: int, lac: int) -> bytes:
     )
 
 
-@asynccontextmanager
-async def _booted(tmp_path: Path, replay: bool = True, **settings: Any) -> AsyncIterator[Ledgers]:
-    """Ledger storage and a journal over ``tmp_path``, booted as the bookie boots them (index,
-    then the journal after its mark); stopped cleanly (no checkpoint) on exit."""
-    config = BookieConfig(data_dir=str(tmp_path), disk_reserved_space=0, **settings)
-    disk = OsDisk()
-    stats = BookieStats()
-    storage = LedgerStorage(disk, config, stats)
-    journal = Journal(disk, config.journal_path, GroupCommitPolicy(), max_file_size=1 << 20)
-    ledgers = Ledgers(storage, journal, stats)
-    await disk.makedirs(config.ledgers_path)
-    mark = await storage.open()
-    await journal.replay(mark, ledgers.apply if replay else lambda record: None)
-    await journal.start(mark + 1)
-    try:
-        yield ledgers
-    finally:
-        await journal.stop()
-        await storage.close()
-        await disk.close()
+def _booted(tmp_path: Path, replay: bool = True, **settings: Any) -> Any:
+    return booted_ledgers(str(tmp_path), replay=replay, **settings)
 
 
 def _view(state: LedgerState) -> tuple[object, ...]:
