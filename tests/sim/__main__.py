@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     started = time.monotonic()
     acknowledged = refused = unknown = faults = gc_ledgers = gc_logs = gc_moved = 0
+    states_loaded = 0
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
@@ -70,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             gc_ledgers += result.gc_ledgers
             gc_logs += result.gc_logs
             gc_moved += result.gc_moved
+            states_loaded += result.states_loaded
             faults += sum(result.faults.values())
             if not result.ok:
                 failed.append(result)
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seeds} seeds in {elapsed:.0f}s ({60 * args.seeds / elapsed:.0f} seeds/min): "
         f"appends {acknowledged} ok, {refused} failed, {unknown} unknown; {faults} faults; "
         f"gc dropped {gc_ledgers} ledger copies and {gc_logs} entry logs, moving {gc_moved} "
-        f"entries; {len(failed)} failing",
+        f"entries; {states_loaded} ledger states read back from the index; {len(failed)} failing",
         highlight=False,
     )
     for result in failed[:3]:

@@ -54,6 +54,7 @@ class Result:
     gc_ledgers: int = 0  # deleted ledgers the bookies' garbage collection dropped
     gc_logs: int = 0  # entry logs it removed
     gc_moved: int = 0  # live entries its compaction copied
+    states_loaded: int = 0  # ledger states the bookies read back from their index
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     virtual_seconds: float = 0.0
@@ -186,6 +187,7 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         world.gc_logs,
         world.gc_moved,
     )
+    result.states_loaded = world.states_loaded
     result.violations.extend(history.violations)
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")

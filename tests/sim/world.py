@@ -91,6 +91,7 @@ class World:
         self.gc_ledgers = 0  # deleted ledgers dropped by bookies' garbage collection
         self.gc_logs = 0  # entry logs it removed
         self.gc_moved = 0  # live entries its compaction copied
+        self.states_loaded = 0  # ledger states read back from the index (issue 15)
         self._by_name: dict[str, BookKeeper] = {}
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
@@ -216,6 +217,7 @@ class World:
         self.gc_ledgers += bookie.stats.gc_ledgers_deleted
         self.gc_logs += bookie.stats.gc_logs_removed
         self.gc_moved += bookie.stats.gc_entries_moved
+        self.states_loaded += bookie.stats.ledger_states_loaded
 
     async def crash(self, sim: SimBookie, *, clean: bool) -> None:
         bookie, sim.bookie = sim.bookie, None
