@@ -57,13 +57,15 @@ MIB = 1024 * 1024
 
 
 async def _gather_bounded(count: int, limit: int, make: Callable[[int], Awaitable[None]]) -> None:
-    gate = asyncio.Semaphore(limit)
+    """``make(0)`` .. ``make(count - 1)``, ``limit`` at a time, by ``limit`` workers (a task
+    per item would be ten million tasks at a million ledgers of ten entries)."""
+    indexes = iter(range(count))
 
-    async def one(index: int) -> None:
-        async with gate:
+    async def worker() -> None:
+        for index in indexes:
             await make(index)
 
-    await asyncio.gather(*(one(i) for i in range(count)))
+    await asyncio.gather(*(worker() for _ in range(min(limit, count))))
 
 
 async def create_ledgers(store: MetadataStore, bookie_id: str, count: int) -> list[int]:

@@ -45,6 +45,7 @@ from aiobk.protocol.errors import BKError, NoSuchLedgerError
 log = logging.getLogger(__name__)
 
 COMPACT_LOGS_PER_PASS = 8  # bounds the copying one pass does
+CONFIRM_AT_ONCE = 32  # metadata reads in flight while confirming deletions
 
 
 @dataclass
@@ -79,6 +80,30 @@ async def unlisted(held: Iterator[int], listing: AsyncIterator[int]) -> list[int
         missing.append(mine)
         mine = next(held, None)
     return missing
+
+
+async def confirm_deleted(store: MetadataStore, candidates: list[int]) -> list[int]:
+    """The candidates whose metadata the store says does not exist, read ``CONFIRM_AT_ONCE``
+    at a time (one at a time, 100,000 deletions took 100 s of round trips). Any other error
+    is raised: the pass then deletes nothing."""
+
+    async def deleted(ledger_id: int) -> bool:
+        try:
+            await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return True
+        return False
+
+    doomed: list[int] = []
+    for start in range(0, len(candidates), CONFIRM_AT_ONCE):
+        chunk = candidates[start : start + CONFIRM_AT_ONCE]
+        found = await asyncio.gather(*(deleted(i) for i in chunk), return_exceptions=True)
+        for ledger_id, gone in zip(chunk, found, strict=True):
+            if isinstance(gone, BaseException):
+                raise gone
+            if gone:
+                doomed.append(ledger_id)
+    return doomed
 
 
 def removable_logs(complete: Iterable[int], referenced: set[int]) -> list[int]:
@@ -133,15 +158,13 @@ class GarbageCollector:
         result = GcResult()
         storage = self.storage
         try:
-            doomed = []
+            candidates = []
             for ledger_id in await unlisted(storage.ledger_ids(), store.list_ledgers()):
-                state = storage.get(ledger_id)
-                if state is None or (state.limbo and keep_limbo):
+                limbo = storage.limbo_of(ledger_id)
+                if limbo is None or (limbo and keep_limbo):
                     continue  # the boot repair works on limbo ledgers; a deleted one it skips
-                try:
-                    await store.read_ledger(ledger_id)
-                except NoSuchLedgerError:
-                    doomed.append(ledger_id)
+                candidates.append(ledger_id)
+            doomed = await confirm_deleted(store, candidates)
         except BKError as exc:  # MetadataStoreError and the like: delete nothing this time
             result.skipped = f"metadata store: {exc}"
             return result

@@ -26,6 +26,8 @@ class Waiter(Protocol):
 
 class LedgerState:
     __slots__ = (
+        "_loaded_max",
+        "_sync",
         "fence_pending",
         "fenced",
         "index",
@@ -36,7 +38,6 @@ class LedgerState:
         "master_key",
         "max_entry",
         "meta_dirty",
-        "sync",
         "waiters",
     )
 
@@ -50,7 +51,8 @@ class LedgerState:
         self.key_pending = False  # master key journaled but not synced yet
         self.limbo = False
         self.lac = -1  # max of piggybacked and explicit LACs seen
-        self.sync = SyncCursor()  # BP-14: what this bookie has synced
+        self._sync: SyncCursor | None = SyncCursor()  # BP-14; None: built on first use
+        self._loaded_max = -1  # loaded states: entries up to here, where stored, are synced
         self.max_entry = -1
         self.meta_dirty = True  # the index's record of it is out of date
         self.waiters: set[Waiter] = set()  # long polls waiting for the LAC to move
@@ -59,19 +61,30 @@ class LedgerState:
 
     @classmethod
     def loaded(cls, ledger_id: int, record: LedgerRecord, index: EntryIndex) -> LedgerState:
-        """A state from its durable record. Everything the flushed index names is synced, so
-        the BP-14 cursor starts at the LAC and takes every entry stored above it."""
+        """A state from its durable record (a plain read needs nothing more: one lookup)."""
         state = cls(ledger_id, record.master_key, index)
         state.fenced, state.limbo = record.fenced, record.limbo
         state.lac, state.max_entry = record.lac, record.max_entry
         state.meta_dirty = False
-        sync = state.sync
-        sync.confirmed(record.lac)
-        entry = record.lac + 1
-        while entry <= record.max_entry and index.location(ledger_id, entry) >= 0:
-            sync.synced(entry)
-            entry += 1
+        state._sync = None
+        state._loaded_max = record.max_entry
         return state
+
+    @property
+    def sync(self) -> SyncCursor:
+        """BP-14's cursor. A loaded state builds it on first use: every entry its record covered
+        is synced (the record was durable with them), so the cursor starts at the LAC and takes
+        each entry stored above it, up to the record's max entry -- not beyond, where an add
+        made since may not be synced yet."""
+        sync = self._sync
+        if sync is None:
+            sync = self._sync = SyncCursor()
+            sync.confirmed(self.lac)
+            entry = self.lac + 1
+            while entry <= self._loaded_max and self.location(entry) >= 0:
+                sync.synced(entry)
+                entry += 1
+        return sync
 
     def record(self) -> LedgerRecord:
         return LedgerRecord(self.master_key, self.fenced, self.limbo, self.lac, self.max_entry)
@@ -84,7 +97,7 @@ class LedgerState:
             or self.waiters
             or self.key_pending
             or self.fence_pending is not None
-            or self.sync.ranges
+            or (self._sync is not None and self._sync.ranges)
         )
 
     def location(self, entry_id: int) -> int:

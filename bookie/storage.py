@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.entry_index import EntryIndex
-from aiobk.bookie.entrylog import EntryLogger
+from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
 from aiobk.bookie.index_db import IndexDb
 from aiobk.bookie.index_log import LogIndexDb
 from aiobk.bookie.index_rocks import RocksIndexDb
@@ -185,6 +185,14 @@ class LedgerStorage:
         self.stats.ledger_states_loaded += 1
         return state
 
+    def limbo_of(self, ledger_id: int) -> bool | None:
+        """Whether the ledger is in limbo (None: not held), without loading its state."""
+        state = self._active.get(ledger_id)
+        if state is not None:
+            return state.limbo
+        record = self.index.state(ledger_id)
+        return None if record is None else record.limbo
+
     def ledger_ids(self) -> Iterator[int]:
         """Every ledger held, ascending: the index's, merged with states not checkpointed yet."""
         last = -1
@@ -248,11 +256,24 @@ class LedgerStorage:
         if self.index.full:
             self._cache_full()
 
-    async def read_entry(self, state: LedgerState, entry_id: int) -> bytes | None:
-        """The stored body, None when absent; raises CorruptEntryError on a bad copy."""
+    async def read_entry(
+        self, state: LedgerState, entry_id: int, location: int | None = None
+    ) -> bytes | None:
+        """The stored body, None when absent; raises CorruptEntryError on a bad copy.
+        ``location``: where the index said it was when the caller looked; if compaction moved
+        the entry and removed its old log meanwhile, the index's current location is read."""
+        if location is not None:
+            try:
+                return await self._read_at(state, entry_id, location)
+            except CorruptEntryError:
+                if state.location(entry_id) == location:
+                    raise
         location = state.location(entry_id)
         if location < 0:
             return None
+        return await self._read_at(state, entry_id, location)
+
+    async def _read_at(self, state: LedgerState, entry_id: int, location: int) -> bytes:
         cache = self.read_cache
         body = cache.get(location)
         if body is not None:

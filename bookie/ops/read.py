@@ -111,11 +111,13 @@ def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None
         _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
         conn.reply(_answer(request, state, StatusCode.EOK))
-    elif state.location(request.entry_id) < 0:
-        ctx.stats.read_misses += 1
-        conn.reply(_answer(request, state, _missing(state)))
     else:
-        conn.spawn(_fetch(ctx, request, conn, state))
+        location = state.location(request.entry_id)
+        if location < 0:
+            ctx.stats.read_misses += 1
+            conn.reply(_answer(request, state, _missing(state)))
+        else:
+            conn.spawn(_fetch(ctx, request, conn, state, location))
 
 
 def _missing(state: LedgerState) -> StatusCode:
@@ -150,12 +152,17 @@ async def _fenced_read(ctx: BookieContext, request: ReadRequest, conn: Replier) 
 
 
 async def _fetch(
-    ctx: BookieContext, request: ReadRequest, conn: Replier, state: LedgerState
+    ctx: BookieContext,
+    request: ReadRequest,
+    conn: Replier,
+    state: LedgerState,
+    location: int | None = None,
 ) -> None:
-    """Read the entry's body from storage and answer with it."""
+    """Read the entry's body from storage and answer with it (``location``: where the index
+    said it was when the request came; see ``LedgerStorage.read_entry``)."""
     async with conn.reading():  # bounded: see ctx.flow
         try:
-            body = await ctx.storage.read_entry(state, request.entry_id)
+            body = await ctx.storage.read_entry(state, request.entry_id, location)
         except (CorruptEntryError, IndexCorruptError, OSError) as exc:
             # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
             # an answer -- an unanswered read would only time out at the client.
