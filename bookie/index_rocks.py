@@ -4,7 +4,8 @@ the contract; ``aiobk bench index`` the figures that chose it).
 Memory is bounded by configuration: the block cache (``cache_bytes``, which also holds the
 index and bloom-filter blocks, so they do not grow outside it with the data) and the memtables
 (``write_buffer`` each, RocksDB's default two of them). A bloom filter per table makes a lookup
-of a key that is not there (a new ledger, a deleted one) cost no block read.
+of a key that is not there (a new ledger, a deleted one) cost no block read; index and filters
+are partitioned, so a lookup loads small pieces of them, whatever the database's size.
 
 RocksDB's errors arrive as plain exceptions; a write or open that fails is raised as ``OSError``
 (ENOSPC when the disk is full), which is what the bookie's disk handling expects of storage.
@@ -21,7 +22,15 @@ import contextlib
 import errno
 from collections.abc import Iterator
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
 
@@ -40,6 +49,14 @@ class RocksIndexDb(IndexDb):
         table.set_bloom_filter(10, False)
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        # Partitioned index and filters (RocksDB's advice for large databases): a lookup loads
+        # one 4 KiB partition, not a table's whole filter. Without it, at 10,000,000 keys and a
+        # cache smaller than the filters, every lookup reloaded and re-checksummed a filter of
+        # megabytes: 250 us to 4.5 ms a lookup against 2-13 us (issue 15's scale run).
+        table.set_index_type(BlockBasedIndexType.two_level_index_search())
+        table.set_partition_filters(True)
+        table.set_pin_top_level_index_and_filter(True)
+        table.set_metadata_block_size(4096)
         options.set_block_based_table_factory(table)
         self._path, self._options = path, options
         try:
