@@ -140,9 +140,11 @@ class KV(abc.ABC):
         limit: int = 1000,
         *,
         keys_only: bool = False,
+        end: bytes | None = None,
     ) -> tuple[list[KeyValue], int]:
-        """Up to ``limit`` keys under ``prefix`` sorted, strictly after ``after``; + revision.
-        ``keys_only``: values come back empty (a listing of ids moves no metadata)."""
+        """Up to ``limit`` keys under ``prefix`` sorted, strictly after ``after`` (and before
+        ``end``, if given); + revision. ``keys_only``: values come back empty (a listing of
+        ids moves no metadata)."""
 
     @abc.abstractmethod
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:

@@ -292,11 +292,12 @@ class EtcdKV(KV):
         limit: int = 1000,
         *,
         keys_only: bool = False,
+        end: bytes | None = None,
     ) -> tuple[list[KeyValue], int]:
         start = after + b"\x00" if after is not None else prefix
         request = rpc.RangeRequest(
             key=start,
-            range_end=prefix_end(prefix),
+            range_end=end if end is not None else prefix_end(prefix),
             limit=limit,
             sort_order=rpc.RangeRequest.ASCEND,
             sort_target=rpc.RangeRequest.KEY,

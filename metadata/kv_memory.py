@@ -158,12 +158,13 @@ class MemoryKV(KV):
         limit: int = 1000,
         *,
         keys_only: bool = False,
+        end: bytes | None = None,
     ) -> tuple[list[KeyValue], int]:
         start = bisect.bisect_right(self._sorted, after) if after else 0
         start = max(start, bisect.bisect_left(self._sorted, prefix))
         out: list[KeyValue] = []
         for key in self._sorted[start:]:
-            if not key.startswith(prefix) or len(out) >= limit:
+            if not key.startswith(prefix) or len(out) >= limit or (end is not None and key >= end):
                 break
             found = self._data[key]
             out.append(dataclasses.replace(found, value=b"") if keys_only else found)

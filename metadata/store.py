@@ -123,14 +123,45 @@ class MetadataStore:
             ) from None
 
     async def list_ledgers(self, page_size: int = 1000) -> AsyncIterator[int]:
-        """Every ledger id in ascending order, fetched a page at a time."""
+        """Every ledger id in ascending order, fetched a page at a time (keys only).
+
+        etcd 3.4 walks a range to its end to count it even when a limit cuts the answer short,
+        so paging a million ledgers by limit alone costs a million keys a page (a GC pass's
+        listing took minutes). Ids are etcd revisions (``allocate_ledger_id``), none past the
+        revision the first answer carries: pages walk windows of ids up to it, each range ending
+        at its window (widened while windows come back sparse, narrowed when one overflows a
+        page), then one last range takes any ledger past it (made with a chosen id)."""
+        keys = self.keys
+        first, revision = await self.kv.range(keys.ledgers, None, 1, keys_only=True)
+        if not first:
+            return
+        low, window = keys.ledger_id(first[0].key), page_size
         after: bytes | None = None
-        while True:
-            page, _revision = await self.kv.range(
-                self.keys.ledgers, after, page_size, keys_only=True
-            )
+        while low <= revision:
+            high = min(low + window, revision + 1)
+            found, pages = 0, 0
+            while True:
+                page, _rev = await self.kv.range(
+                    keys.ledgers, after, page_size, keys_only=True, end=keys.ledger(high)
+                )
+                pages += 1
+                found += len(page)
+                for item in page:
+                    yield keys.ledger_id(item.key)
+                if page:
+                    after = page[-1].key
+                if len(page) < page_size:
+                    break
+            if pages > 1:
+                window = max(page_size, window // 2)
+            elif found < page_size // 4:
+                window *= 2
+            low = high
+            after = keys.ledger(high - 1)
+        while True:  # ledgers with ids past the revision (created with an id of their choice)
+            page, _rev = await self.kv.range(keys.ledgers, after, page_size, keys_only=True)
             for item in page:
-                yield self.keys.ledger_id(item.key)
+                yield keys.ledger_id(item.key)
             if len(page) < page_size:
                 return
             after = page[-1].key
