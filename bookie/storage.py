@@ -115,6 +115,8 @@ class LedgerMap:
         return (state for _ledger_id, state in self.items())
 
     def items(self) -> Iterator[tuple[int, LedgerState]]:
+        """Every ledger's state, each loaded: for tests and tools, not for a serving path
+        (the bookie itself never walks every state)."""
         for ledger_id in list(self):
             state = self._storage.get(ledger_id)
             if state is not None:
