@@ -68,7 +68,7 @@ async def boot(
     await set_marker(disk, config)
     storage, journal = ctx.storage, ctx.journal
     mark = await storage.open()  # ledger states load on demand (their sync cursors too)
-    result.replayed = await journal.replay(mark, ctx.ledgers.apply)
+    result.replayed = await journal.replay(mark, ctx.ledgers.apply, storage.journal_start)
     await journal.start(mark + 1)
     if result.replayed:
         log.info("replayed %d journal records after LSN %d", result.replayed, mark)

@@ -53,9 +53,10 @@ class Checkpoints:
         """Make everything journaled so far durable in ledger storage; trim the journal
         (unless ``release`` is false: a stopping bookie keeps it, the next start needs none)."""
         async with self._lock:
+            start = self.journal.position()  # before the mark: every record before it is older
             mark = self.journal.last_lsn
             try:
-                await self.storage.checkpoint(mark)
+                await self.storage.checkpoint(mark, start)
             except Exception as exc:
                 if isinstance(exc, OSError):
                     self.on_disk_error(exc)

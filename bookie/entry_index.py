@@ -21,6 +21,7 @@ Keys (big-endian, so one ledger's entries, or one entry log's ledgers, are one o
     b"G" log u64 ledger u64   -> count i64         entries appended to that log for the ledger
     b"M"                      -> mark i64          the journal LSN the index covers
     b"N"                      -> count i64         ledgers held (a gauge, kept with the mark)
+    b"J"                      -> file u64 offset u64  where replay may start reading the journal
 
 The ``G`` keys are what garbage collection needs without reading every location (BookKeeper
 keeps the same per-log ledger map, EntryLogMetadata): an entry log can go once every ledger it
@@ -46,6 +47,8 @@ VALUE = struct.Struct(">q")
 STATE_HEAD = struct.Struct(">BqqB")  # flags, lac, max entry, key length
 MARK_KEY = b"M"
 HELD_KEY = b"N"
+START_KEY = b"J"
+START = struct.Struct(">QQ")
 FENCED, LIMBO = 1, 2
 LOG_SHIFT = 40  # a location is log << 40 | offset (bookie.entrylog)
 CACHED_BYTES = 80  # what one cached location costs in memory, roughly (dict slot and ints)
@@ -165,10 +168,12 @@ class EntryIndex:
         """The write cache reached its bound: checkpoint now."""
         return self._cached >= self.max_cache_bytes
 
-    def seal(self, mark: int) -> Sealed:
+    def seal(self, mark: int, start: tuple[int, int] | None = None) -> Sealed:
         """Take every change so far out of the cache, as of ``mark`` (the journal LSN they
         cover), into a batch; lookups keep seeing them until ``commit`` or ``abandon``. Only
-        one sealed batch at a time (checkpoints run one after the other)."""
+        one sealed batch at a time (checkpoints run one after the other). ``start``: where
+        the journal's next replay may begin reading (``Journal.position``, taken before the
+        mark), kept with it."""
         assert self._flushing is None, "one checkpoint at a time"
         changes, self._cache = self._cache, _Changes()
         changes.mark = mark
@@ -196,6 +201,10 @@ class EntryIndex:
             batch.put(state_key(ledger_id), record.encode())
         if changes.held is not None:
             batch.put(HELD_KEY, VALUE.pack(changes.held))
+        if start is not None:
+            batch.put(START_KEY, START.pack(*start))
+        else:
+            batch.delete(START_KEY)  # an older one may name a file this mark has left behind
         batch.put(MARK_KEY, VALUE.pack(mark))
         return Sealed(changes, batch)
 
@@ -215,9 +224,9 @@ class EntryIndex:
             self._flushing = None
             self._merge_back(sealed.changes)
 
-    async def flush(self, mark: int) -> None:
+    async def flush(self, mark: int, start: tuple[int, int] | None = None) -> None:
         """``seal`` and ``commit`` in one step (for callers with nothing to sync between)."""
-        await self.commit(self.seal(mark))
+        await self.commit(self.seal(mark, start))
 
     def _merge_back(self, failed: _Changes) -> None:
         newer = self._cache
@@ -323,6 +332,15 @@ class EntryIndex:
         """The journal LSN the flushed index covers (-1: never flushed)."""
         found = self.db.get(MARK_KEY)
         return -1 if found is None else VALUE.unpack(found)[0]
+
+    def journal_start(self) -> tuple[int, int] | None:
+        """Where replay may start reading the journal (a file's first LSN, an offset), as the
+        last commit recorded it; None: read every file after the mark from its start."""
+        found = self.db.get(START_KEY)
+        if found is None:
+            return None
+        file_lsn, offset = START.unpack(found)
+        return file_lsn, offset
 
 
 __all__ = [

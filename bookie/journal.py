@@ -130,6 +130,7 @@ class Journal:
         self._first_queued_lsn: int | None = None
         self._next_lsn = 0
         self._files: list[tuple[int, str]] = []  # (first LSN, path), oldest first
+        self._closed_at: tuple[int, int] | None = None  # the last closed file's position
         self._file: AppendFile | None = None
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
@@ -147,6 +148,23 @@ class Journal:
         """LSN of the last record appended (queued or written)."""
         return self._next_lsn - 1
 
+    def position(self) -> tuple[int, int] | None:
+        """(the current file's first LSN, the end of what was handed to it): every record
+        before that offset was appended before this call, so a checkpoint that takes
+        ``last_lsn`` right after covers them, and the next replay may start reading the file
+        there instead of at its beginning (BookKeeper's LogMark). After a stop (whose final
+        checkpoint takes it), the end of the last file; None before any file was open."""
+        handle = self._file
+        if handle is None:
+            return self._closed_at  # stopped, or between files: the last one's end
+        return self._files[-1][0], handle.size
+
+    async def _close_file(self) -> None:
+        handle, self._file = self._file, None
+        if handle is not None:
+            self._closed_at = (self._files[-1][0], handle.size)
+            await handle.close()
+
     @property
     def files(self) -> list[str]:
         return [path for _first, path in self._files]
@@ -158,11 +176,17 @@ class Journal:
 
     # ------------------------------------------------------------------ replay
 
-    async def replay(self, after_lsn: int, apply: Callable[[Record], None]) -> int:
+    async def replay(
+        self,
+        after_lsn: int,
+        apply: Callable[[Record], None],
+        start: tuple[int, int] | None = None,
+    ) -> int:
         """Apply every record with an LSN above ``after_lsn``, in order; return how many
-        (``bookie.journal_replay``). Afterwards ``next_lsn`` is one past the highest LSN known
+        (``bookie.journal_replay``). ``start``: the ``position`` the checkpoint recorded, where
+        reading its file may begin. Afterwards ``next_lsn`` is one past the highest LSN known
         (replayed or checkpointed)."""
-        replayed = await replay(self._disk, self._dir, after_lsn, apply)
+        replayed = await replay(self._disk, self._dir, after_lsn, apply, start)
         self._files, self._next_lsn = replayed.files, replayed.next_lsn
         return replayed.applied
 
@@ -535,8 +559,7 @@ class Journal:
             await self._drain_syncs()  # the old file's pending fdatasync must finish first
             if self._failed is not None:  # that fdatasync failed: stay on this file
                 raise self._failed
-            await handle.close()
-            self._file = None
+            await self._close_file()
             await self._open_file(first_lsn)
             handle = self._file
             assert handle is not None
@@ -566,9 +589,7 @@ class Journal:
         if self._sync_task is not None:
             await self._sync_task
             self._sync_task = None
-        if self._file is not None:
-            await self._file.close()
-            self._file = None
+        await self._close_file()
 
     async def crash(self) -> None:
         """Stop at once: queued records are neither written nor acknowledged."""
@@ -584,6 +605,4 @@ class Journal:
             self._lazy_timer.cancel()
             self._lazy_timer = None
         self._lazy_groups = []
-        if self._file is not None:
-            await self._file.close()
-            self._file = None
+        await self._close_file()

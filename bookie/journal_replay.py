@@ -11,6 +11,7 @@ zero-filled, preallocated end of a file is no record at all.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -60,10 +61,25 @@ async def list_files(disk: Disk, directory: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
+class _StartMissed(Exception):
+    """The recorded start offset is not where records begin (the file changed since)."""
+
+
 async def replay(
-    disk: Disk, directory: str, after_lsn: int, apply: Callable[[Record], None]
+    disk: Disk,
+    directory: str,
+    after_lsn: int,
+    apply: Callable[[Record], None],
+    start: tuple[int, int] | None = None,
 ) -> Replayed:
-    """Apply every record with an LSN above ``after_lsn``, in order."""
+    """Apply every record with an LSN above ``after_lsn``, in order.
+
+    ``start`` (a file's first LSN, an offset): where the checkpoint says reading that file may
+    begin, every record before it being covered (``Journal.position``). It keeps a restart
+    from parsing a whole journal file -- up to ``journal_max_file_size`` of records the
+    checkpoint already holds -- to find the few after it. It is only a shortcut: if no record
+    begins there, the file is read from its start as without one, and the LSN check below
+    still proves nothing is missing."""
     files = await list_files(disk, directory)
     expected = after_lsn + 1
     applied = 0
@@ -78,7 +94,12 @@ async def replay(
             raise JournalCorruptError(
                 f"journal records {expected}..{first - 1} are missing before {path}"
             )
-        records = await _read_file(disk, path, first, is_last)
+        records = None
+        if start is not None and start[0] == first and start[1] > FILE_HEADER.size:
+            with contextlib.suppress(_StartMissed):
+                records = await _read_file(disk, path, first, is_last, start[1])
+        if records is None:
+            records = await _read_file(disk, path, first, is_last)
         if records is None:  # an empty last file whose header never made it to disk
             await disk.remove(path)
             continue
@@ -96,7 +117,13 @@ async def replay(
     return Replayed(applied, kept, expected)
 
 
-async def _read_file(disk: Disk, path: str, first: int, is_last: bool) -> list[Record] | None:
+async def _read_file(
+    disk: Disk, path: str, first: int, is_last: bool, start: int = FILE_HEADER.size
+) -> list[Record] | None:
+    """The file's records from ``start`` on (None: an empty last file). From a recorded start
+    where no record begins, ``_StartMissed``, and nothing is changed (no tail is cut on a
+    guess); once one valid record was read from there, the start was a record boundary and a
+    damaged tail is handled as in a whole read."""
     handle = await disk.open_read(path)
     try:
         size = await handle.size()
@@ -109,9 +136,12 @@ async def _read_file(disk: Disk, path: str, first: int, is_last: bool) -> list[R
             raise
         if header_lsn != first:
             raise JournalCorruptError(f"{path} says it starts at LSN {header_lsn}")
+        hinted = start != FILE_HEADER.size
+        if hinted and start > size:
+            raise _StartMissed
         out: list[Record] = []
         pending = b""
-        base = position = FILE_HEADER.size
+        base = position = start
         while True:
             chunk = await handle.pread(position, READ_CHUNK)
             position += len(chunk)
@@ -129,6 +159,8 @@ async def _read_file(disk: Disk, path: str, first: int, is_last: bool) -> list[R
                 rest = data[stop:] + await handle.pread(position, max(0, size - position))
                 if not rest.strip(b"\0"):
                     return out  # the unused, zero-filled end of a preallocated file
+                if hinted and not out:
+                    raise _StartMissed  # no record begins at the recorded start
                 later = valid_record_after(rest, 0) if why is Stop.INVALID else None
                 if later is not None:
                     raise JournalCorruptError(

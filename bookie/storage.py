@@ -149,6 +149,7 @@ class LedgerStorage:
         self.ledgers = LedgerMap(self)
         self.read_cache = ReadCache(config.read_cache_max_size)
         self.held = 0  # ledgers held (with a state in the index)
+        self.journal_start: tuple[int, int] | None = None  # from the index at open
         self.stats = stats
         self.on_cache_full: Callable[[], None] | None = None  # asks for a checkpoint now
 
@@ -158,7 +159,8 @@ class LedgerStorage:
         return self._index
 
     async def open(self) -> int:
-        """Open the index (upgrading an older format first); return the journal LSN it covers."""
+        """Open the index (upgrading an older format first); return the journal LSN it covers
+        (and set ``journal_start``, where replay may begin reading)."""
         path = os.path.join(self._base, INDEX_DIR)
         db = await self._open_index(path)
         index = EntryIndex(db, self.config.write_cache_max_size)
@@ -169,6 +171,7 @@ class LedgerStorage:
             raise
         self._index = index
         self.held = index.held()
+        self.journal_start = index.journal_start()
         await self.entry_logger.open()
         return index.mark()
 
@@ -287,14 +290,16 @@ class LedgerStorage:
 
     # ------------------------------------------------------------------ checkpoints
 
-    async def checkpoint(self, mark_lsn: int) -> None:
+    async def checkpoint(self, mark_lsn: int, start: tuple[int, int] | None = None) -> None:
+        """Make everything up to journal LSN ``mark_lsn`` durable here (``start``: where the
+        journal's next replay may begin reading, ``Journal.position`` taken before the mark)."""
         index = self.index
         for state in self._active.values():
             if state.meta_dirty:
                 index.put_state(state.ledger_id, state.record())
                 state.meta_dirty = False
         index.set_held(self.held)
-        sealed = index.seal(mark_lsn)
+        sealed = index.seal(mark_lsn, start)
         try:
             await self.entry_logger.sync()
         except BaseException:

@@ -114,7 +114,9 @@ async def booted_ledgers(
     ledgers = Ledgers(storage, journal, stats)
     await disk.makedirs(config.ledgers_path)
     mark = await storage.open()
-    await journal.replay(mark, ledgers.apply if replay else lambda record: None)
+    await journal.replay(
+        mark, ledgers.apply if replay else lambda record: None, storage.journal_start
+    )
     await journal.start(mark + 1)
     try:
         yield ledgers

@@ -200,3 +200,68 @@ async def test_stale_empty_file_is_replaced(tmp_path: Path) -> None:
     assert len(seen) == 3
     assert not os.path.exists(tmp_path / f"{3:016x}.txn")
     assert journal.next_lsn == 3
+
+
+async def _two_batches(tmp_path: Path) -> tuple[Path, tuple[int, int] | None, int]:
+    """Ten records, a checkpoint's (position, mark) taken, five more records; the file."""
+    disk = OsDisk()
+    journal = _journal(tmp_path, disk)
+    await journal.replay(-1, lambda r: None)
+    await journal.start()
+    await append_records(journal, [b"old-%03d" % i for i in range(10)])
+    start, mark = journal.position(), journal.last_lsn
+    await append_records(journal, [b"new-%03d" % i for i in range(5)])
+    end = journal.position()
+    await journal.stop()
+    assert journal.position() == end  # a stopped journal's final checkpoint takes its end
+    await disk.close()
+    (path,) = tmp_path.glob("*.txn")
+    return path, start, mark
+
+
+async def _replay_from(
+    path: Path, after: int, start: tuple[int, int] | None
+) -> tuple[Journal, list[Record]]:
+    disk = OsDisk()
+    journal = _journal(path, disk)
+    seen: list[Record] = []
+    await journal.replay(after, seen.append, start)
+    await disk.close()
+    return journal, seen
+
+
+async def test_replay_starts_reading_where_the_checkpoint_says(tmp_path: Path) -> None:
+    """A restart reads the journal from the position recorded with the mark, not the whole
+    file (whose covered records may be half a gigabyte): the records before it are not read
+    at all -- damaged here, which a whole read refuses."""
+    path, start, mark = await _two_batches(tmp_path)
+    assert start is not None and start[1] > FILE_HEADER.size
+    data = bytearray(path.read_bytes())
+    data[FILE_HEADER.size + 25] ^= 0xFF  # inside the first record, before the position
+    path.write_bytes(bytes(data))
+    journal, seen = await _replay_from(tmp_path, mark, start)
+    assert [r.payload for r in seen] == [b"new-%03d" % i for i in range(5)]
+    assert journal.next_lsn == 15
+    with pytest.raises(JournalCorruptError, match="followed by a valid one"):
+        await _replay_from(tmp_path, mark, None)
+
+
+@pytest.mark.parametrize("offset", [FILE_HEADER.size + 3, 1 << 30])
+async def test_a_position_where_no_record_begins_reads_the_whole_file(
+    tmp_path: Path, offset: int
+) -> None:
+    """A recorded position that is not a record boundary (inside a record, past the end) is
+    only a missed shortcut: the file is read from its start, and nothing is cut."""
+    path, _start, mark = await _two_batches(tmp_path)
+    size = path.stat().st_size
+    journal, seen = await _replay_from(tmp_path, mark, (0, offset))
+    assert [r.payload for r in seen] == [b"new-%03d" % i for i in range(5)]
+    assert journal.next_lsn == 15
+    assert path.stat().st_size == size
+
+
+async def test_a_position_naming_another_file_is_ignored(tmp_path: Path) -> None:
+    _path, start, mark = await _two_batches(tmp_path)
+    assert start is not None
+    _journal, seen = await _replay_from(tmp_path, mark, (start[0] + 99, start[1]))
+    assert len(seen) == 5
