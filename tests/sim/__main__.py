@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tests.sim.nemesis import PROFILES
-from tests.sim.run import SimOptions, run_seed
+from tests.sim.run import SimOptions, run_seed, run_seeds
 from tests.sim.world import Switches
 
 SWITCHES = [f.name for f in fields(Switches)]
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         TextColumn("{task.fields[status]}"), console=console,
     ) as progress:  # fmt: skip
         task = progress.add_task("sim", total=args.seeds, status="")
-        for seed in range(args.first, args.first + args.seeds):
-            result = run_seed(seed, options)
+        for result in run_seeds(range(args.first, args.first + args.seeds), options):
+            seed = result.seed
             acknowledged += result.acknowledged
             refused += result.refused
             unknown += result.unknown

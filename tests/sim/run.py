@@ -11,10 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
+import os
 import random
 import traceback
 import warnings
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import async_solipsism
 
@@ -199,3 +204,21 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
 async def _finish(world: World, history: History) -> None:
     await heal(world)
     await check(world, history)
+
+
+def run_seeds(
+    seeds: Iterable[int], options: SimOptions | None = None, workers: int | None = None
+) -> Iterator[Result]:
+    """``run_seed`` for each seed, in order, spread over ``workers`` processes (default: one
+    per core). A seed's run depends on nothing but the seed, the options and
+    ``PYTHONHASHSEED``, which the workers inherit; so each result is the one ``run_seed``
+    gives here, and a failing seed replays alone with ``make sim SEED=...``."""
+    seeds = list(seeds)
+    workers = min(workers or os.cpu_count() or 1, len(seeds))
+    if workers <= 1:
+        yield from (run_seed(seed, options) for seed in seeds)
+        return
+    # spawn, not fork: the parent may hold threads (an etcd client's) a fork would copy mid-lock
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        yield from pool.map(run_seed, seeds, repeat(options), chunksize=1)

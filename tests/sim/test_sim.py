@@ -10,7 +10,7 @@ import pytest
 import aiobk.bookie.gc as bookie_gc
 from tests.sim.checker import _check_ledger
 from tests.sim.history import Append, History
-from tests.sim.run import SimOptions, run_seed
+from tests.sim.run import SimOptions, run_seed, run_seeds
 from tests.sim.world import Switches
 
 CHUNK = 50
@@ -25,7 +25,7 @@ def _failures(results: list) -> str:  # type: ignore[type-arg]
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_campaign_holds_every_invariant(chunk: int) -> None:
-    results = [run_seed(seed) for seed in range(chunk * CHUNK, (chunk + 1) * CHUNK)]
+    results = list(run_seeds(range(chunk * CHUNK, (chunk + 1) * CHUNK)))
     failed = [r for r in results if not r.ok]
     assert not failed, _failures(failed)
     assert sum(r.acknowledged for r in results) > 1000 * CHUNK // 10
@@ -38,6 +38,8 @@ def test_a_seed_replays_exactly() -> None:
     assert first.trace == second.trace
     assert (first.acknowledged, first.faults) == (second.acknowledged, second.faults)
     assert len(first.trace) > 10
+    (elsewhere, _other) = run_seeds([17, 18], SimOptions(profile="race"), workers=2)
+    assert elsewhere.trace == first.trace  # a worker process runs the same seed the same way
 
 
 def test_checker_flags_lost_and_phantom_writes() -> None:
@@ -148,5 +150,5 @@ def test_protections_on_hold_under_their_patterns(protection: str) -> None:
     options = SimOptions(
         switches=Switches(**others), profile=profile, journal_less=journal_less, stall_rate=0.0
     )
-    failed = [r for r in (run_seed(s, options) for s in range(40)) if not r.ok]
+    failed = [r for r in run_seeds(range(40), options) if not r.ok]
     assert not failed, _failures(failed)
