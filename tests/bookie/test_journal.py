@@ -235,7 +235,8 @@ async def test_replay_starts_reading_where_the_checkpoint_says(tmp_path: Path) -
     file (whose covered records may be half a gigabyte): the records before it are not read
     at all -- damaged here, which a whole read refuses."""
     path, start, mark = await _two_batches(tmp_path)
-    assert start is not None and start[1] > FILE_HEADER.size
+    assert start is not None
+    assert start[1] > FILE_HEADER.size
     data = bytearray(path.read_bytes())
     data[FILE_HEADER.size + 25] ^= 0xFF  # inside the first record, before the position
     path.write_bytes(bytes(data))

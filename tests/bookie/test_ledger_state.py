@@ -253,6 +253,7 @@ async def test_a_restart_reads_the_journal_from_the_checkpoint_on(tmp_path: Path
     async with _booted(tmp_path) as again:
         assert again.storage.journal_start is not None
         one, two = again.get(1), again.get(2)
-        assert one is not None and two is not None
+        assert one is not None
+        assert two is not None
         assert (one.max_entry, two.max_entry) == (19, 2)  # 1 from the index, 2 replayed
         assert [again.storage.ledgers[2].location(e) >= 0 for e in range(3)] == [True] * 3
