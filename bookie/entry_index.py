@@ -15,13 +15,20 @@ to a fresh cache; a commit that fails merges its changes back under the newer on
 
 Keys (big-endian, so one ledger's entries, or one entry log's ledgers, are one ordered range)::
 
+    b"E" ledger u64           -> a LedgerRecord    master key, fenced, limbo, LAC, max entry
     b"E" ledger u64 entry u64 -> location i64      an entry's place in the entry logs
-    b"L" ledger u64           -> a LedgerRecord    master key, fenced, limbo, LAC, max entry
+    b"H" ledger u64           -> b""               held: the ledgers, for iterating them
     b"D" ledger u64           -> b""               garbage collected: never to come back
     b"G" log u64 ledger u64   -> count i64         entries appended to that log for the ledger
     b"M"                      -> mark i64          the journal LSN the index covers
     b"N"                      -> count i64         ledgers held (a gauge, kept with the mark)
     b"J"                      -> file u64 offset u64  where replay may start reading the journal
+    b"V"                      -> layout u8         this key layout (``LAYOUT``)
+
+A ledger's record sorts just before its entries, so a read that loads the record and then
+looks up an entry of a small ledger finds both in one block: one block read from a cold disk,
+not two (a read answers with the ledger's LAC, so it needs the record). Deleting a ledger is
+one range delete over both.
 
 The ``G`` keys are what garbage collection needs without reading every location (BookKeeper
 keeps the same per-log ledger map, EntryLogMetadata): an entry log can go once every ledger it
@@ -38,10 +45,12 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aiobk.bookie.index_db import IndexBatch, IndexDb
+from aiobk.bookie.index_db import IndexBatch, IndexCorruptError, IndexDb
 
 LOCATION_KEY = struct.Struct(">cQQ")
 STATE_KEY = struct.Struct(">cQ")
+LAYOUT = 2  # 1: records under their own b"L" prefix (never released)
+LAYOUT_KEY = b"V"
 LOG_KEY = struct.Struct(">cQQ")
 VALUE = struct.Struct(">q")
 STATE_HEAD = struct.Struct(">BqqB")  # flags, lac, max entry, key length
@@ -59,7 +68,37 @@ def location_key(ledger_id: int, entry_id: int) -> bytes:
 
 
 def state_key(ledger_id: int) -> bytes:
-    return STATE_KEY.pack(b"L", ledger_id)
+    return STATE_KEY.pack(b"E", ledger_id)
+
+
+def held_key(ledger_id: int) -> bytes:
+    return STATE_KEY.pack(b"H", ledger_id)
+
+
+def ledger_range(ledger_id: int) -> tuple[bytes, bytes]:
+    """[start, end) of the ledger's record and entries."""
+    return state_key(ledger_id), state_key(ledger_id + 1)
+
+
+def put_record(batch: IndexBatch, ledger_id: int, record: LedgerRecord) -> None:
+    batch.put(state_key(ledger_id), record.encode())
+    batch.put(held_key(ledger_id), b"")
+
+
+def put_mark(batch: IndexBatch, mark: int) -> None:
+    """The journal LSN the index covers, with the key layout it is written in."""
+    batch.put(LAYOUT_KEY, bytes([LAYOUT]))
+    batch.put(MARK_KEY, VALUE.pack(mark))
+
+
+def check_layout(db: IndexDb, path: str) -> None:
+    """Refuse an index written in another key layout (IndexCorruptError: the bookie stops)."""
+    found = db.get(LAYOUT_KEY)
+    layout = found[0] if found else (1 if db.get(MARK_KEY) is not None else LAYOUT)
+    if layout != LAYOUT:
+        raise IndexCorruptError(
+            f"{path}: index key layout {layout}; this bookie reads layout {LAYOUT}"
+        )
 
 
 def deleted_key(ledger_id: int) -> bytes:
@@ -182,8 +221,8 @@ class EntryIndex:
         batch = IndexBatch()
         db = self.db
         for ledger_id in sorted(changes.deleted):
-            batch.delete_range(location_key(ledger_id, 0), location_key(ledger_id + 1, 0))
-            batch.delete(state_key(ledger_id))
+            batch.delete_range(*ledger_range(ledger_id))
+            batch.delete(held_key(ledger_id))
             batch.put(deleted_key(ledger_id), b"")
         for log_id in sorted(changes.dropped_logs):
             batch.delete_range(log_key(log_id, 0), log_key(log_id + 1, 0))
@@ -198,14 +237,14 @@ class EntryIndex:
             total = count + (0 if before is None else VALUE.unpack(before)[0])
             batch.put(key, VALUE.pack(total))
         for ledger_id, record in changes.states.items():
-            batch.put(state_key(ledger_id), record.encode())
+            put_record(batch, ledger_id, record)
         if changes.held is not None:
             batch.put(HELD_KEY, VALUE.pack(changes.held))
         if start is not None:
             batch.put(START_KEY, START.pack(*start))
         else:
             batch.delete(START_KEY)  # an older one may name a file this mark has left behind
-        batch.put(MARK_KEY, VALUE.pack(mark))
+        put_mark(batch, mark)
         return Sealed(changes, batch)
 
     async def commit(self, sealed: Sealed) -> None:
@@ -285,7 +324,7 @@ class EntryIndex:
         merged: dict[int, int] = {}
         generations = self._generations()
         if not any(ledger_id in g.deleted for g in generations):
-            start, end = location_key(ledger_id, 0), location_key(ledger_id + 1, 0)
+            start, end = location_key(ledger_id, 0), state_key(ledger_id + 1)
             for key, value in self.db.scan(start, end):
                 merged[LOCATION_KEY.unpack(key)[2]] = VALUE.unpack(value)[0]
         for changes in reversed(generations):  # oldest first, newer overwrite
@@ -302,7 +341,7 @@ class EntryIndex:
         gone = {i for g in generations for i in g.deleted} - {
             i for i in cached if self._cached_state(i) is not None
         }
-        flushed = (STATE_KEY.unpack(key)[1] for key, _value in self.db.scan(b"L", b"M"))
+        flushed = (STATE_KEY.unpack(key)[1] for key, _value in self.db.scan(b"H", b"I"))
         last = -1
         for ledger_id in heapq.merge(flushed, iter(cached)):
             if ledger_id == last or ledger_id in gone:
@@ -344,11 +383,17 @@ class EntryIndex:
 
 
 __all__ = [
+    "LAYOUT",
     "EntryIndex",
     "LedgerRecord",
     "Sealed",
+    "check_layout",
     "deleted_key",
+    "held_key",
+    "ledger_range",
     "location_key",
     "log_key",
+    "put_mark",
+    "put_record",
     "state_key",
 ]

@@ -58,6 +58,11 @@ class RocksIndexDb(IndexDb):
         table.set_pin_top_level_index_and_filter(True)
         table.set_metadata_block_size(4096)
         options.set_block_based_table_factory(table)
+        # No filters in the last level, where most keys live: lookups there are for keys that
+        # exist (a stored entry, a held ledger's record), which a filter cannot spare a block
+        # read, and on a cold start each filter costs a partition read of its own. Lookups of
+        # keys that are not there (a new ledger) land above it or past its key range.
+        options.set_optimize_filters_for_hits(True)
         self._path, self._options = path, options
         try:
             self._db = Rdict(path, options)

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk, OsDisk
-from aiobk.bookie.entry_index import EntryIndex
+from aiobk.bookie.entry_index import EntryIndex, check_layout
 from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
 from aiobk.bookie.index_db import IndexDb
 from aiobk.bookie.index_log import LogIndexDb
@@ -165,6 +165,7 @@ class LedgerStorage:
         db = await self._open_index(path)
         index = EntryIndex(db, self.config.write_cache_max_size)
         try:
+            check_layout(db, path)
             await upgrade_legacy_index(self._disk, self._base, index)
         except BaseException:
             await db.close()

@@ -19,14 +19,14 @@ from collections import Counter
 from aiobk.bookie.disk import Disk
 from aiobk.bookie.entry_index import (
     HELD_KEY,
-    MARK_KEY,
     VALUE,
     EntryIndex,
     LedgerRecord,
     deleted_key,
     location_key,
     log_key,
-    state_key,
+    put_mark,
+    put_record,
 )
 from aiobk.bookie.entrylog import OFFSET_BITS
 from aiobk.bookie.index import SUFFIX, IndexStore, PagedLedger
@@ -87,14 +87,14 @@ async def _convert(
         record = LedgerRecord(
             state.master_key, state.fenced, state.limbo, state.lac, state.max_entry
         )
-        batch.put(state_key(ledger_id), record.encode())
+        put_record(batch, ledger_id, record)
         if len(batch) >= BATCH_KEYS:
             await db.write(batch)
             batch = IndexBatch()
     for ledger_id in sorted(deleted):
         batch.put(deleted_key(ledger_id), b"")
     batch.put(HELD_KEY, VALUE.pack(len(ledgers)))
-    batch.put(MARK_KEY, VALUE.pack(mark))  # last: the conversion is done once this is durable
+    put_mark(batch, mark)  # last: the conversion is done once this is durable
     await db.write(batch)
     return len(ledgers), entries
 

@@ -10,8 +10,17 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import OsDisk
-from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
-from aiobk.bookie.index_db import IndexBatch
+from aiobk.bookie.entry_index import (
+    MARK_KEY,
+    VALUE,
+    EntryIndex,
+    LedgerRecord,
+    check_layout,
+    ledger_range,
+    location_key,
+    state_key,
+)
+from aiobk.bookie.index_db import IndexBatch, IndexCorruptError
 from aiobk.bookie.index_log import LogIndexDb
 
 
@@ -107,4 +116,55 @@ async def test_a_failed_flush_keeps_its_changes_for_the_next(tmp_path: Path) -> 
     assert index.mark() == 10
     assert list(index.entries(4)) == [(0, 40), (1, 41)]
     assert index.state(4) == LedgerRecord(b"k")
+    await db.close()
+
+
+def test_a_ledgers_record_sorts_just_before_its_entries() -> None:
+    """A read loads the ledger's record, then looks up the entry: with the record beside the
+    entries a cold read of a small ledger reads one index block, not two (issue 15's cold
+    reads). Nothing of another ledger falls between."""
+    keys = [
+        state_key(6),
+        location_key(6, (1 << 64) - 1),
+        state_key(7),
+        location_key(7, 0),
+        location_key(7, 1),
+        location_key(7, (1 << 64) - 1),
+        state_key(8),
+    ]
+    assert sorted(keys) == keys
+    start, end = ledger_range(7)
+    assert [k for k in keys if start <= k < end] == keys[2:6]
+
+
+async def test_ledgers_and_entries_stay_apart_with_records_beside_entries(
+    index: EntryIndex,
+) -> None:
+    for ledger_id in (3, 4, 5):
+        for entry in range(3):
+            index.put_location(ledger_id, entry, 100 * ledger_id + entry)
+        index.put_state(ledger_id, LedgerRecord(b"k", max_entry=2))
+    await index.flush(mark=1)
+    index.delete_ledger(4)
+    await index.flush(mark=2)
+    assert list(index.ledgers()) == [3, 5]
+    assert list(index.entries(3)) == [(0, 300), (1, 301), (2, 302)]  # not ledger 4's record
+    assert list(index.entries(4)) == []
+    assert index.state(4) is None
+    assert index.is_deleted(4)
+    assert index.state(5) == LedgerRecord(b"k", max_entry=2)
+
+
+async def test_an_index_in_another_key_layout_is_refused(tmp_path: Path) -> None:
+    db = await LogIndexDb.open(OsDisk(), str(tmp_path / "index"))
+    check_layout(db, "fresh")  # empty: any layout goes
+    old = IndexBatch()
+    old.put(b"L" + bytes(8), LedgerRecord(b"k").encode())
+    old.put(MARK_KEY, VALUE.pack(5))  # layout 1 wrote no layout key
+    await db.write(old)
+    with pytest.raises(IndexCorruptError, match="key layout 1; this bookie reads layout 2"):
+        check_layout(db, "old")
+    index = EntryIndex(db)
+    await index.flush(mark=6)
+    check_layout(db, "written now")
     await db.close()
