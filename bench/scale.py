@@ -12,8 +12,9 @@ the same run:
 - adds/s at 256 in flight on the loaded bookie against a fresh empty one (target >= 0.9);
 - cold random reads (the data files evicted from the page cache with posix_fadvise) against one
   random 4 KiB pread of a cold file on the same disk (target p50 <= 3x), with the round trip of
-  a request that touches no storage beside it (on a disk whose cold pread is faster than a
-  loopback round trip, that alone passes 3x);
+  a request that touches no storage and a warm read (the same entry again) beside it: a cold
+  read less a warm one is what the disk adds (on a disk whose cold pread is faster than a
+  loopback round trip, the round trip alone passes 3x);
 - one GC pass after 10% of the ledgers were deleted: its time.
 
 A benchmark reports a missed target; it does not fail.
@@ -313,6 +314,8 @@ def measure(ledgers: int, entries: int, size: int, in_flight: int, base: str) ->
         results["cold_read_p50_us"] = uvloop.run(cold_reads(port, ids, entries, 500))
         results["pread_floor_p50_us"] = pread_floor(base)
         results["round_trip_p50_us"] = uvloop.run(round_trips(port, 500))
+        # The same entry again and again (the read cache's): a read's cost without the disk.
+        results["warm_read_p50_us"] = uvloop.run(cold_reads(port, ids[:1], 1, 500))
 
         async def delete_tenth() -> None:
             store = open_store(uri)
@@ -360,8 +363,9 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         (
             "cold read p50 <= 3x a cold 4 KiB pread",
             f"{r['cold_read_p50_us'] / r['pread_floor_p50_us']:.2f}x (a round trip alone "
-            f"{r['round_trip_p50_us'] / r['pread_floor_p50_us']:.2f}x; the rest "
-            f"{(r['cold_read_p50_us'] - r['round_trip_p50_us']) / r['pread_floor_p50_us']:.2f}x)",
+            f"{r['round_trip_p50_us'] / r['pread_floor_p50_us']:.2f}x, a warm read "
+            f"{r['warm_read_p50_us'] / r['pread_floor_p50_us']:.2f}x; the disk's part "
+            f"{(r['cold_read_p50_us'] - r['warm_read_p50_us']) / r['pread_floor_p50_us']:.2f}x)",
             r["cold_read_p50_us"] <= 3 * r["pread_floor_p50_us"],
         ),
         ("GC pass after deleting 10%", f"{r['gc_pass_s']} s", True),
