@@ -305,10 +305,10 @@ async def test_a_failing_checkpoint_is_counted_shown_and_retried(
     real = bookie.storage.checkpoint
     broken = True
 
-    async def checkpoint(mark: int) -> None:
+    async def checkpoint(mark: int, start: tuple[int, int] | None = None) -> None:
         if broken:
             raise struct.error("'I' format requires 0 <= number <= 4294967295")
-        await real(mark)
+        await real(mark, start)
 
     monkeypatch.setattr(bookie.storage, "checkpoint", checkpoint)
     try:
