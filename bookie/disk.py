@@ -6,8 +6,11 @@ in its own ``Disk`` that keeps data in memory and drops whatever was not synced 
 Threads: each *lane* is one single-thread executor, so writes to a file happen in order and a
 write + fdatasync is one hop off the event loop. The journal has its own lane (its latency is the
 add latency), ledger storage another; reads go to a small shared pool because ``pread`` is
-positional and needs no ordering. One dedicated thread per lane measured faster than aiofiles
-(which hops to the default executor per call and cannot fuse write+sync into one hop).
+positional and needs no ordering -- unless the page cache holds them (read on the event loop
+with RWF_NOWAIT) or they are small and the disk answers faster than a hop to a thread would
+(``bookie.read_route``: measured as the bookie runs). One dedicated thread per lane measured
+faster than aiofiles (which hops to the default executor per call and cannot fuse write+sync
+into one hop).
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ import contextlib
 import errno
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
+
+from aiobk.bookie.read_route import ReadRoute
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # Reads up to this size are first tried from the page cache on the event loop (RWF_NOWAIT).
 INLINE_READ_MAX = 256 * 1024
+# Reads up to this size that need the disk go where ``ReadRoute`` says (an entry, an index page);
+# larger ones (scans of a log or the journal) always on a thread.
+ROUTED_READ_MAX = 16 * 1024
 
 
 class AppendFile(Protocol):
@@ -255,14 +264,21 @@ def _cached_pread(fd: int, offset: int, size: int) -> bytes | None:
     return bytes(buffer)
 
 
-class _OsReadFile:
-    __slots__ = ("_executor", "_fd", "_inline", "_loop")
+def _timed_pread(fd: int, size: int, offset: int) -> tuple[bytes, int]:
+    started = time.perf_counter_ns()
+    data = os.pread(fd, size, offset)
+    return data, time.perf_counter_ns() - started
 
-    def __init__(self, fd: int, executor: ThreadPoolExecutor) -> None:
+
+class _OsReadFile:
+    __slots__ = ("_executor", "_fd", "_inline", "_loop", "_route")
+
+    def __init__(self, fd: int, executor: ThreadPoolExecutor, route: ReadRoute) -> None:
         self._fd = fd
         self._executor = executor
         self._loop = asyncio.get_running_loop()
         self._inline = hasattr(os, "RWF_NOWAIT")
+        self._route = route
 
     async def pread(self, offset: int, size: int) -> bytes:
         if self._inline and size <= INLINE_READ_MAX:
@@ -273,7 +289,21 @@ class _OsReadFile:
             else:
                 if cached is not None:
                     return cached
-        return await self._loop.run_in_executor(self._executor, os.pread, self._fd, size, offset)
+        executor = self._executor
+        if size > ROUTED_READ_MAX:
+            return await self._loop.run_in_executor(executor, os.pread, self._fd, size, offset)
+        route = self._route
+        if route.inline():  # the disk is quicker than a hop to a thread (bookie.read_route)
+            started = time.perf_counter_ns()
+            data = os.pread(self._fd, size, offset)
+            route.read_inline(time.perf_counter_ns() - started)
+            return data
+        started = time.perf_counter_ns()
+        data, disk_ns = await self._loop.run_in_executor(
+            executor, _timed_pread, self._fd, size, offset
+        )
+        route.read_on_thread(time.perf_counter_ns() - started, disk_ns)
+        return data
 
     async def size(self) -> int:
         stat = await self._loop.run_in_executor(self._executor, os.fstat, self._fd)
@@ -360,6 +390,7 @@ class OsDisk:
     def __init__(self, read_threads: int = 4) -> None:
         self._lanes: dict[str, ThreadPoolExecutor] = {}
         self._pool = ThreadPoolExecutor(read_threads, thread_name_prefix="aiobk-io")
+        self.read_route = ReadRoute()  # one disk's figures, shared by its files
 
     def _lane(self, name: str) -> ThreadPoolExecutor:
         lane = self._lanes.get(name)
@@ -381,7 +412,7 @@ class OsDisk:
     async def open_read(self, path: str) -> ReadFile:
         loop = asyncio.get_running_loop()
         fd = await loop.run_in_executor(self._pool, os.open, path, os.O_RDONLY)
-        return _OsReadFile(fd, self._pool)
+        return _OsReadFile(fd, self._pool, self.read_route)
 
     async def read_file(self, path: str) -> bytes:
         loop = asyncio.get_running_loop()

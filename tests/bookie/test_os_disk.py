@@ -58,3 +58,30 @@ async def test_pread_reads_the_same_bytes_either_way(tmp_path: Path) -> None:
     assert warm == cold == DATA[1000:4000]
     assert tail == DATA[-7:]
     assert big == DATA
+
+
+async def test_cold_reads_follow_the_route_and_teach_it(tmp_path: Path) -> None:
+    """Small cold reads on a thread while nothing is known, then where the measured figures
+    say; the bytes are the same either way and every read feeds the figures."""
+    path = _written(tmp_path)
+    disk = OsDisk()
+    route = disk.read_route
+    reader = await disk.open_read(str(path))
+    try:
+        _evict(path)
+        first = await reader.pread(0, 4096)  # nothing measured: a thread, which measures both
+        assert route.disk_ns is not None
+        assert route.hop_ns is not None
+        route.disk_ns, route.hop_ns = 1.0, 1e9  # as if the disk were far quicker than a hop
+        _evict(path)
+        inline = await reader.pread(4096, 4096)
+        assert route.disk_ns > 1.0  # measured...
+        assert route.hop_ns == 1e9  # ...on the loop: no hop taken
+        route.disk_ns, route.hop_ns = 1e9, 1.0  # as if the disk were far slower
+        _evict(path)
+        threaded = await reader.pread(8192, 4096)
+        assert route.hop_ns != 1.0  # measured on a thread
+    finally:
+        await reader.close()
+        await disk.close()
+    assert first + inline + threaded == DATA[:12288]
