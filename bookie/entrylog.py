@@ -44,7 +44,11 @@ OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 LENGTH = struct.Struct(">I")
 SCAN_BLOCK = 1 << 20  # bytes read at a time when walking a log's records
-READ_GUESS = 4096  # one pread takes the head and, for most entries, the whole record
+PAGE = 4096
+# An entry read takes the rest of the page its record starts in, or that and the next page when
+# under READ_MIN is left: one page from a cold disk for most small records, where a fixed 4 KiB
+# from an unaligned offset always spanned two (a record past the guess is read in a second go).
+READ_MIN = 1024
 
 
 class CorruptEntryError(Exception):
@@ -252,7 +256,8 @@ class EntryLogger:
             record = bytes(view[: 8 + length])
         else:
             reader = await self._reader(log_id)
-            record = await reader.pread(offset, READ_GUESS)
+            guess = PAGE - offset % PAGE
+            record = await reader.pread(offset, guess if guess >= READ_MIN else guess + PAGE)
             if len(record) < RECORD_HEAD.size:
                 raise CorruptEntryError(f"entry log {log_id:x} is truncated at {offset}")
             size = 8 + RECORD_HEAD.unpack_from(record)[0]
