@@ -15,13 +15,17 @@ import ctypes.util
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import click
 import uvloop
 
+from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
 from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.server import CompanionFactory
 from aiobk.client.repair import BookieRepairer
+from aiobk.metadata import MetadataStore
 from aiobk.metrics import serve_metrics
 
 
@@ -53,9 +57,27 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
+def autorecovery_companion(config: BookieConfig) -> CompanionFactory:
+    """Autorecovery beside a bookie (issue 16): its worker, and a candidate for auditor."""
+
+    def make(bookie_id: str, store: MetadataStore) -> AutoRecovery:
+        return AutoRecovery(
+            store,
+            AutoRecoveryConfig.from_settings(config),
+            bookie_id,
+            wall_clock=time.time,
+            secret_bytes=os.urandom,
+        )
+
+    return make
+
+
 def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
-    """A bookie wired as a running one is: with the client's repairer (``seams``: the I/O
-    seams of ``Bookie``, for tests and the simulator)."""
+    """A bookie wired as a running one is: with the client's repairer and, unless
+    ``autorecovery_enabled`` is off, autorecovery beside it (``seams``: the I/O seams of
+    ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator)."""
+    if "companions" not in seams and config.autorecovery_enabled:
+        seams["companions"] = [autorecovery_companion(config)]
     return Bookie(config, repairer=BookieRepairer, **seams)
 
 

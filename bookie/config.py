@@ -114,6 +114,21 @@ class BookieConfig:
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
     max_long_polls_per_connection: int = 10_000
     metrics_port: int | None = None  # Prometheus exporter; None disables it
+    # Autorecovery (issue 16): an auditor elected among the bookies and a replication worker in
+    # each copy a lost bookie's entries to others. The settings are aiobk.autorecovery's
+    # (AutoRecoveryConfig documents each; a test keeps these defaults equal to its own).
+    autorecovery_enabled: bool = True
+    lost_bookie_recovery_delay: float = 60.0
+    auditor_periodic_check_interval: float = 604_800.0
+    auditor_periodic_bookie_check_interval: float = 86_400.0
+    auditor_ledger_verification_percentage: float = 0.0
+    auditor_check_concurrency: int = 16
+    open_ledger_rereplication_grace_period: float = 30.0
+    rereplication_max_bytes_per_second: int = 0
+    rereplication_entries_in_flight: int = 64
+    rereplication_retry_delay: float = 5.0
+    autorecovery_lease_ttl: float = 10.0
+    autorecovery_poll_interval: float = 2.0
     log_level: str = "info"  # debug, info, warning or error (--log-level wins)
 
     def __post_init__(self) -> None:
@@ -145,6 +160,11 @@ class BookieConfig:
             "max_reads_in_progress",
             "max_long_polls",
             "max_long_polls_per_connection",
+            "auditor_check_concurrency",
+            "rereplication_entries_in_flight",
+            "rereplication_retry_delay",
+            "autorecovery_lease_ttl",
+            "autorecovery_poll_interval",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -157,6 +177,17 @@ class BookieConfig:
                 )
         if not 0 <= self.gc_compaction_threshold < 1:
             raise ConfigError("gc_compaction_threshold must be in [0, 1)")
+        for name in (
+            "lost_bookie_recovery_delay",
+            "auditor_periodic_check_interval",
+            "auditor_periodic_bookie_check_interval",
+            "open_ledger_rereplication_grace_period",
+            "rereplication_max_bytes_per_second",
+        ):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if not 0 <= self.auditor_ledger_verification_percentage <= 100:
+            raise ConfigError("auditor_ledger_verification_percentage must be in 0..100")
         if self.gc_interval < 0:
             raise ConfigError("gc_interval must not be negative (0 turns collection off)")
         if self.metadata_history_revisions < 0:

@@ -66,6 +66,8 @@ class BookieAdmin(Protocol):
 
     def gauges(self) -> dict[str, int]: ...
 
+    async def cluster_secret(self) -> bytes | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class BookieContext:

@@ -12,8 +12,8 @@ import contextlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable, Coroutine
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, NamedTuple, Protocol, cast
 
 from aiobk.bookie.advertised import advertised_host
 from aiobk.bookie.boot import BootResult, boot
@@ -56,6 +56,18 @@ class BookieAddress(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
+class Companion(Protocol):
+    """A service running beside a bookie while it serves (autorecovery)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+# Builds a companion from the bookie's id and metadata store.
+CompanionFactory = Callable[[str, MetadataStore], Companion]
+
+
 class Bookie:
     def __init__(
         self,
@@ -66,14 +78,19 @@ class Bookie:
         metadata: MetadataStore | None = None,
         repairer: RepairerFactory | None = None,
         instance_ids: Callable[[], str] | None = None,
+        companions: Sequence[CompanionFactory] = (),
     ) -> None:
         """``disk``, ``network`` and ``metadata`` are the I/O seams (DESIGN "the I/O seam");
         ``repairer`` builds the client-side helper of BP-46 phase two (the wiring passes
         ``aiobk.client.repair.BookieRepairer``; without it limbo ledgers stay in limbo, see
         ``bookie.repair``); ``instance_ids`` makes the id a fresh cookie records (random bytes
-        by default; a simulator passes a seeded source so that one seed replays exactly)."""
+        by default; a simulator passes a seeded source so that one seed replays exactly);
+        ``companions`` build services that run beside the bookie while it serves, with its id
+        and metadata store (the wiring passes autorecovery's, ``aiobk.autorecovery``)."""
         self.config = config
         self._make_repairer = repairer
+        self._companion_factories = tuple(companions)
+        self.companions: list[Companion] = []  # running while the bookie serves
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = stats = BookieStats()
         self.flow = FlowControl(config, stats)
@@ -128,6 +145,7 @@ class Bookie:
         self._metadata = metadata
         self._owns_metadata = False
         self._registry: Registry | None = None
+        self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
 
     # ------------------------------------------------------------------ identity
 
@@ -221,6 +239,11 @@ class Bookie:
                 "database grows until its quota stops every write",
                 self.bookie_id,
             )
+        if self._metadata is not None:
+            for make in self._companion_factories:
+                companion = make(self.bookie_id, self._metadata)
+                await companion.start()
+                self.companions.append(companion)
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
@@ -259,6 +282,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
+        await self._stop_companions()
         await self._deregister(clean=True)
         await self._close_server(abort=False)
         await self._cancel_background()
@@ -283,6 +307,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
+        await self._stop_companions()
         await self._deregister(clean=False)
         await self._close_server(abort=True)
         await self._cancel_background()
@@ -320,6 +345,11 @@ class Bookie:
         task = self._tasks.get("repair")
         if task is not None:
             await asyncio.shield(task)
+
+    async def _stop_companions(self) -> None:
+        companions, self.companions = self.companions, []
+        for companion in reversed(companions):
+            await companion.stop()
 
     async def _cancel_background(self) -> None:
         await self.disk_monitor.stop()
@@ -451,6 +481,13 @@ class Bookie:
 
     async def disk_usage(self) -> tuple[int, int]:
         return await self._disk.usage(self.config.data_dir)
+
+    async def cluster_secret(self) -> bytes | None:
+        """The cluster's key-request secret (``bookie.ops.ledger_key``), read from the store
+        once it exists; None while no replication worker has made it, or without a store."""
+        if self._secret is None and self._metadata is not None:
+            self._secret = await self._metadata.autorecovery.cluster_secret()
+        return self._secret
 
     def log_corruption(self, exc: Exception) -> None:
         log.error("bookie %s: cannot serve an entry: %s", self.bookie_id, exc)

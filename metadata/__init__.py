@@ -1,10 +1,19 @@
 """Ledger metadata and the stores that hold it (etcd, memory). Neither the client nor the bookie
 touches etcd except through ``MetadataStore``."""
 
+from aiobk.metadata.autorecovery import (
+    CHECK,
+    DECOMMISSION,
+    LOST_BOOKIE,
+    AuditorStatus,
+    AutoRecoveryStore,
+    UnderReplication,
+)
 from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
 from aiobk.metadata.keys import KeyLayout
 from aiobk.metadata.kv import KV, KeyValue, Watch, WatchEvent
 from aiobk.metadata.kv_memory import MemoryKV
+from aiobk.metadata.lease import HeldLease
 from aiobk.metadata.model import (
     Fragment,
     LedgerMetadata,
@@ -18,6 +27,13 @@ from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
 from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store
 
 __all__ = [
+    "CHECK",
+    "DECOMMISSION",
+    "LOST_BOOKIE",
+    "AuditorStatus",
+    "AutoRecoveryStore",
+    "HeldLease",
+    "UnderReplication",
     "DEFAULT_BOOKIE_TTL",
     "DEFAULT_TIMEOUT",
     "READ_ONLY",

@@ -7,6 +7,8 @@
     PREFIX/bookies/HOST:PORT             a live bookie's BookieServiceInfo, under its lease
     PREFIX/cookies/HOST:PORT             a bookie's cookie (BP-46)
     PREFIX/logs/NAME                     a log's ordered ledger list
+    PREFIX/autorecovery/...              the auditor, under-replication marks, workers'
+                                         claims (metadata.autorecovery has the list)
 
 Nothing else in aiobk builds keys.
 """
@@ -28,14 +30,35 @@ class KeyLayout:
         self.bookies = self.root + b"/bookies/"
         self.cookies = self.root + b"/cookies/"
         self.logs = self.root + b"/logs/"
+        recovery = self.root + b"/autorecovery/"
+        self.auditor = recovery + b"auditor"
+        self.autorecovery_status = recovery + b"status"
+        self.autorecovery_disabled = recovery + b"disabled"
+        self.audit_request = recovery + b"audit"
+        self.cluster_secret = recovery + b"secret"
+        self.underreplicated_prefix = recovery + b"underreplicated/"
+        self.claims_prefix = recovery + b"claims/"
+        self.decommission_prefix = recovery + b"decommission/"
 
     def ledger(self, ledger_id: int) -> bytes:
-        if ledger_id < 0:
-            raise ValueError(f"ledger ids are not negative, got {ledger_id}")
-        return self.ledgers + f"{ledger_id:0{_ID_DIGITS}d}".encode()
+        return self.ledgers + _padded(ledger_id)
 
     def ledger_id(self, key: bytes) -> int:
         return int(key[len(self.ledgers) :])
+
+    def underreplicated(self, ledger_id: int) -> bytes:
+        return self.underreplicated_prefix + _padded(ledger_id)
+
+    def claim(self, ledger_id: int) -> bytes:
+        return self.claims_prefix + _padded(ledger_id)
+
+    def decommission(self, bookie_id: str) -> bytes:
+        return self.decommission_prefix + _component(bookie_id, "bookie id")
+
+    @staticmethod
+    def ledger_id_of(prefix: bytes, key: bytes) -> int:
+        """The ledger id at the end of a key under ``prefix`` (a mark, a claim)."""
+        return int(key[len(prefix) :])
 
     def bookie(self, bookie_id: str) -> bytes:
         return self.bookies + _component(bookie_id, "bookie id")
@@ -53,6 +76,12 @@ class KeyLayout:
 
     def log_name(self, key: bytes) -> str:
         return key[len(self.logs) :].decode()
+
+
+def _padded(ledger_id: int) -> bytes:
+    if ledger_id < 0:
+        raise ValueError(f"ledger ids are not negative, got {ledger_id}")
+    return f"{ledger_id:0{_ID_DIGITS}d}".encode()
 
 
 def _component(text: str, what: str) -> bytes:

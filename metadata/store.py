@@ -10,9 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection
 
+from aiobk.metadata.autorecovery import AutoRecoveryStore
 from aiobk.metadata.keys import KeyLayout
-from aiobk.metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError, Watch
-from aiobk.metadata.model import LedgerMetadata
+from aiobk.metadata.kv import (
+    KV,
+    KeyExistsError,
+    KeyMissingError,
+    KeyValue,
+    RevisionMismatchError,
+    Watch,
+)
+from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
 from aiobk.metadata.records import BookieServiceInfo, Cookie, LogRecord
 from aiobk.metadata.registration import Registration
 from aiobk.protocol.errors import (
@@ -32,6 +40,7 @@ class MetadataStore:
         self.kv = kv
         self.keys = KeyLayout(prefix)
         self.uri = uri or kv.description
+        self.autorecovery = AutoRecoveryStore(kv, self.keys)
         self._watches: set[Watch] = set()
 
     async def close(self) -> None:
@@ -123,7 +132,28 @@ class MetadataStore:
             ) from None
 
     async def list_ledgers(self, page_size: int = 1000) -> AsyncIterator[int]:
-        """Every ledger id in ascending order, fetched a page at a time (keys only).
+        """Every ledger id in ascending order, fetched a page at a time (keys only)."""
+        keys = self.keys
+        async for item in self._walk_ledgers(page_size, keys_only=True):
+            yield keys.ledger_id(item.key)
+
+    async def scan_ledgers(
+        self, page_size: int = 500
+    ) -> AsyncIterator[tuple[int, LedgerMetadata | None]]:
+        """Every ledger with its metadata, ascending, a page at a time (the auditor's walk);
+        None for metadata this version cannot read (the walk goes on past it)."""
+        keys = self.keys
+        async for item in self._walk_ledgers(page_size, keys_only=False):
+            try:
+                metadata: LedgerMetadata | None = LedgerMetadata.from_json(
+                    item.value, item.mod_revision
+                )
+            except MetadataFormatError:
+                metadata = None
+            yield keys.ledger_id(item.key), metadata
+
+    async def _walk_ledgers(self, page_size: int, *, keys_only: bool) -> AsyncIterator[KeyValue]:
+        """The ledger keys in order, a page at a time.
 
         etcd 3.4 walks a range to its end to count it even when a limit cuts the answer short,
         so paging a million ledgers by limit alone costs a million keys a page (a GC pass's
@@ -142,12 +172,12 @@ class MetadataStore:
             found, pages = 0, 0
             while True:
                 page, _rev = await self.kv.range(
-                    keys.ledgers, after, page_size, keys_only=True, end=keys.ledger(high)
+                    keys.ledgers, after, page_size, keys_only=keys_only, end=keys.ledger(high)
                 )
                 pages += 1
                 found += len(page)
                 for item in page:
-                    yield keys.ledger_id(item.key)
+                    yield item
                 if page:
                     after = page[-1].key
                 if len(page) < page_size:
@@ -159,9 +189,9 @@ class MetadataStore:
             low = high
             after = keys.ledger(high - 1)
         while True:  # ledgers with ids past the revision (created with an id of their choice)
-            page, _rev = await self.kv.range(keys.ledgers, after, page_size, keys_only=True)
+            page, _rev = await self.kv.range(keys.ledgers, after, page_size, keys_only=keys_only)
             for item in page:
-                yield keys.ledger_id(item.key)
+                yield item
             if len(page) < page_size:
                 return
             after = page[-1].key

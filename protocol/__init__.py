@@ -47,7 +47,7 @@ from aiobk.protocol.framing import (
     FrameTooLargeError,
     frame,
 )
-from aiobk.protocol.keys import MASTER_KEY_SIZE, master_key
+from aiobk.protocol.keys import MASTER_KEY_SIZE, key_request_proof, master_key
 from aiobk.protocol.limits import MAX_ENTRY_ID, MAX_LEDGER_ID, check_request
 from aiobk.protocol.messages import (
     LAC_ENTRY_ID,
@@ -67,6 +67,8 @@ from aiobk.protocol.messages import (
     GetBookieInfoResponse,
     HandshakeRequest,
     HandshakeResponse,
+    LedgerKeyRequest,
+    LedgerKeyResponse,
     MalformedMessageError,
     Message,
     OpCode,
@@ -123,6 +125,8 @@ __all__ = [
     "GcResponse",
     "BookieStateRequest",
     "BookieStateResponse",
+    "LedgerKeyRequest",
+    "LedgerKeyResponse",
     "StateChange",
     "GetBookieInfoRequest",
     "GetBookieInfoResponse",
@@ -139,6 +143,7 @@ __all__ = [
     "parse_entry",
     "peek_header",
     "MASTER_KEY_SIZE",
+    "key_request_proof",
     "master_key",
     # errors
     "BKError",

@@ -41,6 +41,7 @@ class OpCode(IntEnum):
     GET_BOOKIE_INFO = 7
     GC = 8  # operators: run a garbage collection pass now
     BOOKIE_STATE = 9  # operators: read, or force, writable / read-only
+    LEDGER_KEY = 10  # replication workers: a ledger's master key, for the cluster's secret
 
 
 class AddFlag(IntFlag):
@@ -215,6 +216,19 @@ class BookieStateRequest(Request):
             raise MalformedMessageError(f"unknown state change {change}", txn_id) from None
 
 
+@dataclass(frozen=True, slots=True)
+class LedgerKeyRequest(Request):
+    """A replication worker asks for a ledger's master key, to copy its entries to a new
+    bookie and to fence it (autorecovery); ``proof`` is ``key_request_proof`` of the
+    cluster's secret (protocol.keys)."""
+
+    op = OpCode.LEDGER_KEY
+    tag = OpCode.LEDGER_KEY
+    _wire = (_INT, _BYTES)
+    ledger_id: int
+    proof: bytes = b""
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -331,6 +345,18 @@ class BookieStateResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerKeyResponse(Response):
+    """EOK with the key (empty: the bookie has not learned it yet, BP-46), ENOLEDGER, or EUA
+    for a wrong proof."""
+
+    op = OpCode.LEDGER_KEY
+    tag = OpCode.LEDGER_KEY | RESPONSE_BIT
+    _wire = (_INT, _INT, _BYTES)
+    ledger_id: int
+    master_key: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorResponse(Response):
     """Answer to a request the bookie could not decode (always EBADREQ) or an unknown op."""
 
@@ -351,6 +377,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         GetBookieInfoRequest,
         GcRequest,
         BookieStateRequest,
+        LedgerKeyRequest,
     )
 }
 RESPONSE_TYPES: dict[int, type[Response]] = {
@@ -365,6 +392,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         GetBookieInfoResponse,
         GcResponse,
         BookieStateResponse,
+        LedgerKeyResponse,
         ErrorResponse,
     )
 }

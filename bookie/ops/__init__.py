@@ -12,6 +12,7 @@ from aiobk.bookie.ops.admin import (
     handle_handshake,
 )
 from aiobk.bookie.ops.lac import handle_read_lac, handle_write_lac
+from aiobk.bookie.ops.ledger_key import handle_ledger_key
 from aiobk.bookie.ops.read import handle_read
 from aiobk.protocol import OpCode
 
@@ -25,6 +26,7 @@ HANDLERS: dict[OpCode, Handler] = {
     OpCode.GET_BOOKIE_INFO: handle_bookie_info,
     OpCode.GC: handle_gc,
     OpCode.BOOKIE_STATE: handle_bookie_state,
+    OpCode.LEDGER_KEY: handle_ledger_key,
 }
 
 __all__ = ["HANDLERS", "Handler"]

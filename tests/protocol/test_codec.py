@@ -31,6 +31,8 @@ from aiobk.protocol import (
     GetBookieInfoResponse,
     HandshakeRequest,
     HandshakeResponse,
+    LedgerKeyRequest,
+    LedgerKeyResponse,
     MalformedMessageError,
     Message,
     ReadFlag,
@@ -71,6 +73,7 @@ requests = st.one_of(
     st.builds(GetBookieInfoRequest, i64),
     st.builds(GcRequest, i64),
     st.builds(BookieStateRequest, i64, st.sampled_from(list(StateChange))),
+    st.builds(LedgerKeyRequest, i64, i64, small),
 )
 responses = st.one_of(
     st.builds(HandshakeResponse, i64, status, i64, st.text(max_size=20)),
@@ -91,6 +94,7 @@ responses = st.one_of(
     st.builds(
         BookieStateResponse, i64, status, i64, st.text(max_size=20), i64, st.text(max_size=9)
     ),
+    st.builds(LedgerKeyResponse, i64, status, i64, small),
     st.builds(ErrorResponse, i64, status, st.integers(0, 255)),
 )
 

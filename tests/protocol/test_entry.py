@@ -10,6 +10,7 @@ from aiobk.protocol import (
     HEADER_SIZE,
     DigestType,
     MalformedEntryError,
+    key_request_proof,
     master_key,
     pack_entry,
     pack_header,
@@ -65,3 +66,11 @@ def test_garbage_bodies(data: bytes) -> None:
 def test_master_key_depends_on_password() -> None:
     assert master_key(b"a") != master_key(b"b")
     assert len(master_key(b"")) == 32
+
+
+def test_a_key_request_proof_binds_the_secret_and_the_ledger() -> None:
+    proof = key_request_proof(b"s" * 32, 7)
+    assert len(proof) == 32
+    assert proof == key_request_proof(b"s" * 32, 7)
+    assert proof != key_request_proof(b"t" * 32, 7)
+    assert proof != key_request_proof(b"s" * 32, 8)

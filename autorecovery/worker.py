@@ -1,0 +1,393 @@
+"""The replication worker: takes one under-replicated ledger at a time and gives every closed
+fragment its copies back (BookKeeper's ReplicationWorker, on etcd).
+
+One ledger, as the worker sees it:
+
+1. Claim it (a key under the worker's lease) so other workers leave it alone -- a courtesy, not
+   a guarantee: a worker whose lease lapsed may still be running, so every change below is a
+   compare-and-set on the version read (``metadata.lease``).
+2. Read its metadata. Gone: the ledger was deleted, drop the mark. IN_RECOVERY: someone is
+   recovering it, come back later.
+3. Decide which (fragment, bookie) pairs to replace, closed fragments only: a bookie the mark
+   names and the registry does not (the auditor names a bookie only once it has been gone for
+   ``lost_bookie_recovery_delay``), a bookie being decommissioned, and a registered bookie the
+   mark names that, asked again, lacks entries it owes. A named bookie that came back holding
+   its entries is dropped from the mark (pulsar#1886: returning bookies' ledgers were copied
+   anyway).
+4. A ledger still open whose writer's fragment names a lost bookie: the writer normally changes
+   its ensemble by itself; once ``open_ledger_rereplication_grace_period`` has passed since the
+   mark, recover it (fence and close, as a reader opening it would) and go on with it closed.
+5. For each pair: choose a replacement as a writer would (writable, not in that fragment's
+   ensemble, not known bad), copy the entries the slot owes (``replicate.SlotCopy``), then
+   compare-and-set the fragment's ensemble. A fragment changed meanwhile by someone else is
+   left to the next pass (its copy is orphaned and garbage collected with the ledger).
+6. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
+   next pass). Entries no bookie has any more are recorded on the mark instead and the ledger
+   is not tried again for them (apache/bookkeeper#4872).
+
+A repair that fails (no bookie to copy to, a source or target unreachable, the store down) is
+retried after ``rereplication_retry_delay``, doubling up to 32 times it, per ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiobk.autorecovery.checker import Holding, holds
+from aiobk.autorecovery.config import AutoRecoveryConfig
+from aiobk.autorecovery.fragments import (
+    FragmentRange,
+    bookies_named,
+    check_points,
+    closed_fragments,
+    open_fragment,
+    replace_bookie,
+)
+from aiobk.autorecovery.replicate import CopyError, SlotCopy, Throttle, fetch_master_key
+from aiobk.autorecovery.stats import AutoRecoveryStats
+from aiobk.client.context import ClientContext
+from aiobk.client.digest import Digester
+from aiobk.client.placement import choose_replacement
+from aiobk.client.recovery import LedgerRecovery
+from aiobk.metadata import HeldLease, LedgerMetadata, LedgerState, UnderReplication
+from aiobk.protocol import DigestType
+from aiobk.protocol.errors import (
+    BKError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_DOUBLINGS = 5
+MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgotten first)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSwitches:
+    """The protection a test switches off to show the checker catches its absence."""
+
+    # Each fragment change is a compare-and-set on the version the worker read before copying.
+    # Off, the worker writes its (possibly stale) view over whatever is there now, as a worker
+    # that trusted its etcd lock would.
+    metadata_version_fence: bool = True
+
+
+class Outcome(enum.Enum):
+    REPAIRED = "repaired"  # mark removed
+    REPORTED = "reported"  # done, but entries are lost: the mark stays as the report
+    GONE = "gone"  # the ledger was deleted: mark removed
+    DEFERRED = "deferred"  # not now (grace period, recovery in progress, a race): soon again
+    FAILED = "failed"  # something was unreachable or nothing could take the copies: backoff
+
+
+class RepairError(Exception):
+    """This repair cannot finish now; the worker backs off and tries again."""
+
+
+class ReplicationWorker:
+    def __init__(
+        self,
+        ctx: ClientContext,
+        config: AutoRecoveryConfig,
+        worker_id: str,
+        *,
+        stats: AutoRecoveryStats | None = None,
+        wall_clock: Callable[[], float],
+        secret_bytes: Callable[[int], bytes],
+        switches: WorkerSwitches = WorkerSwitches(),
+        poll_interval: float = 2.0,
+    ) -> None:
+        self._ctx = ctx
+        self._store = ctx.store
+        self._marks = ctx.store.autorecovery
+        self._config = config
+        self.worker_id = worker_id
+        self.stats = stats or AutoRecoveryStats()
+        self._wall_clock = wall_clock
+        self._secret_bytes = secret_bytes
+        self._switches = switches
+        self._poll = poll_interval
+        self._secret: bytes | None = None
+        self._lease: HeldLease | None = None
+        self._backoff: dict[int, tuple[int, float]] = {}  # ledger -> (failures, not before)
+        self._cursor: int | None = None  # the last ledger taken: the next pass starts after it
+        loop = asyncio.get_running_loop()
+        self._throttle = Throttle(config.rereplication_max_bytes_per_second, loop.time)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        """Repair marked ledgers until cancelled."""
+        try:
+            while True:
+                try:
+                    worked = await self.run_once()
+                except Exception as exc:  # the store unreachable (or a bug): keep trying
+                    log.warning("worker %s: %r", self.worker_id, exc)
+                    worked = False
+                if not worked:
+                    await asyncio.sleep(self._poll * (0.5 + self._ctx.rng.random()))
+        finally:
+            if self._lease is not None:
+                with contextlib.suppress(BKError):
+                    await self._lease.close()
+
+    async def run_once(self) -> bool:
+        """Claim and repair one marked ledger; False when there was none to take."""
+        if not await self._marks.enabled():
+            return False
+        lease = await self._held_lease()
+        loop = asyncio.get_running_loop()
+        for wrapped in (False, True):
+            after = None if wrapped else self._cursor
+            async for mark in self._marks.marks(after_ledger=after):
+                if wrapped and self._cursor is not None and mark.ledger_id > self._cursor:
+                    break
+                if not mark.missing:
+                    continue  # a report of lost entries: nothing left to do
+                failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
+                if loop.time() < not_before:
+                    continue
+                claim = await self._marks.claim(mark.ledger_id, self.worker_id, lease.id)
+                if claim is None:
+                    continue
+                self._cursor = mark.ledger_id
+                try:
+                    outcome = await self._attempt(mark)
+                finally:
+                    await self._marks.release(mark.ledger_id, claim)
+                self._note(mark.ledger_id, outcome, failures)
+                return True
+        return False
+
+    async def _held_lease(self) -> HeldLease:
+        lease = self._lease
+        if lease is None or lease.lost.is_set():
+            lease = self._lease = await HeldLease.grant(
+                self._store.kv, self._config.autorecovery_lease_ttl, f"worker {self.worker_id}"
+            )
+        return lease
+
+    def _note(self, ledger_id: int, outcome: Outcome, failures: int) -> None:
+        now = asyncio.get_running_loop().time()
+        delay = self._config.rereplication_retry_delay
+        if outcome is Outcome.FAILED:
+            self.stats.repair_failures += 1
+            wait = delay * 2 ** min(failures, MAX_BACKOFF_DOUBLINGS)
+            self._backoff.pop(ledger_id, None)  # re-inserted last: the newest
+            self._backoff[ledger_id] = (failures + 1, now + wait)
+            if len(self._backoff) > MAX_BACKOFF_ENTRIES:
+                del self._backoff[next(iter(self._backoff))]
+        elif outcome is Outcome.DEFERRED:
+            self._backoff[ledger_id] = (failures, now + delay)
+        else:
+            self._backoff.pop(ledger_id, None)
+            if outcome is not Outcome.GONE:
+                self.stats.ledgers_repaired += 1
+
+    async def _attempt(self, mark: UnderReplication) -> Outcome:
+        try:
+            return await self.repair(mark)
+        except (RepairError, CopyError, BKError) as exc:
+            log.warning(
+                "worker %s: ledger %d not repaired yet: %s", self.worker_id, mark.ledger_id, exc
+            )
+            return Outcome.FAILED
+
+    # ------------------------------------------------------------------ one ledger
+
+    async def repair(self, mark: UnderReplication) -> Outcome:
+        """Steps 2-6 of the module docstring for one claimed ledger."""
+        ledger_id, store = mark.ledger_id, self._store
+        try:
+            metadata = await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            await self._marks.unmark(mark)
+            return Outcome.GONE
+        if metadata.state is LedgerState.IN_RECOVERY:
+            return Outcome.DEFERRED
+        infos = await store.list_bookies()
+        registered = {info.bookie_id for info in infos}
+        writable = [info.bookie_id for info in infos if info.writable]
+        draining = await self._marks.decommissioning()
+        missing = set(mark.missing)
+        lost = {b for b in missing if b not in registered}
+        moving = lost | draining  # copies to move whatever a check would say
+
+        tail = open_fragment(metadata)
+        if tail is not None and moving & set(tail.ensemble):
+            waited = self._wall_clock() - mark.since / 1000
+            if waited < self._config.open_ledger_rereplication_grace_period:
+                return Outcome.DEFERRED
+            metadata = await self._recover(ledger_id, metadata, registered - moving)
+
+        plan: list[tuple[FragmentRange, int]] = []
+        for fragment in closed_fragments(metadata):
+            for slot, bookie in enumerate(fragment.ensemble):
+                if bookie in moving:
+                    plan.append((fragment, slot))
+                elif bookie in missing:
+                    holding = await self._holds(ledger_id, metadata, fragment, slot)
+                    if holding is Holding.MISSING:
+                        plan.append((fragment, slot))
+                    elif holding is Holding.UNKNOWN:
+                        raise RepairError(f"could not ask {bookie} what it holds")
+                    # HELD: it came back with its copies, nothing to move
+
+        lost_ranges: list[tuple[int, int]] = []
+        if plan:
+            key = await self._master_key(ledger_id, metadata, registered - moving)
+            for fragment, slot in plan:
+                copied = await self._copy(
+                    ledger_id, metadata, fragment, slot, key, writable, registered, moving, mark
+                )
+                if copied is None:
+                    return Outcome.DEFERRED  # the ledger changed under us: look again soon
+                metadata, ranges = copied
+                lost_ranges.extend(ranges)
+
+        if moving & bookies_named(metadata):
+            return Outcome.DEFERRED  # e.g. a lost bookie still in the writer's fragment
+        try:
+            if lost_ranges or mark.lost:
+                report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)
+                await self._marks.write_mark(report)
+                log.error(
+                    "ledger %d: entries %s have no copy left on any bookie",
+                    ledger_id, report.lost,
+                )  # fmt: skip
+                return Outcome.REPORTED
+            await self._marks.unmark(mark)
+        except MetadataVersionError:
+            return Outcome.DEFERRED  # the auditor widened the mark meanwhile: another pass
+        return Outcome.REPAIRED
+
+    async def _holds(
+        self, ledger_id: int, metadata: LedgerMetadata, fragment: FragmentRange, slot: int
+    ) -> Holding:
+        points = check_points(
+            fragment,
+            slot,
+            metadata,
+            self._config.auditor_ledger_verification_percentage,
+            self._ctx.rng,
+        )
+        bookie = fragment.ensemble[slot]
+        return await holds(self._ctx.pool, bookie, ledger_id, points, self._ctx.config.read_timeout)
+
+    async def _recover(
+        self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
+    ) -> LedgerMetadata:
+        """Fence and close an open ledger whose writer's ensemble lost a bookie."""
+        if metadata.digest_type is DigestType.MAC:
+            # Recovery re-signs what it writes back (trap 4): a MAC needs the password.
+            raise RepairError("an open ledger with a MAC digest: only its writer can close it")
+        key = await self._master_key(ledger_id, metadata, holders)
+        recovery = LedgerRecovery(
+            self._ctx,
+            ledger_id=ledger_id,
+            master_key=key,
+            digest=Digester(metadata.digest_type),
+        )
+        closed = await recovery.run(metadata)
+        self.stats.ledgers_recovered += 1
+        log.info("worker %s: recovered open ledger %d", self.worker_id, ledger_id)
+        return closed
+
+    async def _master_key(
+        self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
+    ) -> bytes:
+        if self._secret is None:
+            self._secret = await self._marks.cluster_secret(self._secret_bytes)
+        assert self._secret is not None
+        sources = sorted(bookies_named(metadata) & holders)
+        key = await fetch_master_key(
+            self._ctx.pool, sources, ledger_id, self._secret, self._ctx.config.read_timeout
+        )
+        if key is None:
+            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
+        return key
+
+    async def _copy(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        fragment: FragmentRange,
+        slot: int,
+        key: bytes,
+        writable: list[str],
+        registered: set[str],
+        moving: set[str],
+        mark: UnderReplication,
+    ) -> tuple[LedgerMetadata, list[tuple[int, int]]] | None:
+        """Copy one slot to a new bookie and swap it in: the metadata written and the entry
+        ranges found lost; None when the fragment changed under us."""
+        ctx = self._ctx
+        exclude = moving | ctx.pool.recently_failed()
+        target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+        copy = SlotCopy(
+            ctx.pool,
+            ledger_id,
+            metadata,
+            fragment,
+            slot,
+            target,
+            key,
+            usable=lambda bookie: bookie in registered,
+            lost_bookies=moving - registered,
+            skip=mark.lost,
+            timeout=ctx.config.add_timeout,
+            in_flight=self._config.rereplication_entries_in_flight,
+            throttle=self._throttle,
+        )
+        result = await copy.run()
+        written = await self._swap(ledger_id, metadata, fragment, slot, target)
+        if written is None:
+            return None
+        stats = self.stats
+        stats.fragments_replicated += 1
+        stats.entries_replicated += result.entries
+        stats.bytes_replicated += result.bytes
+        log.info(
+            "worker %s: ledger %d entries %d-%d: %s -> %s (%d entries, %d bytes)",
+            self.worker_id, ledger_id, fragment.first, fragment.last, fragment.ensemble[slot],
+            target, result.entries, result.bytes,
+        )  # fmt: skip
+        return written, result.lost
+
+    async def _swap(
+        self,
+        ledger_id: int,
+        read: LedgerMetadata,
+        fragment: FragmentRange,
+        slot: int,
+        target: str,
+    ) -> LedgerMetadata | None:
+        """Compare-and-set the fragment's ensemble with ``target`` in ``slot``, re-reading on
+        a lost race while the fragment is still as copied; None once it is not."""
+        store, fence = self._store, self._switches.metadata_version_fence
+        current = read
+        for _attempt in range(self._ctx.config.metadata_retries):
+            wanted = replace_bookie(current if fence else read, fragment, slot, target)
+            if wanted is None:
+                return None
+            try:
+                if not fence:  # the switched-off protection: write the stale view over it
+                    latest = await store.read_ledger(ledger_id)
+                    wanted = wanted.with_version(latest.version)
+                return await store.write_ledger(ledger_id, wanted)
+            except MetadataVersionError:
+                current = await store.read_ledger(ledger_id)
+                if current.state is LedgerState.IN_RECOVERY:
+                    return None
+        return None
+
+
+__all__ = ["Outcome", "RepairError", "ReplicationWorker", "WorkerSwitches"]
