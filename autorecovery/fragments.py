@@ -78,10 +78,11 @@ def slot_entries(
         yield from range(first, last + 1)
         return
     # Entry e is on slot s when (s - e) mod E < WQ, i.e. e mod E in s-WQ+1 .. s (mod E).
+    residues = sorted((slot - offset) % ensemble_size for offset in range(write_quorum))
     base = first - first % ensemble_size
     while base <= last:
-        for offset in range(write_quorum):
-            entry = base + (slot - offset) % ensemble_size
+        for residue in residues:
+            entry = base + residue
             if first <= entry <= last:
                 yield entry
         base += ensemble_size
