@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from aiobk.autorecovery.fragments import FragmentRange, check_points, closed_fragments
@@ -64,6 +64,33 @@ async def holds(
     return Holding.UNKNOWN if Holding.UNKNOWN in answers else Holding.HELD
 
 
+async def absent_entries(
+    pool: BookiePool,
+    bookie: str,
+    ledger_id: int,
+    entries: Iterable[int],
+    timeout: float,
+    in_flight: int,
+) -> tuple[list[int], bool]:
+    """Which of ``entries`` ``bookie`` definitely lacks (ascending), asking ``in_flight`` at
+    a time; and whether some answers were not definite."""
+    pending = iter(entries)
+    absent: list[int] = []
+    unsure = False
+
+    async def asker() -> None:
+        nonlocal unsure
+        for entry_id in pending:
+            holding = await holds(pool, bookie, ledger_id, (entry_id,), timeout)
+            if holding is Holding.MISSING:
+                absent.append(entry_id)
+            elif holding is Holding.UNKNOWN:
+                unsure = True
+
+    await asyncio.gather(*(asker() for _ in range(in_flight)))
+    return sorted(absent), unsure
+
+
 async def check_ledger(
     pool: BookiePool,
     ledger_id: int,
@@ -90,4 +117,4 @@ async def check_ledger(
     ]
 
 
-__all__ = ["Holding", "SlotCheck", "check_ledger", "holds"]
+__all__ = ["Holding", "SlotCheck", "absent_entries", "check_ledger", "holds"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from aiobk.autorecovery.fragments import FragmentRange, slot_entries
@@ -108,7 +108,9 @@ async def fetch_master_key(
 
 
 class SlotCopy:
-    """One slot of one closed fragment, copied to ``target`` (see the module docstring)."""
+    """One slot of one closed fragment, copied to ``target`` (see the module docstring): every
+    entry the slot owes to a new bookie, or (``only``) some entries back onto the slot's own
+    bookie, which lacks them (a fill)."""
 
     def __init__(
         self,
@@ -118,11 +120,12 @@ class SlotCopy:
         fragment: FragmentRange,
         slot: int,
         target: str,
-        master_key: bytes,
+        master_key: Callable[[], Awaitable[bytes]],
         *,
         usable: Callable[[str], bool],
         lost_bookies: Collection[str],
         skip: Collection[tuple[int, int]] = (),
+        only: Collection[int] | None = None,
         timeout: float,
         in_flight: int,
         throttle: Throttle,
@@ -133,10 +136,12 @@ class SlotCopy:
         self._fragment = fragment
         self._slot = slot
         self._target = target
-        self._key = master_key
+        self._key = master_key  # asked once there is something to write (a lost ledger
+        # whose only holder is gone has no key left anywhere, and needs none)
         self._usable = usable  # registered: worth asking
         self._lost = set(lost_bookies)  # declared lost: their silence is an answer
         self._skip = sorted(skip)  # ranges already known lost
+        self._only = None if only is None else sorted(only)  # a fill: just these entries
         self._timeout = timeout
         self._in_flight = in_flight
         self._throttle = throttle
@@ -148,9 +153,13 @@ class SlotCopy:
 
     def _entries(self) -> Iterator[int]:
         metadata, fragment = self._metadata, self._fragment
-        for entry in slot_entries(
-            fragment.first, fragment.last, self._slot, metadata.ensemble_size, metadata.write_quorum
-        ):
+        e, wq = metadata.ensemble_size, metadata.write_quorum
+        owed: Iterable[int] = (
+            slot_entries(fragment.first, fragment.last, self._slot, e, wq)
+            if self._only is None
+            else self._only
+        )
+        for entry in owed:
             if not any(low <= entry <= high for low, high in self._skip):
                 yield entry
 
@@ -192,11 +201,12 @@ class SlotCopy:
             self._lost_entries.append(entry_id)
             return
         await self._throttle.take(len(body))
+        key = await self._key()
         try:
             conn = await self._pool.get(self._target)
             request = AddRequest(
                 conn.next_txn_id(), self._ledger_id, entry_id, AddFlag.RECOVERY_ADD,
-                Durability.PERSISTENT, self._key, body,
+                Durability.PERSISTENT, key, body,
             )  # fmt: skip
             response = await conn.send(request, self._timeout)
         except BKError as exc:

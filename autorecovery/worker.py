@@ -36,10 +36,10 @@ import contextlib
 import dataclasses
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from aiobk.autorecovery.checker import Holding, holds
+from aiobk.autorecovery.checker import Holding, absent_entries, holds
 from aiobk.autorecovery.config import AutoRecoveryConfig
 from aiobk.autorecovery.fragments import (
     FragmentRange,
@@ -48,6 +48,7 @@ from aiobk.autorecovery.fragments import (
     closed_fragments,
     open_fragment,
     replace_bookie,
+    slot_entries,
 )
 from aiobk.autorecovery.replicate import CopyError, SlotCopy, Throttle, fetch_master_key
 from aiobk.autorecovery.stats import AutoRecoveryStats
@@ -85,6 +86,16 @@ class Outcome(enum.Enum):
     GONE = "gone"  # the ledger was deleted: mark removed
     DEFERRED = "deferred"  # not now (grace period, recovery in progress, a race): soon again
     FAILED = "failed"  # something was unreachable or nothing could take the copies: backoff
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One slot of one closed fragment: its copies moved to a new bookie (``fill`` None), or
+    the entries in ``fill`` copied back onto the slot's own bookie, which lacks them."""
+
+    fragment: FragmentRange
+    slot: int
+    fill: tuple[int, ...] | None = None
 
 
 class RepairError(Exception):
@@ -222,35 +233,45 @@ class ReplicationWorker:
         moving = lost | draining  # copies to move whatever a check would say
 
         tail = open_fragment(metadata)
+        recovered_from: int | None = None
         if tail is not None and moving & set(tail.ensemble):
             waited = self._wall_clock() - mark.since / 1000
             if waited < self._config.open_ledger_rereplication_grace_period:
                 return Outcome.DEFERRED
             metadata = await self._recover(ledger_id, metadata, registered - moving)
+            recovered_from = tail.first_entry_id
 
-        plan: list[tuple[FragmentRange, int]] = []
+        jobs: list[Job] = []
         for fragment in closed_fragments(metadata):
             for slot, bookie in enumerate(fragment.ensemble):
                 if bookie in moving:
-                    plan.append((fragment, slot))
-                elif bookie in missing:
-                    holding = await self._holds(ledger_id, metadata, fragment, slot)
-                    if holding is Holding.MISSING:
-                        plan.append((fragment, slot))
-                    elif holding is Holding.UNKNOWN:
-                        raise RepairError(f"could not ask {bookie} what it holds")
-                    # HELD: it came back with its copies, nothing to move
+                    jobs.append(Job(fragment, slot))
+                    continue
+                # Recovery closes a ledger once its write-backs reach an ack quorum: what it
+                # wrote may lack the rest of its copies, on bookies that are fine.
+                written = recovered_from is not None and fragment.first >= recovered_from
+                if bookie in registered and (bookie in missing or written):
+                    fill = await self._lacking(ledger_id, metadata, fragment, slot, written)
+                    if fill:
+                        jobs.append(Job(fragment, slot, tuple(fill)))
+                    # none lacking: a bookie that came back with its copies keeps them
 
         lost_ranges: list[tuple[int, int]] = []
-        if plan:
-            key = await self._master_key(ledger_id, metadata, registered - moving)
-            for fragment, slot in plan:
-                copied = await self._copy(
-                    ledger_id, metadata, fragment, slot, key, writable, registered, moving, mark
+        if jobs:
+            found: list[bytes] = []
+
+            async def key() -> bytes:  # fetched once, when a first entry is to be written
+                if not found:
+                    found.append(await self._master_key(ledger_id, metadata, registered - moving))
+                return found[0]
+
+            for job in jobs:
+                done = await self._run_job(
+                    ledger_id, metadata, job, key, writable, registered, moving, mark
                 )
-                if copied is None:
+                if done is None:
                     return Outcome.DEFERRED  # the ledger changed under us: look again soon
-                metadata, ranges = copied
+                metadata, ranges = done
                 lost_ranges.extend(ranges)
 
         if moving & bookies_named(metadata):
@@ -269,18 +290,37 @@ class ReplicationWorker:
             return Outcome.DEFERRED  # the auditor widened the mark meanwhile: another pass
         return Outcome.REPAIRED
 
-    async def _holds(
-        self, ledger_id: int, metadata: LedgerMetadata, fragment: FragmentRange, slot: int
-    ) -> Holding:
-        points = check_points(
-            fragment,
-            slot,
-            metadata,
-            self._config.auditor_ledger_verification_percentage,
-            self._ctx.rng,
-        )
+    async def _lacking(
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        fragment: FragmentRange,
+        slot: int,
+        scan_all: bool,
+    ) -> list[int]:
+        """The entries a registered bookie lacks in one fragment slot: asked about its check
+        points first (unless ``scan_all``), then, if one is missing, about every entry it owes.
+        RepairError when it cannot be asked now."""
+        ctx, config = self._ctx, self._config
         bookie = fragment.ensemble[slot]
-        return await holds(self._ctx.pool, bookie, ledger_id, points, self._ctx.config.read_timeout)
+        timeout = ctx.config.read_timeout
+        if not scan_all:
+            points = check_points(
+                fragment, slot, metadata, config.auditor_ledger_verification_percentage, ctx.rng
+            )
+            holding = await holds(ctx.pool, bookie, ledger_id, points, timeout)
+            if holding is Holding.HELD:
+                return []
+            if holding is Holding.UNKNOWN:
+                raise RepairError(f"could not ask {bookie} what it holds")
+        e, wq = metadata.ensemble_size, metadata.write_quorum
+        owed = slot_entries(fragment.first, fragment.last, slot, e, wq)
+        absent, unsure = await absent_entries(
+            ctx.pool, bookie, ledger_id, owed, timeout, config.rereplication_entries_in_flight
+        )
+        if unsure:
+            raise RepairError(f"could not ask {bookie} about all it holds")
+        return absent
 
     async def _recover(
         self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
@@ -315,23 +355,27 @@ class ReplicationWorker:
             raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
         return key
 
-    async def _copy(
+    async def _run_job(
         self,
         ledger_id: int,
         metadata: LedgerMetadata,
-        fragment: FragmentRange,
-        slot: int,
-        key: bytes,
+        job: Job,
+        key: Callable[[], Awaitable[bytes]],
         writable: list[str],
         registered: set[str],
         moving: set[str],
         mark: UnderReplication,
     ) -> tuple[LedgerMetadata, list[tuple[int, int]]] | None:
-        """Copy one slot to a new bookie and swap it in: the metadata written and the entry
-        ranges found lost; None when the fragment changed under us."""
+        """Copy one slot to a new bookie and swap it in (or fill a bookie's gaps in place): the
+        metadata as it now is and the entry ranges found lost; None when the fragment changed
+        under us."""
         ctx = self._ctx
-        exclude = moving | ctx.pool.recently_failed()
-        target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+        fragment, slot = job.fragment, job.slot
+        if job.fill is None:
+            exclude = moving | ctx.pool.recently_failed()
+            target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+        else:
+            target = fragment.ensemble[slot]
         copy = SlotCopy(
             ctx.pool,
             ledger_id,
@@ -343,24 +387,28 @@ class ReplicationWorker:
             usable=lambda bookie: bookie in registered,
             lost_bookies=moving - registered,
             skip=mark.lost,
+            only=job.fill,
             timeout=ctx.config.add_timeout,
             in_flight=self._config.rereplication_entries_in_flight,
             throttle=self._throttle,
         )
         result = await copy.run()
-        written = await self._swap(ledger_id, metadata, fragment, slot, target)
-        if written is None:
-            return None
+        if job.fill is None:
+            written = await self._swap(ledger_id, metadata, fragment, slot, target)
+            if written is None:
+                return None
+            metadata = written
+            self.stats.fragments_replicated += 1
         stats = self.stats
-        stats.fragments_replicated += 1
         stats.entries_replicated += result.entries
         stats.bytes_replicated += result.bytes
         log.info(
-            "worker %s: ledger %d entries %d-%d: %s -> %s (%d entries, %d bytes)",
+            "worker %s: ledger %d entries %d-%d of %s %s %s (%d entries, %d bytes)",
             self.worker_id, ledger_id, fragment.first, fragment.last, fragment.ensemble[slot],
-            target, result.entries, result.bytes,
+            "copied to" if job.fill is None else "filled on", target, result.entries,
+            result.bytes,
         )  # fmt: skip
-        return written, result.lost
+        return metadata, result.lost
 
     async def _swap(
         self,
