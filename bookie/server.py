@@ -56,6 +56,9 @@ class BookieAddress(NamedTuple):
         return f"{self.host}:{self.port}"
 
 
+SECRET_RECHECK = 5.0  # seconds between store reads while the cluster secret does not exist
+
+
 class Companion(Protocol):
     """A service running beside a bookie while it serves (autorecovery)."""
 
@@ -146,6 +149,7 @@ class Bookie:
         self._owns_metadata = False
         self._registry: Registry | None = None
         self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
+        self._secret_recheck_at = 0.0
 
     # ------------------------------------------------------------------ identity
 
@@ -484,8 +488,16 @@ class Bookie:
 
     async def cluster_secret(self) -> bytes | None:
         """The cluster's key-request secret (``bookie.ops.ledger_key``), read from the store
-        once it exists; None while no replication worker has made it, or without a store."""
-        if self._secret is None and self._metadata is not None:
+        once it exists; None while no replication worker has made it, or without a store.
+        While it is absent the store is asked at most every SECRET_RECHECK seconds: a peer
+        sending key requests by the thousand costs etcd nothing more."""
+        loop = asyncio.get_running_loop()
+        if (
+            self._secret is None
+            and self._metadata is not None
+            and loop.time() >= self._secret_recheck_at
+        ):
+            self._secret_recheck_at = loop.time() + SECRET_RECHECK
             self._secret = await self._metadata.autorecovery.cluster_secret()
         return self._secret
 
