@@ -155,28 +155,38 @@ class ReplicationWorker:
         if not await self._marks.enabled():
             return False
         lease = await self._held_lease()
+        taken = await self._take(lease)
+        if taken is None:
+            return False
+        mark, claim, failures = taken
+        try:
+            outcome = await self._attempt(mark)
+        finally:
+            await self._marks.release(mark.ledger_id, claim)
+        self._note(mark.ledger_id, outcome, failures)
+        return True
+
+    async def _take(self, lease: HeldLease) -> tuple[UnderReplication, int, int] | None:
+        """The next mark with work to do, not backing off, claimed: (mark, claim version,
+        failures so far). Marks are walked from after the last one taken, wrapping once, so
+        workers spread over them and none is starved."""
         loop = asyncio.get_running_loop()
         for wrapped in (False, True):
             after = None if wrapped else self._cursor
-            async for mark in self._marks.marks(after_ledger=after):
-                if wrapped and self._cursor is not None and mark.ledger_id > self._cursor:
-                    break
-                if not mark.missing:
-                    continue  # a report of lost entries: nothing left to do
-                failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
-                if loop.time() < not_before:
-                    continue
-                claim = await self._marks.claim(mark.ledger_id, self.worker_id, lease.id)
-                if claim is None:
-                    continue
-                self._cursor = mark.ledger_id
-                try:
-                    outcome = await self._attempt(mark)
-                finally:
-                    await self._marks.release(mark.ledger_id, claim)
-                self._note(mark.ledger_id, outcome, failures)
-                return True
-        return False
+            async with contextlib.aclosing(self._marks.marks(after_ledger=after)) as marks:
+                async for mark in marks:
+                    if wrapped and self._cursor is not None and mark.ledger_id > self._cursor:
+                        break
+                    if not mark.missing:
+                        continue  # a report of lost entries: nothing left to do
+                    failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
+                    if loop.time() < not_before:
+                        continue
+                    claim = await self._marks.claim(mark.ledger_id, self.worker_id, lease.id)
+                    if claim is not None:
+                        self._cursor = mark.ledger_id
+                        return mark, claim, failures
+        return None
 
     async def _held_lease(self) -> HeldLease:
         lease = self._lease

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -227,7 +227,7 @@ class AutoRecoveryStore:
 
     async def marks(
         self, page_size: int = 500, after_ledger: int | None = None
-    ) -> AsyncIterator[UnderReplication]:
+    ) -> AsyncGenerator[UnderReplication, None]:
         """Every mark in ledger id order (those after ``after_ledger``), a page at a time."""
         prefix = self._keys.underreplicated_prefix
         after = None if after_ledger is None else self._keys.underreplicated(after_ledger)
