@@ -23,6 +23,7 @@ from aiobk.commands import (
     standalone_command,
     with_log_level,
 )
+from aiobk.commands.autorecovery import autorecovery_group
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
@@ -38,9 +39,15 @@ cli.add_command(bookies_group)
 cli.add_command(ledger_group)
 cli.add_command(log_group)
 cli.add_command(simpletest_command)
+cli.add_command(autorecovery_group)
 # Every long-running command takes --log-level (API.md); bookie start has its own, which
-# falls back on the log_level of its --config.
-for _command in (standalone_command, simpletest_command, log_group.commands["tail"]):
+# falls back on the log_level of its --config, as autorecovery start does.
+for _command in (
+    standalone_command,
+    simpletest_command,
+    log_group.commands["tail"],
+    bookies_group.commands["decommission"],
+):
     with_log_level(_command)
 
 

@@ -26,7 +26,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.server import CompanionFactory
 from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import MetadataStore
-from aiobk.metrics import serve_metrics
+from aiobk.metrics import add_autorecovery_metrics, serve_metrics
 
 
 def install_event_loop_policy() -> None:
@@ -82,7 +82,9 @@ def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
 
 
 def start_metrics(bookie: Bookie) -> None:
-    """The Prometheus exporter, when the bookie's config asks for one (``metrics_port``)."""
+    """The Prometheus exporter, when the bookie's config asks for one (``metrics_port``): the
+    bookie's figures and those of the autorecovery running beside it (``aiobk_autorecovery_*``:
+    under-replicated and lost ledgers, bytes and entries re-replicated, elections)."""
     if bookie.config.metrics_port is not None:
         serve_metrics(
             bookie.stats,
@@ -91,6 +93,9 @@ def start_metrics(bookie: Bookie) -> None:
             bookie.config.metrics_port,
             bookie.gauges,
         )
+        for companion in bookie.companions:
+            if isinstance(companion, AutoRecovery):
+                add_autorecovery_metrics(companion.stats, bookie.bookie_id)
 
 
 def run_until_signalled(bookie: Bookie) -> None:

@@ -91,6 +91,8 @@ class Auditor:
                 next_bookie_check = now + (config.auditor_periodic_bookie_check_interval or 1e18)
             requested = await self._marks.audit_requested()
             if requested > self._audit_seen or now >= next_check:
+                if requested > self._audit_seen:  # an operator asked: both checks, now
+                    await self.bookie_check()
                 self._audit_seen = requested
                 await self.check_all()
                 next_check = loop.time() + (check_every or 1e18)
@@ -139,9 +141,18 @@ class Auditor:
             gone = named & self.lost
             if gone:
                 await self._mark(ledger_id, gone, LOST_BOOKIE, now_ms)
-        fresh = named_everywhere - self._known
-        if fresh:  # named in a ledger, never seen registered by this auditor: clocks start now
-            self._known |= fresh
+        # Known: registered now, or named in some ledger (one named but never seen registered
+        # by this auditor starts its clock now). A bookie that is neither -- decommissioned,
+        # or lost with every copy moved -- is forgotten, and no longer reported lost.
+        registered = {info.bookie_id for info in await self._store.list_bookies()}
+        self._known = registered | named_everywhere
+        for forgotten in set(self._absent) - self._known:
+            del self._absent[forgotten]
+            self._absent_wall.pop(forgotten, None)
+        self.lost &= self._known
+        for forgotten in set(self._lost_wall) - self.lost:
+            del self._lost_wall[forgotten]
+        self.stats.lost_bookies = len(self.lost)
         self._last_bookie_check = self._now_ms()
 
     async def check_all(self) -> None:

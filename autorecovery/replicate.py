@@ -185,7 +185,7 @@ class SlotCopy:
                     return
                 try:
                     await self._copy(entry_id)
-                except CopyError as exc:
+                except Exception as exc:  # any failure stops every copier after its entry
                     failure.append(exc)
                     return
 

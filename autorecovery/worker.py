@@ -56,7 +56,13 @@ from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.placement import choose_replacement
 from aiobk.client.recovery import LedgerRecovery
-from aiobk.metadata import HeldLease, LedgerMetadata, LedgerState, UnderReplication
+from aiobk.metadata import (
+    CHECK,
+    HeldLease,
+    LedgerMetadata,
+    LedgerState,
+    UnderReplication,
+)
 from aiobk.protocol import DigestType
 from aiobk.protocol.errors import (
     BKError,
@@ -261,7 +267,13 @@ class ReplicationWorker:
                 # wrote may lack the rest of its copies, on bookies that are fine.
                 written = recovered_from is not None and fragment.first >= recovered_from
                 if bookie in registered and (bookie in missing or written):
-                    fill = await self._lacking(ledger_id, metadata, fragment, slot, written)
+                    # A check found copies missing (or a recovery wrote these): ask about every
+                    # entry, not a sample -- after a fill cut short, the first and last may be
+                    # back while some between are not. A lost bookie that came back is asked
+                    # about its first and last only (it holds all or nothing, or repairs itself
+                    # with BP-46).
+                    scan_all = written or CHECK in mark.reasons
+                    fill = await self._lacking(ledger_id, metadata, fragment, slot, scan_all)
                     if fill:
                         jobs.append(Job(fragment, slot, tuple(fill)))
                     # none lacking: a bookie that came back with its copies keeps them
@@ -269,10 +281,13 @@ class ReplicationWorker:
         lost_ranges: list[tuple[int, int]] = []
         if jobs:
             found: list[bytes] = []
+            fetching = asyncio.Lock()
 
             async def key() -> bytes:  # fetched once, when a first entry is to be written
-                if not found:
-                    found.append(await self._master_key(ledger_id, metadata, registered - moving))
+                async with fetching:  # by one of the copies in flight; the others wait
+                    if not found:
+                        holders = registered - moving
+                        found.append(await self._master_key(ledger_id, metadata, holders))
                 return found[0]
 
             for job in jobs:

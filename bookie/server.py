@@ -150,6 +150,7 @@ class Bookie:
         self._registry: Registry | None = None
         self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
         self._secret_recheck_at = 0.0
+        self._secret_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ identity
 
@@ -492,13 +493,14 @@ class Bookie:
         While it is absent the store is asked at most every SECRET_RECHECK seconds: a peer
         sending key requests by the thousand costs etcd nothing more."""
         loop = asyncio.get_running_loop()
-        if (
-            self._secret is None
-            and self._metadata is not None
-            and loop.time() >= self._secret_recheck_at
-        ):
-            self._secret_recheck_at = loop.time() + SECRET_RECHECK
-            self._secret = await self._metadata.autorecovery.cluster_secret()
+        async with self._secret_lock:  # one read at a time: the others wait for its answer
+            if (
+                self._secret is None
+                and self._metadata is not None
+                and loop.time() >= self._secret_recheck_at
+            ):
+                self._secret = await self._metadata.autorecovery.cluster_secret()
+                self._secret_recheck_at = loop.time() + SECRET_RECHECK
         return self._secret
 
     def log_corruption(self, exc: Exception) -> None:

@@ -1,14 +1,32 @@
-"""``aiobk bookies list``: the bookies registered in the metadata store."""
+"""``aiobk bookies list|decommission``: the bookies registered in the metadata store, and
+draining one for good (the logic in ``aiobk.autorecovery.decommission``)."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import click
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
+from aiobk.autorecovery.decommission import (
+    Decommission,
+    DecommissionError,
+    DecommissionResult,
+)
+from aiobk.autorecovery.decommission import Progress as DrainProgress
+from aiobk.autorecovery.decommission import cancel as cancel_decommission
 from aiobk.commands.common import json_option, metadata_option, run_with_store
+from aiobk.metadata import MetadataStore
 
 
 @click.group(name="bookies", help="The bookies registered in the metadata store.")
@@ -43,3 +61,195 @@ def bookies_list(metadata: str | None, as_json: bool) -> None:
             b.bookie_id, b.address, b.state, f"{b.free_bytes / 2**30:.1f}", b.software_version
         )
     Console().print(table)
+
+
+@bookies_group.command(
+    "decommission", short_help="Drain a bookie (live or dead) for good, then remove it."
+)
+@click.argument("bookie_id")
+@metadata_option
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3600.0,
+    show_default=True,
+    help="Seconds to wait for the drain, and as long again for a live bookie to be stopped.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.05),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks at the ledgers still naming the bookie.",
+)
+@click.option(
+    "--cancel", is_flag=True, help="Stop draining BOOKIE_ID and lift its read-only state."
+)
+@json_option
+def decommission_command(
+    bookie_id: str, metadata: str | None, timeout: float, poll_interval: float, cancel: bool,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Drain a bookie for good, live or dead, then remove its cookie.
+
+    Every ledger naming BOOKIE_ID is marked for the replication workers (in the bookies, or
+    `aiobk autorecovery start`), which copy its entries to other bookies -- reading from it
+    while it lives -- and take it out of the ledger's ensembles. A live bookie is set
+    read-only first so that new ledgers avoid it. Progress (the ledgers still naming it) is
+    shown on stderr.
+
+    Once no ledger names it, a bookie that is still running is reported drained and the
+    command waits (up to --timeout again) for you to stop it: its cookie is removed only once
+    it has left the registry, since a running bookie would still answer for it. Then its
+    cookie and the decommissioning mark are deleted.
+
+    Refused at once when the bookie is unknown, when some ledger's fragment has no writable
+    bookie outside its ensemble to take the copies, and (while some ledger names it) when
+    autorecovery is disabled or no autorecovery process runs (no auditor elected within 15 s).
+    A timeout or Ctrl-C leaves the bookie marked for draining (its copies keep moving): run
+    the command again to wait, or --cancel to stop. Open ledgers naming it are fenced and
+    closed after open_ledger_rereplication_grace_period if their writer does not move off it
+    first.
+    """
+    if cancel:
+        _cancel(metadata, bookie_id, as_json)
+        return
+    console = Console(stderr=True)
+    reporter = _DrainReporter(console, bookie_id, live=console.is_terminal and not as_json)
+
+    runs: list[Decommission] = []
+
+    async def action(store: MetadataStore) -> DecommissionResult:
+        run = Decommission(
+            store,
+            bookie_id,
+            timeout=timeout,
+            wall_clock=time.time,
+            notify=reporter.notify,
+            poll_interval=poll_interval,
+        )
+        runs.append(run)
+        return await run.run()
+
+    try:
+        with reporter:
+            result = run_with_store(metadata, action)
+    except DecommissionError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        if runs and runs[0].draining:
+            click.echo(
+                f"interrupted: {bookie_id} stays marked for draining and its copies keep "
+                "moving; run the command again to finish, or with --cancel to stop",
+                err=True,
+            )
+        raise click.Abort() from None
+    lost = [ledger.to_document() for ledger in result.lost]
+    if as_json:
+        document = {
+            "bookie_id": bookie_id,
+            "ledgers": result.ledgers,
+            "was_running": result.was_registered,
+            "cookie_removed": result.cookie_removed,
+            "lost_ledgers": lost,
+        }
+        click.echo(json.dumps(document))
+    else:
+        cookie = "cookie removed" if result.cookie_removed else "it had no cookie"
+        click.echo(
+            f"bookie {bookie_id} decommissioned: {result.ledgers} ledger(s) re-replicated, {cookie}"
+        )
+    for ledger in result.lost:
+        ranges = ", ".join(f"{a}-{b}" for a, b in ledger.ranges)
+        click.echo(
+            f"warning: ledger {ledger.ledger_id}: entries {ranges} had no copy left on any "
+            "bookie (lost)",
+            err=True,
+        )
+
+
+def _cancel(metadata: str | None, bookie_id: str, as_json: bool) -> None:
+    done = run_with_store(metadata, lambda store: cancel_decommission(store, bookie_id))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "bookie_id": bookie_id,
+                    "was_decommissioning": done.was_draining,
+                    "asked_writable": done.asked_writable,
+                    "problem": done.problem,
+                }
+            )
+        )
+    elif not done.was_draining:
+        click.echo(f"{bookie_id} was not being decommissioned")
+    else:
+        click.echo(f"{bookie_id} is no longer being decommissioned")
+    if done.problem is not None:
+        raise click.ClickException(
+            f"could not make {bookie_id} writable again ({done.problem}): use "
+            "`aiobk bookie state HOST:PORT --writable`"
+        )
+
+
+class _DrainReporter:
+    """Shows a decommission's progress on stderr: a bar on a terminal, else a line whenever the
+    count of ledgers still naming the bookie changes (at most every few seconds)."""
+
+    LINE_EVERY = 5.0
+
+    def __init__(self, console: Console, bookie_id: str, *, live: bool) -> None:
+        self._console = console
+        self._bookie_id = bookie_id
+        self._bar = (
+            Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
+            if live
+            else None
+        )
+        self._task: TaskID | None = None
+        self._shown: tuple[str, int] | None = None
+        self._shown_at = 0.0
+
+    def __enter__(self) -> _DrainReporter:
+        if self._bar is not None:
+            self._bar.__enter__()
+            self._task = self._bar.add_task(f"draining {self._bookie_id}", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
+
+    def notify(self, progress: DrainProgress) -> None:
+        if progress.note is not None:
+            if self._bar is not None:
+                self._console.print(progress.note, highlight=False)
+            else:
+                click.echo(progress.note, err=True)
+        moved = progress.total - progress.remaining
+        if self._bar is not None and self._task is not None:
+            self._bar.update(
+                self._task,
+                total=progress.total,
+                completed=moved,
+                description=f"{progress.stage} {self._bookie_id}: "
+                f"{progress.remaining} ledger(s) still name it",
+            )
+            return
+        key = (progress.stage, progress.remaining)
+        now = time.monotonic()
+        final = progress.remaining == 0
+        if key != self._shown and (final or now - self._shown_at >= self.LINE_EVERY):
+            self._shown, self._shown_at = key, now
+            click.echo(
+                f"{progress.stage} {self._bookie_id}: {progress.remaining} of "
+                f"{progress.total} ledger(s) still name it",
+                err=True,
+            )

@@ -190,3 +190,25 @@ async def test_an_auditor_whose_lease_is_lost_stops_and_stands_again(cluster: Cl
         assert await store.autorecovery.auditor() == "node"  # stood again and won
     finally:
         await service.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_lost_bookie_no_ledger_names_any_more_is_forgotten(
+    cluster: Cluster, bk: BookKeeper
+) -> None:
+    """Once its ledgers are gone (moved, deleted, or it was decommissioned), a lost bookie is no
+    longer reported lost."""
+    ledger_id = await _closed(bk)
+    auditor = _auditor(bk, lost_bookie_recovery_delay=0.0)
+    await auditor.bookie_check()
+    victim = (await bk.store.read_ledger(ledger_id)).fragments[0].ensemble[0]
+    await cluster.by_id(victim).crash()
+    await _gone(cluster, victim)
+    assert await auditor._watch_registry() == {victim}
+    await auditor.bookie_check()
+    assert auditor.lost == {victim}
+    await bk.delete_ledger(ledger_id)
+    await auditor.bookie_check()
+    assert auditor.lost == set()
+    assert auditor.stats.lost_bookies == 0
+    assert await auditor._watch_registry() == set()

@@ -4,6 +4,7 @@ requests costs the metadata store one read per few seconds."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -89,3 +90,34 @@ async def test_a_flood_of_key_requests_without_a_secret_reads_the_store_once(
         conn.close()
         store.kv.get = real_get  # type: ignore[method-assign]
     assert reads == 1
+
+
+@pytest.mark.timeout(30)
+async def test_key_requests_racing_the_first_read_of_the_secret_all_get_it(
+    cluster: Cluster,
+) -> None:
+    """The first request reads the secret from the store; one arriving meanwhile waits for that
+    read instead of seeing no secret (it used to get EUA)."""
+    async with BookKeeper(cluster.uri) as bk:
+        lh = await bk.create_ledger()
+        await lh.append(b"x")
+        secret = await bk.store.autorecovery.cluster_secret(random.Random(4).randbytes)
+        assert secret is not None
+        bookie = cluster.by_id(lh.metadata.fragments[0].ensemble[0])
+        store = bookie._metadata
+        assert store is not None
+        real_get = store.kv.get
+
+        async def slow_get(key: bytes):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.05)  # a store over a network: the read takes a while
+            return await real_get(key)
+
+        store.kv.get = slow_get  # type: ignore[method-assign]
+        conn = await BookieConnection.open("127.0.0.1", bookie.address.port)
+        proof = key_request_proof(secret, lh.ledger_id)
+        try:
+            answers = await asyncio.gather(*(_ask(conn, lh.ledger_id, proof) for _ in range(5)))
+        finally:
+            conn.close()
+            store.kv.get = real_get  # type: ignore[method-assign]
+        assert [a.status for a in answers] == [StatusCode.EOK] * 5
