@@ -64,11 +64,14 @@ PROFILE ?= mixed
 sim: setup
 	PYTHONHASHSEED=0 $(PY) -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --first $(FIRST)) --profile $(PROFILE) $(SIMARGS)
 
-# Real processes: etcd + 5 bookies behind fault-injecting proxies, with the journal and without.
+# Real processes: etcd + 5 bookies behind fault-injecting proxies, with the journal and without,
+# autorecovery in the bookies; CHAOS_WIPES bookies at most killed and wiped for good (each once
+# the last is repaired; 0: none), and at the end every copy restored (I15).
 CHAOS_SECONDS ?= 60
 CHAOS_FAULTS ?= 30
+CHAOS_WIPES ?= 2
 chaos: setup
-	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) --faults $(CHAOS_FAULTS)
+	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) --faults $(CHAOS_FAULTS) --wipes $(CHAOS_WIPES)
 
 # Coverage-guided fuzzing of every byte parser (frames, messages, entries, journal records)
 # and of the storage encoders with every value the protocol admits.

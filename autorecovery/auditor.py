@@ -77,7 +77,7 @@ class Auditor:
         """Audit until cancelled (the service cancels it when the lease is lost)."""
         loop = asyncio.get_running_loop()
         config = self._config
-        self._audit_seen = await self._marks.audit_requested()
+        self._audit_seen = await self._marks.audit_served()  # a request never served: now
         await self.bookie_check()  # at election: learn the bookies named in ledgers
         next_bookie_check = loop.time() + (config.auditor_periodic_bookie_check_interval or 1e18)
         check_every = config.auditor_periodic_check_interval
@@ -91,10 +91,13 @@ class Auditor:
                 next_bookie_check = now + (config.auditor_periodic_bookie_check_interval or 1e18)
             requested = await self._marks.audit_requested()
             if requested > self._audit_seen or now >= next_check:
-                if requested > self._audit_seen:  # an operator asked: both checks, now
+                asked = requested > self._audit_seen
+                if asked:  # an operator asked: both checks, now
                     await self.bookie_check()
-                self._audit_seen = requested
                 await self.check_all()
+                if asked:
+                    await self._marks.serve_audit(requested)
+                self._audit_seen = requested
                 next_check = loop.time() + (check_every or 1e18)
             if newly_lost or loop.time() >= next_status:
                 await self._publish(lease)

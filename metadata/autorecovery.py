@@ -7,6 +7,7 @@ Keys under ``PREFIX/autorecovery/`` (``KeyLayout``)::
     status                      what the auditor last saw (``AuditorStatus``), under its lease
     disabled                    present while an operator has autorecovery disabled
     audit                       written to ask the auditor for a full check now
+    audit-served                the newest such request a full check answered
     secret                      the cluster's key-request secret (``cluster_secret``)
     underreplicated/LEDGER      an ``UnderReplication`` mark
     claims/LEDGER               the worker repairing that ledger now, under its lease
@@ -316,6 +317,29 @@ class AutoRecoveryStore:
         """The revision of the newest audit request (0: never asked)."""
         found, _rev = await self._kv.get(self._keys.audit_request)
         return 0 if found is None else found.mod_revision
+
+    async def audit_served(self) -> int:
+        """The newest audit request a full check answered (0: none): an auditor elected after
+        a request its predecessor never served serves it (requests are not lost to a
+        failover)."""
+        found, _rev = await self._kv.get(self._keys.audit_served)
+        return 0 if found is None else int(found.value)
+
+    async def serve_audit(self, request: int) -> None:
+        """Record that a full check answered every request up to ``request``."""
+        key = self._keys.audit_served
+        for _attempt in range(50):
+            found, _rev = await self._kv.get(key)
+            if found is not None and int(found.value) >= request:
+                return
+            try:
+                if found is None:
+                    await self._kv.create(key, str(request).encode())
+                else:
+                    await self._kv.compare_and_set(key, str(request).encode(), found.mod_revision)
+                return
+            except (KeyExistsError, KeyMissingError, RevisionMismatchError):
+                continue
 
     # ------------------------------------------------------------------ decommissioning
 

@@ -35,6 +35,7 @@ class KeyLayout:
         self.autorecovery_status = recovery + b"status"
         self.autorecovery_disabled = recovery + b"disabled"
         self.audit_request = recovery + b"audit"
+        self.audit_served = recovery + b"audit-served"
         self.cluster_secret = recovery + b"secret"
         self.underreplicated_prefix = recovery + b"underreplicated/"
         self.claims_prefix = recovery + b"claims/"

@@ -15,7 +15,7 @@ import pytest
 
 from aiobk.autorecovery import Auditor, AutoRecovery, AutoRecoveryConfig, AutoRecoveryStats
 from aiobk.client import BookKeeper, ClientConfig
-from aiobk.metadata import CHECK, LOST_BOOKIE
+from aiobk.metadata import CHECK, LOST_BOOKIE, HeldLease
 from tests.cluster import Cluster, forget, start_cluster
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
@@ -212,3 +212,24 @@ async def test_a_lost_bookie_no_ledger_names_any_more_is_forgotten(
     assert auditor.lost == set()
     assert auditor.stats.lost_bookies == 0
     assert await auditor._watch_registry() == set()
+
+
+@pytest.mark.timeout(60)
+async def test_an_audit_asked_for_while_no_auditor_runs_is_served_by_the_next(
+    cluster: Cluster, bk: BookKeeper
+) -> None:
+    marks = bk.store.autorecovery
+    asked = await marks.request_audit()  # nobody audits yet
+    assert await marks.audit_served() == 0
+    auditor = _auditor(bk, auditor_periodic_check_interval=0.0)
+    lease = await HeldLease.grant(bk.store.kv, 10, "test")
+    task = asyncio.get_running_loop().create_task(auditor.run(lease))
+    try:
+        async with asyncio.timeout(20):
+            while await marks.audit_served() < asked:
+                await asyncio.sleep(0.1)
+        assert auditor._last_check > 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await lease.close()

@@ -2,6 +2,16 @@
 readers in this process, and a nemesis that SIGKILLs, SIGSTOPs, restarts and partitions
 bookies -- bounded in count and time, loopback only. At the end every fault is healed, every
 ledger recovered and read back, and the simulator's checker judges the history.
+
+Autorecovery runs in every bookie with fast settings (``AUTORECOVERY``), and the nemesis may
+also *wipe* a bookie: SIGKILL it, delete its directory, and start a new, empty bookie under a
+new id and port in its place, so the count stays at N and the wiped one never returns. A run's
+budget keeps it recoverable, as the simulator's does: at most ``wipes`` wipes, each after the
+one before it is repaired (no ledger names the wiped bookie, no mark is left), and no data loss
+at once with another -- a journal-less kill loses what was not flushed, so in journal-less
+runs a kill and a wipe exclude each other until the wipe is repaired, and a wipe never follows a
+journal-less kill. After the history's checks, I15 (``restored``): autorecovery quiesces and
+every copy each write set names is there, on a live bookie.
 """
 
 from __future__ import annotations
@@ -12,18 +22,51 @@ import random
 import shutil
 import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiobk.client import BookKeeper, ClientConfig, LedgerHandle
 from aiobk.client.quorum import write_set
-from aiobk.metadata import EtcdProcess, LedgerMetadata
+from aiobk.metadata import EtcdProcess, LedgerMetadata, MetadataStore
 from aiobk.protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
 from aiobk.protocol.errors import BKError
 from tests.chaos.proxy import Proxy
-from tests.procs import BookieProcess
+from tests.chaos.restored import check_restored
+from tests.procs import HOST_DISK_SETTINGS, BookieProcess
 from tests.sim.checker import _check_ledger, _check_reads, read_closed
 from tests.sim.history import Append, History, Observed
+
+KINDS = ("kill", "stop", "partition", "reset")
+# A writer closes its ledger after this many appends and starts another (a log rolling its
+# ledgers): closed ledgers mid-run for autorecovery, each small enough that a full check of
+# every copy sends a bookie a few thousand reads at once, not tens of thousands (see
+# auditor_check_concurrency below).
+LEDGER_ENTRIES = 2000
+WIPE_CHANCE = 0.2  # of each fault after the first being a wipe, while the budget allows one
+WATCH_POLLS = 2000  # a wipe's repair is looked for every 0.5 s, at most this many times
+RESTORE_BOUND = 60.0  # seconds autorecovery has, after the final checks, to restore copies
+# Autorecovery in every bookie, fast enough for a run of seconds (the defaults wait minutes).
+AUTORECOVERY: dict[str, float] = {
+    # Absent this long: lost. A killed bookie is back in 1-3 s, so usually it is not; a wiped
+    # one is marked about registration_ttl + this after its kill.
+    "lost_bookie_recovery_delay": 2.5,
+    # The walk for ledgers naming a lost bookie, again: catches a ledger made or changed with
+    # it just before its registration lapsed.
+    "auditor_periodic_bookie_check_interval": 5.0,
+    # No periodic full check during the run; the end asks for one (trigger-audit) over every
+    # copy, so a copy missing anywhere in a fragment is found, not only at its ends.
+    "auditor_periodic_check_interval": 0.0,
+    "auditor_ledger_verification_percentage": 100.0,
+    # The check sends every read it samples in a ledger's fragment at once, and these many
+    # ledgers at once: tens of thousands in flight stall the auditor's bookie for seconds (its
+    # leases lapse, its successor calls it lost). Two ledgers of LEDGER_ENTRIES stay clear.
+    "auditor_check_concurrency": 2,
+    "open_ledger_rereplication_grace_period": 3.0,
+    "rereplication_retry_delay": 0.2,
+    "autorecovery_lease_ttl": 2.0,
+    "autorecovery_poll_interval": 0.2,
+}
 
 
 @dataclass
@@ -34,6 +77,9 @@ class ChaosResult:
     acknowledged: int = 0
     ledgers: int = 0
     reads: int = 0
+    wiped: list[str] = field(default_factory=list)
+    restored_copies: int = 0  # copies read by I15's last looks
+    restore_seconds: float = 0.0  # from the audit request until I15 held (or gave up)
     violations: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
@@ -42,7 +88,9 @@ class ChaosResult:
         return (
             f"chaos {mode}: {sum(self.faults.values())} faults {self.faults}, "
             f"{self.appends} appends ({self.acknowledged} acknowledged) over {self.ledgers} "
-            f"ledgers, {self.reads} tailing reads, {len(self.violations)} violations"
+            f"ledgers, {self.reads} tailing reads, {len(self.wiped)} bookies wiped, I15 over "
+            f"{self.restored_copies} copies after {self.restore_seconds:.1f}s, "
+            f"{len(self.violations)} violations"
         )
 
 
@@ -62,10 +110,12 @@ class _Node:
             self.proxy = Proxy(self.process.port)
             await self.proxy.start()
         assert self.process is not None
-        config = self.data.parent / f"{self.data.name}.toml"
+        config = self.config_path
+        settings = {**HOST_DISK_SETTINGS, **AUTORECOVERY}
         config.write_text(
             f'data_dir = "{self.data}"\nregistration_ttl = 3.0\nflush_interval = 1.0\n'
             f"allow_cookie_fix = false\nrepair_retry_interval = 0.5\n"
+            + "".join(f"{k} = {v!r}\n" for k, v in settings.items())
         )
         args = ["--config", str(config), "--metadata", self.uri]
         args += ["--bookie-id", self.proxy.address, "--advertised-address", self.proxy.address]
@@ -76,14 +126,40 @@ class _Node:
         self.stopped = False
 
     @property
+    def config_path(self) -> Path:
+        return self.data.parent / f"{self.data.name}.toml"
+
+    @property
+    def bookie_id(self) -> str:
+        assert self.proxy is not None
+        return self.proxy.address
+
+    @property
     def alive(self) -> bool:
         p = self.process
         return p is not None and p.process is not None and p.process.poll() is None
 
+    async def wipe(self) -> None:
+        """SIGKILL, close the door (its proxy: connections are refused from now on) and delete
+        its directory and config: this bookie never comes back."""
+        assert self.process is not None
+        assert self.proxy is not None
+        self.process.kill()
+        await self.proxy.stop()
+        shutil.rmtree(self.data)
+        self.config_path.unlink()
+
 
 async def run_chaos(
-    seconds: float, faults: int, *, journal_less: bool, bookies: int = 5, seed: int = 0
+    seconds: float,
+    faults: int,
+    *,
+    journal_less: bool,
+    bookies: int = 5,
+    seed: int = 0,
+    wipes: int = 0,
 ) -> ChaosResult:
+    """``wipes``: at most that many kill-and-wipe-forever faults (see the module docstring)."""
     rng = random.Random(seed)
     result = ChaosResult(journal_less)
     loop = asyncio.get_running_loop()
@@ -96,8 +172,16 @@ async def run_chaos(
     etcd = EtcdProcess(data_dir=str(base / "etcd")).start()
     uri = etcd.uri("chaos")
     nodes = [_Node(base, i, uri, journal_less) for i in range(bookies)]
+    every_node = list(nodes)  # with the wiped ones, for the cleanup
+
+    def new_node() -> _Node:
+        node = _Node(base, len(every_node), uri, journal_less)
+        every_node.append(node)
+        return node
+
     history = History()
     clients: list[BookKeeper] = []
+    watchers: list[asyncio.Task[None]] = []
     config = ClientConfig(add_timeout=2.0, read_timeout=2.0, connect_timeout=1.0,
                           long_poll_timeout=1.0, bookie_list_ttl=0.5)  # fmt: skip
 
@@ -112,7 +196,9 @@ async def run_chaos(
         deadline = loop.time() + seconds
         jobs = [_writer(f"w{i}", await client(), history, rng, deadline, note) for i in range(2)]
         jobs.append(_reader(await client(), history, rng, deadline))
-        jobs.append(_nemesis(nodes, rng, deadline, faults, journal_less, result, note))
+        budget = _Budget(wipes, journal_less, (await client()).store)
+        watchers = budget.watchers
+        jobs.append(_nemesis(nodes, new_node, rng, deadline, faults, budget, result, note))
         await asyncio.wait_for(asyncio.gather(*jobs), seconds + 120)
         note("healing")
         for node in nodes:
@@ -124,12 +210,20 @@ async def run_chaos(
             if not node.alive:
                 await node.start()
         checker = await client()
-        await _check(checker, history, note)
+        wiped = set(result.wiped)
+        await _check(checker, history, wiped, note)
+        restored = await check_restored(checker, sorted(history.ledgers), RESTORE_BOUND, note)
+        history.violations += restored.violations
+        result.restored_copies = restored.copies
+        result.restore_seconds = restored.seconds
     finally:
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
         for bk in clients:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(bk.close(), 10)
-        for node in nodes:
+        for node in every_node:
             if node.process is not None and node.process.process is not None:
                 with contextlib.suppress(Exception):
                     node.process.process.send_signal(signal.SIGCONT)
@@ -162,7 +256,9 @@ async def _writer(
         history.ledgers[lh.ledger_id] = (3, 3, 2)
         slots = asyncio.Semaphore(rng.choice((1, 8, 32)))
         tasks: list[asyncio.Task[None]] = []
-        while loop.time() < deadline and lh.error is None:
+        for _entry in range(LEDGER_ENTRIES):
+            if loop.time() >= deadline or lh.error is not None:
+                break
             await slots.acquire()
             op = Append(lh.ledger_id, f"{name}:{lh.ledger_id}:{index}".encode(), loop.time())
             index += 1
@@ -215,20 +311,84 @@ async def _reader(bk: BookKeeper, history: History, rng: random.Random, deadline
             continue
 
 
+class _Budget:
+    """What a run may still lose (see the module docstring): data-losing faults one at a time."""
+
+    def __init__(self, wipes: int, journal_less: bool, store: MetadataStore) -> None:
+        self.wipes_left = wipes
+        self.journal_less = journal_less
+        self.store = store
+        self.killed_without_journal = False
+        self.wiped: set[str] = set()
+        self.watchers: list[asyncio.Task[None]] = []
+
+    async def may_lose_data(self) -> bool:
+        """No data loss outstanding: no journal-less kill yet, every wipe repaired."""
+        if self.killed_without_journal:
+            return False
+        return not self.wiped or await _repaired(self.store, self.wiped)
+
+    async def may_wipe(self) -> bool:
+        return self.wipes_left > 0 and await self.may_lose_data()
+
+    async def may_kill(self) -> bool:
+        return not self.journal_less or await self.may_lose_data()
+
+    async def victim(self, nodes: list[_Node], rng: random.Random) -> _Node:
+        """The bookie named by the most ledgers (the writers' ones among them): a wipe that
+        gives autorecovery work, whatever placement chose."""
+        named: dict[str, int] = {}
+        with contextlib.suppress(BKError):
+            async for _ledger_id, metadata in self.store.scan_ledgers():
+                for bookie in metadata.bookies() if metadata is not None else ():
+                    named[bookie] = named.get(bookie, 0) + 1
+        return max(nodes, key=lambda node: (named.get(node.bookie_id, 0), rng.random()))
+
+    def watch(self, bookie_id: str, note: Callable[[str], None]) -> None:
+        """Note when autorecovery has repaired a wipe (polled until the run ends)."""
+
+        async def poll() -> None:
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            for _poll in range(WATCH_POLLS):  # the run's end cancels it sooner
+                if await _repaired(self.store, {bookie_id}):
+                    note(f"wipe of {bookie_id} repaired {loop.time() - start:.1f}s after it")
+                    return
+                await asyncio.sleep(0.5)
+
+        self.watchers.append(asyncio.get_running_loop().create_task(poll()))
+
+
+async def _repaired(store: MetadataStore, wiped: set[str]) -> bool:
+    """The wiped bookies' registrations have lapsed (no new ensemble can pick them), no ledger
+    names one, and no mark is waiting for a worker."""
+    try:
+        if wiped & {info.bookie_id for info in await store.list_bookies()}:
+            return False
+        async for mark in store.autorecovery.marks():
+            if mark.missing:
+                return False
+        async for _ledger_id, metadata in store.scan_ledgers():
+            if metadata is not None and metadata.bookies() & wiped:
+                return False
+    except BKError:
+        return False
+    return True
+
+
 async def _nemesis(
     nodes: list[_Node],
+    new_node: Callable[[], _Node],
     rng: random.Random,
     deadline: float,
     faults: int,
-    journal_less: bool,
+    budget: _Budget,
     result: ChaosResult,
-    note: object,
+    note: Callable[[str], None],
 ) -> None:
-    assert callable(note)
     loop = asyncio.get_running_loop()
-    killed_without_journal = False
     gap = max(0.2, (deadline - loop.time()) / max(faults, 1))
-    for _ in range(faults):
+    for number in range(faults):
         await asyncio.sleep(rng.uniform(0.5 * gap, gap))
         if loop.time() >= deadline:
             break
@@ -236,14 +396,31 @@ async def _nemesis(
         proxy, process = node.proxy, node.process
         assert proxy is not None
         assert process is not None
-        kind = rng.choice(("kill", "stop", "partition", "reset"))
-        if kind == "kill" and journal_less and killed_without_journal:
-            kind = "stop"  # a second journal-less kill could lose an entry's every copy
+        kind = rng.choice(KINDS)
         hold = rng.uniform(0.3, 2.0)
+        # The first fault wipes (so a short run has one, repaired while writers go on); later
+        # ones now and then, once the last wipe is repaired.
+        if (number == 0 or rng.random() < WIPE_CHANCE) and await budget.may_wipe():
+            result.faults["wipe"] = result.faults.get("wipe", 0) + 1
+            victim = await budget.victim(nodes, rng)
+            note(f"wipe bookie {victim.bookie_id}: killed, its directory deleted, never back")
+            budget.wipes_left -= 1
+            budget.wiped.add(victim.bookie_id)
+            result.wiped.append(victim.bookie_id)
+            await victim.wipe()
+            budget.watch(victim.bookie_id, note)
+            await asyncio.sleep(hold)
+            fresh = new_node()
+            await fresh.start()
+            nodes[nodes.index(victim)] = fresh
+            note(f"bookie {fresh.bookie_id} started in its place (empty)")
+            continue
+        if kind == "kill" and not await budget.may_kill():
+            kind = "stop"  # a journal-less kill now could take an entry's last copy
         result.faults[kind] = result.faults.get(kind, 0) + 1
         note(f"{kind} bookie {proxy.address} for {hold:.2f}s")
         if kind == "kill":
-            killed_without_journal = journal_less
+            budget.killed_without_journal |= budget.journal_less
             process.kill()
             await asyncio.sleep(hold)
             await node.start()
@@ -261,8 +438,9 @@ async def _nemesis(
             proxy.reset()
 
 
-async def _check(bk: BookKeeper, history: History, note: object) -> None:
-    assert callable(note)
+async def _check(
+    bk: BookKeeper, history: History, wiped: set[str], note: Callable[[str], None]
+) -> None:
     final: dict[int, LedgerMetadata] = {}
     for ledger_id in sorted(history.ledgers):
         handle = None
@@ -279,20 +457,25 @@ async def _check(bk: BookKeeper, history: History, note: object) -> None:
         metadata = final[ledger_id] = handle.metadata
         last, values = await read_closed(history, handle)
         _check_ledger(history, ledger_id, last, values)
-        await _check_copies(bk, history, ledger_id, metadata)
+        await _check_copies(bk, history, ledger_id, metadata, wiped)
     _check_reads(history, final)
 
 
 async def _check_copies(
-    bk: BookKeeper, history: History, ledger_id: int, metadata: LedgerMetadata
+    bk: BookKeeper, history: History, ledger_id: int, metadata: LedgerMetadata, wiped: set[str]
 ) -> None:
-    """I3 and I6, asking each bookie of each entry's write set directly."""
+    """I3 and I6, asking each bookie of each entry's write set directly (a wiped bookie's
+    copies excused, as a bookie that lost data: I15 judges them once autorecovery ran)."""
     last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
     for entry_id in range(last + 1):
         fragment = metadata.fragment_for(entry_id)
         copies: dict[str, bytes] = {}
+        excused = 0
         for slot in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
             bookie = fragment.ensemble[slot]
+            if bookie in wiped:
+                excused += 1
+                continue
             try:
                 conn = await bk.pool.get(bookie)
                 answer = await conn.send(ReadRequest(conn.next_txn_id(), ledger_id, entry_id), 5)
@@ -302,7 +485,7 @@ async def _check_copies(
                 copies[bookie] = parse_entry(answer.body).payload
         if len(set(copies.values())) > 1:
             history.violations.append(f"I6 ledger {ledger_id} entry {entry_id}: copies differ")
-        if len(copies) < metadata.ack_quorum:
+        if len(copies) < metadata.ack_quorum - excused:
             history.violations.append(
                 f"I3 ledger {ledger_id} entry {entry_id}: {len(copies)} copies, AQ "
                 f"{metadata.ack_quorum}"
