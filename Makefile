@@ -54,6 +54,7 @@ bench: setup
 	$(PY) -m aiobk.bench.journal
 	$(PY) -m aiobk.bench.metadata
 	$(PY) -m aiobk.bench.add
+	$(PY) -m aiobk.bench.autorecovery
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.bench.spark
 
 # Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim

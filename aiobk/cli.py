@@ -60,6 +60,7 @@ class _BenchGroup(click.Group):
 
     commands_by_module: ClassVar[dict[str, str]] = {
         "add": "aiobk.bench.add",
+        "autorecovery": "aiobk.bench.autorecovery",
         "index": "aiobk.bench.index_engines",
         "journal": "aiobk.bench.journal",
         "metadata": "aiobk.bench.metadata",

@@ -3,6 +3,8 @@
 - fdatasync: append 4 KiB to a file on the data disk and fdatasync it, sequentially.
 - loopback round trip: 64 bytes ping-pong between two processes with blocking sockets (the
   least Python can spend on a round trip).
+- copying: read a cold file and write it to another with an fdatasync every chunk, on the same
+  disk (what re-replication's bytes cost at least; ``aiobk bench autorecovery``).
 - quorum fdatasync: the same append + fdatasync issued to N files at once (one thread each,
   as N bookies sharing the disk do); the time until the k-th finishes. With one disk that
   serialises cache flushes, the 2nd of 3 costs nearly two fdatasyncs: the least an
@@ -11,12 +13,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 
 from hdrh.histogram import HdrHistogram
 
@@ -134,3 +139,82 @@ def loopback_rtt_floor(count: int, max_seconds: float = 10.0) -> HdrHistogram:
         if server.stdout is not None:
             server.stdout.close()
     return histogram
+
+
+# ---------------------------------------------------------------------- copying a disk's bytes
+
+MB = 1_000_000  # rates in MB/s (10^6 bytes), as disks are rated
+MIB = 1024 * 1024
+CPU_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def evict_files(paths: Sequence[str]) -> None:
+    """Every file under ``paths`` written back and dropped from the page cache (no root
+    needed; fsync first, as DONTNEED leaves dirty pages in place)."""
+    for top in paths:
+        for root, _dirs, names in os.walk(top):
+            for name in names:
+                with contextlib.suppress(OSError):  # a file the bookie just removed
+                    fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    finally:
+                        os.close(fd)
+
+
+def make_copy_source(directory: str, size: int) -> str:
+    """A synced file of ``size`` bytes (distinct 1 MiB blocks, nothing a disk could elide)."""
+    path = os.path.join(directory, "floor-source.bin")
+    blocks = [os.urandom(MIB) for _ in range(8)]
+    with open(path, "wb") as out:
+        written = 0
+        while written < size:
+            block = blocks[(written // MIB) % len(blocks)][: size - written]
+            out.write(block)
+            written += len(block)
+        out.flush()
+        os.fsync(out.fileno())
+    return path
+
+
+def copy_floor(source: str, directory: str, size: int, chunk: int) -> float:
+    """MB/s of copying ``size`` bytes of the cold ``source`` to a new file on the same disk,
+    ``chunk`` bytes at a time, each written then fdatasynced."""
+    target = os.path.join(directory, "floor-copy.bin")
+    src = os.open(source, os.O_RDONLY)
+    dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fadvise(src, 0, 0, os.POSIX_FADV_DONTNEED)
+        started = time.perf_counter()
+        offset = 0
+        while offset < size:  # bounded: every turn moves a chunk or stops
+            data = os.pread(src, min(chunk, size - offset), offset)
+            if not data:
+                break
+            view = memoryview(data)
+            while view:
+                view = view[os.write(dst, view) :]
+            os.fdatasync(dst)
+            offset += len(data)
+        elapsed = time.perf_counter() - started
+    finally:
+        os.close(src)
+        os.close(dst)
+        os.remove(target)
+    return offset / MB / elapsed if elapsed > 0 else 0.0
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CPU_TICKS
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
