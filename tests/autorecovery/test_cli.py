@@ -21,12 +21,11 @@ from aiobk.autorecovery.fragments import bookies_named
 from aiobk.bookie import Bookie
 from aiobk.cli import main
 from aiobk.client import BookKeeper
-from aiobk.client.entry_read import ask
 from aiobk.commands import autorecovery as autorecovery_commands
 from aiobk.commands import common
-from aiobk.metadata import CHECK, EtcdProcess, MetadataStore, free_port, open_store, write_set
-from aiobk.protocol import StatusCode
+from aiobk.metadata import CHECK, EtcdProcess, MetadataStore, free_port, open_store
 from aiobk.runner import make_bookie
+from tests.autorecovery.helpers import assert_copies, ledgers_naming
 from tests.autorecovery.test_status import seed
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
@@ -110,27 +109,6 @@ async def _lose(cluster: Cluster, bookie: Bookie) -> None:
 
 async def _unregistered(store: MetadataStore, bookie_id: str) -> bool:
     return bookie_id not in {b.bookie_id for b in await store.list_bookies()}
-
-
-async def _naming(store: MetadataStore, bookie_id: str) -> list[int]:
-    return [
-        ledger_id
-        async for ledger_id, metadata in store.scan_ledgers()
-        if metadata is not None and bookie_id in bookies_named(metadata)
-    ]
-
-
-async def _every_copy_and_entry(bk: BookKeeper, ledger_id: int) -> None:
-    metadata = await bk.store.read_ledger(ledger_id)
-    last = metadata.last_entry_id
-    assert last is not None
-    for entry_id in range(last + 1):
-        fragment = metadata.fragment_for(entry_id)
-        for slot in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
-            response = await ask(bk.pool, fragment.ensemble[slot], ledger_id, entry_id, 5.0)
-            assert response.status is StatusCode.EOK, (ledger_id, entry_id, fragment.ensemble)
-    rh = await bk.open_ledger(ledger_id, recovery=False)
-    assert [e.data for e in await rh.read(0, last)] == [b"entry %d" % i for i in range(last + 1)]
 
 
 # ---------------------------------------------------------------------------- status and lists
@@ -248,7 +226,7 @@ async def test_disable_keeps_a_lost_bookies_mark_and_enable_repairs_it(
         code, out, err = await aiobk("autorecovery", "enable", "--metadata", uri)
         assert (code, out) == (0, "autorecovery enabled: workers repair marked ledgers again\n")
         await until(lambda: _clear(store, ledger_id, victim_id))
-        await _every_copy_and_entry(bk, ledger_id)
+        await assert_copies(bk, ledger_id)
         code, out, err = await aiobk(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
         )
@@ -306,7 +284,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
         assert (code, json.loads(out)) == (0, [ledger_id]), err
         await store.autorecovery.set_enabled(True)
         await until(lambda: _unmarked(store, ledger_id))
-        await _every_copy_and_entry(bk, ledger_id)  # the gap filled, wherever it went
+        await assert_copies(bk, ledger_id)  # the gap filled, wherever it went
 
 
 async def _has_auditor(store: MetadataStore) -> bool:
@@ -363,11 +341,11 @@ async def test_decommission_a_dead_bookie(make_cluster: StartCluster) -> None:
         }
         assert f"warning: ledger {single}: entries 0-4 had no copy left on any bookie" in err
         assert "still name it" in err  # progress, on stderr
-        assert await _naming(store, victim_id) == []
+        assert await ledgers_naming(store, victim_id) == []
         assert await store.read_cookie(victim_id) is None
         assert await store.autorecovery.decommissioning() == set()
         for ledger_id in replicated:
-            await _every_copy_and_entry(bk, ledger_id)
+            await assert_copies(bk, ledger_id)
         code, out, err = await aiobk("autorecovery", "status", "--json", "--metadata", uri)
         assert json.loads(out)["lost_ledgers"] == [{"ledger_id": single, "ranges": [[0, 4]]}]
         # Done once: the bookie is unknown now.
@@ -385,7 +363,7 @@ async def test_decommission_a_live_bookie_waits_for_it_to_be_stopped(
         store = bk.store
         ids = [await _closed(bk) for _ in range(3)]
         victim_id = (await store.read_ledger(ids[0])).fragments[0].ensemble[2]
-        named = await _naming(store, victim_id)
+        named = await ledgers_naming(store, victim_id)
         await until(lambda: _has_auditor(store))
         proc = await asyncio.create_subprocess_exec(
             *COMMAND, "bookies", "decommission", victim_id, "--metadata", uri,
@@ -401,7 +379,7 @@ async def test_decommission_a_live_bookie_waits_for_it_to_be_stopped(
                     assert line, "".join(shown)  # the command ended before saying so
                     shown.append(line)
             assert any(f"{victim_id} set read-only" in line for line in shown), shown
-            assert await _naming(store, victim_id) == []
+            assert await ledgers_naming(store, victim_id) == []
             assert await store.read_cookie(victim_id) is not None  # not while it runs
             victim = cluster.by_id(victim_id)
             cluster.bookies.remove(victim)
@@ -419,7 +397,7 @@ async def test_decommission_a_live_bookie_waits_for_it_to_be_stopped(
         assert await store.read_cookie(victim_id) is None
         assert await store.autorecovery.decommissioning() == set()
         for ledger_id in ids:
-            await _every_copy_and_entry(bk, ledger_id)
+            await assert_copies(bk, ledger_id)
 
 
 @pytest.mark.timeout(60)
@@ -531,7 +509,7 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
             victim_id = (await store.read_ledger(ledger_id)).fragments[0].ensemble[1]
             await _lose(cluster, cluster.by_id(victim_id))
             await until(lambda: _clear(store, ledger_id, victim_id))
-            await _every_copy_and_entry(bk, ledger_id)
+            await assert_copies(bk, ledger_id)
             url = f"http://127.0.0.1:{metrics}/metrics"
             text = await asyncio.to_thread(
                 lambda: urllib.request.urlopen(url, timeout=10).read().decode()

@@ -19,9 +19,7 @@ from aiobk.autorecovery.decommission import (
     decommission,
     stuck_fragments,
 )
-from aiobk.autorecovery.fragments import bookies_named
 from aiobk.client import BookKeeper, ClientConfig
-from aiobk.client.entry_read import ask
 from aiobk.metadata import (
     READ_ONLY,
     BookieServiceInfo,
@@ -29,12 +27,11 @@ from aiobk.metadata import (
     EtcdProcess,
     Fragment,
     LedgerMetadata,
-    MetadataStore,
     open_store,
-    write_set,
 )
-from aiobk.protocol import StateChange, StatusCode
+from aiobk.protocol import StateChange
 from aiobk.protocol.errors import BKError
+from tests.autorecovery.helpers import assert_copies, ledgers_naming
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
 
@@ -93,28 +90,6 @@ async def _closed(bk: BookKeeper, entries: int = 20, **shape: int) -> int:
     return lh.ledger_id
 
 
-async def _naming(store: MetadataStore, bookie_id: str) -> list[int]:
-    return [
-        ledger_id
-        async for ledger_id, metadata in store.scan_ledgers()
-        if metadata is not None and bookie_id in bookies_named(metadata)
-    ]
-
-
-async def _every_copy_and_entry(bk: BookKeeper, ledger_id: int) -> None:
-    """Every entry is on every bookie its fragment's write set names, and reads back."""
-    metadata = await bk.store.read_ledger(ledger_id)
-    last = metadata.last_entry_id
-    assert last is not None
-    for entry_id in range(last + 1):
-        fragment = metadata.fragment_for(entry_id)
-        for slot in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
-            response = await ask(bk.pool, fragment.ensemble[slot], ledger_id, entry_id, 5.0)
-            assert response.status is StatusCode.EOK, (ledger_id, entry_id, fragment.ensemble)
-    rh = await bk.open_ledger(ledger_id, recovery=False)
-    assert len(await rh.read(0, last)) == last + 1
-
-
 @pytest.mark.timeout(60)
 async def test_a_live_bookie_is_drained_read_only_then_removed_once_stopped(
     cluster: Cluster, bk: BookKeeper
@@ -126,7 +101,7 @@ async def test_a_live_bookie_is_drained_read_only_then_removed_once_stopped(
         await idle.append(b"open %d" % i)  # left open: its writer went quiet
     victim_id = idle.metadata.fragments[0].ensemble[0]
     ids = [await _closed(bk) for _ in range(3)] + [idle.ledger_id]
-    named = await _naming(store, victim_id)
+    named = await ledgers_naming(store, victim_id)
     assert idle.ledger_id in named
     seen: list[Progress] = []
     drained = asyncio.Event()
@@ -152,7 +127,7 @@ async def test_a_live_bookie_is_drained_read_only_then_removed_once_stopped(
         )
     assert not task.done(), task.result()
     # Drained, still running and registered read-only; the command waits for it to stop.
-    assert await _naming(store, victim_id) == []
+    assert await ledgers_naming(store, victim_id) == []
     (info,) = [b for b in await store.list_bookies() if b.bookie_id == victim_id]
     assert info.state == READ_ONLY
     assert any(p.note and "set read-only" in p.note for p in seen)
@@ -173,7 +148,7 @@ async def test_a_live_bookie_is_drained_read_only_then_removed_once_stopped(
     assert [m async for m in store.autorecovery.marks()] == []
     assert seen[-1].remaining == 0
     for ledger_id in ids:
-        await _every_copy_and_entry(bk, ledger_id)
+        await assert_copies(bk, ledger_id)
     # The idle writer's ledger was closed by a worker after its grace period (or the writer
     # moved off the read-only bookie by itself): either way its entries are all there.
     with contextlib.suppress(BKError):
@@ -230,7 +205,7 @@ async def test_disabled_midway_it_stops_and_cancel_puts_the_bookie_back(
     store, recovery = bk.store, bk.store.autorecovery
     ids = [await _closed(bk, 5) for _ in range(3)]
     victim_id = (await store.read_ledger(ids[0])).fragments[0].ensemble[0]
-    named = await _naming(store, victim_id)
+    named = await ledgers_naming(store, victim_id)
     asked: list[StateChange] = []
 
     async def set_state(address: str, change: StateChange) -> None:
@@ -265,7 +240,7 @@ async def test_disabled_midway_it_stops_and_cancel_puts_the_bookie_back(
     async with asyncio.timeout(20):
         while [m async for m in recovery.marks()]:
             await asyncio.sleep(0.2)
-    assert await _naming(store, victim_id) == named
+    assert await ledgers_naming(store, victim_id) == named
     assert (await cancel(store, victim_id)).was_draining is False
 
 
@@ -292,7 +267,7 @@ async def test_a_timeout_says_what_is_left_and_the_drain_goes_on(
     assert "it stays marked for draining" in message
     assert await store.autorecovery.decommissioning() == {victim_id}
     async with asyncio.timeout(20):  # the workers carry on without the command
-        while await _naming(store, victim_id):
+        while await ledgers_naming(store, victim_id):
             await asyncio.sleep(0.2)
     assert (await cancel(store, victim_id)).was_draining
     with contextlib.suppress(BKError):

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper
-from aiobk.client.entry_read import ask
-from aiobk.metadata import LedgerMetadata, write_set
-from aiobk.protocol import StatusCode
+from tests.autorecovery.helpers import assert_copies
 from tests.cluster import Cluster, forget, start_cluster
 
 FAST = {
@@ -32,17 +30,6 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     yield cluster
     await cluster.stop()
     forget(cluster)
-
-
-async def _copies_everywhere(bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata) -> None:
-    """Every entry is on every bookie its fragment's write set names."""
-    pool = bk.pool
-    assert metadata.last_entry_id is not None
-    for entry_id in range(metadata.last_entry_id + 1):
-        fragment = metadata.fragment_for(entry_id)
-        for slot in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
-            response = await ask(pool, fragment.ensemble[slot], ledger_id, entry_id, 5.0)
-            assert response.status is StatusCode.EOK, (ledger_id, entry_id, fragment.ensemble[slot])
 
 
 @pytest.mark.timeout(90)
@@ -74,7 +61,7 @@ async def test_a_lost_bookies_copies_come_back(cluster: Cluster) -> None:
                 await asyncio.sleep(0.2)
         for ledger_id in ids:
             metadata = await store.read_ledger(ledger_id)
-            await _copies_everywhere(bk, ledger_id, metadata)
+            await assert_copies(bk, ledger_id, read_back=False)
             rh = await bk.open_ledger(ledger_id, recovery=False)
             entries = await rh.read(0, 29)
             assert [e.data for e in entries] == [b"entry %d" % i for i in range(30)]

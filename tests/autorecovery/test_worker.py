@@ -17,10 +17,10 @@ from aiobk.autorecovery import AutoRecoveryConfig, Outcome, ReplicationWorker, W
 from aiobk.autorecovery.fragments import bookies_named, closed_fragments
 from aiobk.bookie import Bookie
 from aiobk.client import BookKeeper, ClientConfig
-from aiobk.client.entry_read import ask
-from aiobk.metadata import DECOMMISSION, LOST_BOOKIE, LedgerMetadata, write_set
-from aiobk.protocol import DigestType, StatusCode
+from aiobk.metadata import DECOMMISSION, LOST_BOOKIE
+from aiobk.protocol import DigestType
 from aiobk.protocol.errors import LedgerFencedError
+from tests.autorecovery.helpers import assert_copies
 from tests.cluster import Cluster, forget, start_cluster
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
@@ -76,16 +76,6 @@ async def _lose(cluster: Cluster, bookie: Bookie) -> None:
             await asyncio.sleep(0.1)
 
 
-async def _assert_copies(bk: BookKeeper, ledger_id: int, metadata: LedgerMetadata) -> None:
-    assert metadata.last_entry_id is not None
-    for entry_id in range(metadata.last_entry_id + 1):
-        fragment = metadata.fragment_for(entry_id)
-        for slot in write_set(entry_id, metadata.ensemble_size, metadata.write_quorum):
-            bookie = fragment.ensemble[slot]
-            response = await ask(bk.pool, bookie, ledger_id, entry_id, 5.0)
-            assert response.status is StatusCode.EOK, (entry_id, bookie)
-
-
 @pytest.mark.timeout(60)
 async def test_a_lost_bookie_is_replaced_in_every_fragment_and_the_mark_goes(
     cluster: Cluster, bk: BookKeeper
@@ -100,7 +90,7 @@ async def test_a_lost_bookie_is_replaced_in_every_fragment_and_the_mark_goes(
     repaired = await bk.store.read_ledger(ledger_id)
     assert victim not in bookies_named(repaired)
     assert repaired.last_entry_id == metadata.last_entry_id
-    await _assert_copies(bk, ledger_id, repaired)
+    await assert_copies(bk, ledger_id, read_back=False)
     assert await bk.store.autorecovery.read_mark(ledger_id) is None
     assert worker.stats.entries_replicated == 20
     assert worker.stats.fragments_replicated == 1
@@ -174,7 +164,7 @@ async def test_an_open_ledger_waits_its_grace_then_is_recovered_and_repaired(
     assert closed.is_closed
     assert closed.last_entry_id == 9
     assert victim not in bookies_named(closed)
-    await _assert_copies(bk, lh.ledger_id, closed)
+    await assert_copies(bk, lh.ledger_id, read_back=False)
     assert worker.stats.ledgers_recovered == 1
     with pytest.raises(LedgerFencedError):
         await lh.append(b"too late")
@@ -226,7 +216,7 @@ async def test_a_decommissioned_bookie_is_drained_while_alive_and_is_a_source(
     drained = await bk.store.read_ledger(ledger_id)
     assert draining not in bookies_named(drained)
     assert set(others) <= bookies_named(drained)
-    await _assert_copies(bk, ledger_id, drained)
+    await assert_copies(bk, ledger_id, read_back=False)
 
 
 @pytest.mark.timeout(60)
@@ -248,7 +238,7 @@ async def test_a_mac_ledger_is_copied_but_an_open_one_needs_its_writer(
     worker = _worker(bk)
     closed_mark = await bk.store.autorecovery.mark(closed_id, [victim], LOST_BOOKIE, 0)
     assert await worker.repair(closed_mark) is Outcome.REPAIRED
-    await _assert_copies(bk, closed_id, await bk.store.read_ledger(closed_id))
+    await assert_copies(bk, closed_id, read_back=False)
     open_mark = await bk.store.autorecovery.mark(lh.ledger_id, [victim], LOST_BOOKIE, 0)
     assert await worker._attempt(open_mark) is Outcome.FAILED
     assert not (await bk.store.read_ledger(lh.ledger_id)).is_closed
