@@ -78,7 +78,7 @@ def slot_entries(
         yield from range(first, last + 1)
         return
     # Entry e is on slot s when (s - e) mod E < WQ, i.e. e mod E in s-WQ+1 .. s (mod E).
-    residues = sorted((slot - offset) % ensemble_size for offset in range(write_quorum))
+    residues = _residues(slot, ensemble_size, write_quorum)
     base = first - first % ensemble_size
     while base <= last:
         for residue in residues:
@@ -109,40 +109,51 @@ def check_points(
     rng: random.Random,
 ) -> list[int]:
     """The entries to ask the slot's bookie about (BookKeeper's LedgerChecker): the first and
-    last it owes, and ``percentage`` of the rest, spread over the range (one random entry in
-    each of that many equal buckets)."""
+    last it owes, and ``percentage`` of the rest, distinct and chosen at random (at 100, every
+    entry it owes)."""
     e, wq = metadata.ensemble_size, metadata.write_quorum
-    bounds = slot_bounds(fragment.first, fragment.last, slot, e, wq)
-    if bounds is None:
+    first, last = fragment.first, fragment.last
+    if percentage >= 100:
+        return list(slot_entries(first, last, slot, e, wq))
+    owed = owed_count(first, last, slot, e, wq)
+    if owed == 0:
         return []
-    low, high = bounds
-    points = {low, high}
-    owed = _owed_count(low, high, slot, e, wq)
-    samples = int(owed * percentage / 100)
-    if samples > 0 and high > low:
-        span = (high - low) / samples
-        for bucket in range(samples):
-            start = low + int(bucket * span)
-            end = max(start, low + int((bucket + 1) * span) - 1)
-            candidate = rng.randint(start, min(end, high))
-            # the nearest owed entry at or after the candidate
-            while slot not in write_set(candidate, e, wq):
-                candidate += 1
-            if candidate <= high:
-                points.add(candidate)
-    return sorted(points)
+    picks = {0, owed - 1}
+    wanted = min(owed, int(owed * percentage / 100))
+    if wanted > len(picks):
+        picks.update(rng.sample(range(owed), wanted))
+    return sorted(nth_owed(first, slot, e, wq, index) for index in picks)
 
 
-def _owed_count(low: int, high: int, slot: int, ensemble_size: int, write_quorum: int) -> int:
+def _residues(slot: int, ensemble_size: int, write_quorum: int) -> list[int]:
+    return sorted((slot - offset) % ensemble_size for offset in range(write_quorum))
+
+
+def owed_count(first: int, last: int, slot: int, ensemble_size: int, write_quorum: int) -> int:
+    """How many entries in [first, last] the slot owes (``slot_entries``, counted)."""
+    if last < first:
+        return 0
     if write_quorum >= ensemble_size:
-        return high - low + 1
-    full, rest = divmod(high - low + 1, ensemble_size)
-    count = full * write_quorum
-    count += sum(
-        1 for entry in range(high - rest + 1, high + 1)
-        if slot in write_set(entry, ensemble_size, write_quorum)
-    )  # fmt: skip
-    return count
+        return last - first + 1
+
+    def upto(end: int) -> int:  # owed entries in [0, end)
+        full, rest = divmod(end, ensemble_size)
+        return full * write_quorum + sum(
+            1 for r in _residues(slot, ensemble_size, write_quorum) if r < rest
+        )
+
+    return upto(last + 1) - upto(first)
+
+
+def nth_owed(first: int, slot: int, ensemble_size: int, write_quorum: int, index: int) -> int:
+    """The ``index``-th (from 0) entry at or after ``first`` that the slot owes."""
+    if write_quorum >= ensemble_size:
+        return first + index
+    residues = _residues(slot, ensemble_size, write_quorum)
+    base = first - first % ensemble_size
+    skipped = sum(1 for r in residues if base + r < first)  # owed before first, same block
+    block, position = divmod(index + skipped, write_quorum)
+    return base + block * ensemble_size + residues[position]
 
 
 def holders(entry_id: int, fragment: FragmentRange, metadata: LedgerMetadata) -> list[str]:
@@ -180,7 +191,9 @@ __all__ = [
     "check_points",
     "closed_fragments",
     "holders",
+    "nth_owed",
     "open_fragment",
+    "owed_count",
     "replace_bookie",
     "slot_bounds",
     "slot_entries",

@@ -86,25 +86,27 @@ async def fetch_master_key(
     ledger_id: int,
     secret: bytes,
     timeout: float,
-) -> bytes | None:
+) -> tuple[bytes | None, bool]:
     """The ledger's master key from the first of ``bookies`` that holds it (LEDGER_KEY, proved
-    with the cluster's secret); None if none could say."""
+    with the cluster's secret), or None; and whether every one of them answered that it has
+    never held the ledger (a definite answer, unlike a timeout or a refusal)."""
     proof = key_request_proof(secret, ledger_id)
+    never_held = True
     for bookie in bookies:
         try:
             conn = await pool.get(bookie)
-            response = await conn.send(
-                LedgerKeyRequest(conn.next_txn_id(), ledger_id, proof), timeout
-            )
+            request = LedgerKeyRequest(conn.next_txn_id(), ledger_id, proof)
+            response = await conn.send(request, timeout)
         except BKError:
+            never_held = False
             continue
-        if (
-            isinstance(response, LedgerKeyResponse)
-            and response.status is StatusCode.EOK
-            and response.master_key
-        ):
-            return response.master_key
-    return None
+        if not isinstance(response, LedgerKeyResponse):
+            never_held = False
+        elif response.status is StatusCode.EOK and response.master_key:
+            return response.master_key, False
+        elif response.status is not StatusCode.ENOLEDGER:
+            never_held = False
+    return None, never_held
 
 
 class SlotCopy:

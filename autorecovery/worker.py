@@ -7,7 +7,7 @@ One ledger, as the worker sees it:
    a guarantee: a worker whose lease lapsed may still be running, so every change below is a
    compare-and-set on the version read (``metadata.lease``).
 2. Read its metadata. Gone: the ledger was deleted, drop the mark. IN_RECOVERY: someone is
-   recovering it, come back later.
+   recovering it, come back later -- unless that has lasted the grace period of step 4.
 3. Decide which (fragment, bookie) pairs to replace, closed fragments only: a bookie the mark
    names and the registry does not (the auditor names a bookie only once it has been gone for
    ``lost_bookie_recovery_delay``), a bookie being decommissioned, and a registered bookie the
@@ -63,7 +63,8 @@ from aiobk.metadata import (
     LedgerState,
     UnderReplication,
 )
-from aiobk.protocol import DigestType
+from aiobk.metadata.kv import KeyMissingError
+from aiobk.protocol import DigestType, master_key
 from aiobk.protocol.errors import (
     BKError,
     MetadataVersionError,
@@ -73,6 +74,9 @@ from aiobk.protocol.errors import (
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_DOUBLINGS = 5
+# The key a worker fences an open ledger with when no bookie left ever held the ledger
+# (``ReplicationWorker._recover``): any fixed 32 bytes; this spells out why it is there.
+NEVER_WRITTEN_KEY = master_key(b"aiobk autorecovery: a ledger no surviving bookie held")
 MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgotten first)
 
 
@@ -188,11 +192,21 @@ class ReplicationWorker:
                     failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
                     if loop.time() < not_before:
                         continue
-                    claim = await self._marks.claim(mark.ledger_id, self.worker_id, lease.id)
+                    try:
+                        claim = await self._marks.claim(mark.ledger_id, self.worker_id, lease.id)
+                    except KeyMissingError:  # the lease went before its keeper noticed
+                        await self._drop_lease()
+                        return None
                     if claim is not None:
                         self._cursor = mark.ledger_id
                         return mark, claim, failures
         return None
+
+    async def _drop_lease(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            with contextlib.suppress(BKError):
+                await lease.close()
 
     async def _held_lease(self) -> HeldLease:
         lease = self._lease
@@ -238,8 +252,6 @@ class ReplicationWorker:
         except NoSuchLedgerError:
             await self._marks.unmark(mark)
             return Outcome.GONE
-        if metadata.state is LedgerState.IN_RECOVERY:
-            return Outcome.DEFERRED
         infos = await store.list_bookies()
         registered = {info.bookie_id for info in infos}
         writable = [info.bookie_id for info in infos if info.writable]
@@ -250,11 +262,15 @@ class ReplicationWorker:
 
         tail = open_fragment(metadata)
         recovered_from: int | None = None
-        if tail is not None and moving & set(tail.ensemble):
+        # IN_RECOVERY: someone is recovering it -- or was, and stopped (a reader that died, or
+        # a recovery of ours that could not fence enough bookies): left to them for the grace
+        # period, then recovered here like an open ledger.
+        stalled = metadata.state is LedgerState.IN_RECOVERY
+        if tail is not None and (stalled or moving & set(tail.ensemble)):
             waited = self._wall_clock() - mark.since / 1000
             if waited < self._config.open_ledger_rereplication_grace_period:
                 return Outcome.DEFERRED
-            metadata = await self._recover(ledger_id, metadata, registered - moving)
+            metadata = await self._recover(ledger_id, metadata, registered, lost)
             recovered_from = tail.first_entry_id
 
         jobs: list[Job] = []
@@ -286,7 +302,7 @@ class ReplicationWorker:
             async def key() -> bytes:  # fetched once, when a first entry is to be written
                 async with fetching:  # by one of the copies in flight; the others wait
                     if not found:
-                        holders = registered - moving
+                        holders = registered  # a bookie being drained has the key too
                         found.append(await self._master_key(ledger_id, metadata, holders))
                 return found[0]
 
@@ -348,13 +364,30 @@ class ReplicationWorker:
         return absent
 
     async def _recover(
-        self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
+        self, ledger_id: int, metadata: LedgerMetadata, holders: set[str], lost: set[str]
     ) -> LedgerMetadata:
-        """Fence and close an open ledger whose writer's ensemble lost a bookie."""
+        """Fence and close an open ledger whose writer's ensemble lost a bookie (``holders``:
+        the registered bookies, ``lost``: the bookies gone for good)."""
         if metadata.digest_type is DigestType.MAC:
             # Recovery re-signs what it writes back (trap 4): a MAC needs the password.
             raise RepairError("an open ledger with a MAC digest: only its writer can close it")
-        key = await self._master_key(ledger_id, metadata, holders)
+        key, never_held = await self._fetch_key(ledger_id, metadata, holders)
+        # Only if every bookie the ledger names was asked or is gone for good: one that is
+        # merely down now may hold the only copies of acknowledged entries.
+        # And only if fewer bookies of its writer's ensemble are lost than an ack quorum: else
+        # an acknowledged entry may have lived on lost bookies alone, and closing the ledger
+        # empty would hide that loss.
+        unasked = bookies_named(metadata) - holders - lost
+        writer = set(metadata.fragments[-1].ensemble)
+        if key is None and never_held and not unasked and len(writer & lost) < metadata.ack_quorum:
+            # No bookie still here ever took an entry of it, so none can have been acknowledged
+            # (an ack needs an ack quorum, on more bookies than were lost), and nobody left knows
+            # its key: fence it with a stand-in key -- a fence creates the ledger fenced on a
+            # bookie that never saw it -- and close it empty. Its writer, if it ever writes,
+            # meets fenced bookies (UnauthorizedError) and a closed ledger.
+            key = NEVER_WRITTEN_KEY
+        if key is None:
+            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
         recovery = LedgerRecovery(
             self._ctx,
             ledger_id=ledger_id,
@@ -366,16 +399,20 @@ class ReplicationWorker:
         log.info("worker %s: recovered open ledger %d", self.worker_id, ledger_id)
         return closed
 
-    async def _master_key(
+    async def _fetch_key(
         self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
-    ) -> bytes:
+    ) -> tuple[bytes | None, bool]:
         if self._secret is None:
             self._secret = await self._marks.cluster_secret(self._secret_bytes)
         assert self._secret is not None
         sources = sorted(bookies_named(metadata) & holders)
-        key = await fetch_master_key(
-            self._ctx.pool, sources, ledger_id, self._secret, self._ctx.config.read_timeout
-        )
+        timeout = self._ctx.config.read_timeout
+        return await fetch_master_key(self._ctx.pool, sources, ledger_id, self._secret, timeout)
+
+    async def _master_key(
+        self, ledger_id: int, metadata: LedgerMetadata, holders: set[str]
+    ) -> bytes:
+        key, _never_held = await self._fetch_key(ledger_id, metadata, holders)
         if key is None:
             raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
         return key

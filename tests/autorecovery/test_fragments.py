@@ -13,7 +13,9 @@ from aiobk.autorecovery.fragments import (
     bookies_named,
     check_points,
     closed_fragments,
+    nth_owed,
     open_fragment,
+    owed_count,
     replace_bookie,
     slot_bounds,
     slot_entries,
@@ -61,8 +63,21 @@ def test_check_points_are_owed_entries_including_both_ends(
         assert owed[-1] in points
     else:
         assert points == []
-    if percentage == 100 and owed:
-        assert len(points) >= min(len(owed), 2)
+    assert len(points) == len(set(points))
+    if percentage == 100:
+        assert points == owed  # every entry, none twice (a random pick per bucket missed some)
+    else:
+        assert len(points) >= min(len(owed), int(len(owed) * percentage / 100))
+
+
+@given(shapes, st.integers(0, 80), st.integers(-1, 80))
+def test_owed_entries_are_counted_and_indexed_without_walking_them(
+    shape: tuple[int, int, int], first: int, span: int
+) -> None:
+    e, wq, slot = shape
+    owed = list(slot_entries(first, first + span, slot, e, wq))
+    assert owed_count(first, first + span, slot, e, wq) == len(owed)
+    assert [nth_owed(first, slot, e, wq, i) for i in range(len(owed))] == owed
 
 
 def test_closed_fragments_of_an_open_and_a_closed_ledger() -> None:

@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     acknowledged = refused = unknown = faults = gc_ledgers = gc_logs = gc_moved = 0
     states_loaded = 0
+    repairs: dict[str, int] = {}
+    kinds: dict[str, int] = {}
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TextColumn("{task.fields[status]}"), console=console,
@@ -73,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             gc_moved += result.gc_moved
             states_loaded += result.states_loaded
             faults += sum(result.faults.values())
+            for name, count in result.repairs.items():
+                repairs[name] = repairs.get(name, 0) + count
+            for kind, count in result.faults.items():
+                kinds[kind] = kinds.get(kind, 0) + count
             if not result.ok:
                 failed.append(result)
                 progress.console.print(
@@ -87,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         f"entries; {states_loaded} ledger states read back from the index; {len(failed)} failing",
         highlight=False,
     )
+    if repairs:  # the loss profiles
+        console.print(
+            "autorecovery: " + ", ".join(f"{name} {count}" for name, count in repairs.items()),
+            highlight=False,
+        )
+        console.print(
+            "faults: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
+            highlight=False,
+        )
     for result in failed[:3]:
         console.print(result.report(), markup=False, highlight=False)
     if failed:

@@ -36,6 +36,15 @@ PROFILES: dict[str, dict[str, float]] = {
     "lost_entry": {"lost_entry": 1},
     # Unclean crashes and restarts (journal-less runs lose data this way).
     "crashes": {"crash": 6, "recover": 3, "pause": 1, "lost_entry": 2},
+    # Issue 16 (tests.sim.loss): bookies lost for good, one then another, while autorecovery
+    # runs in the bookies; besides the plan, faults that lose no data.
+    "loss": {
+        "crash": 2, "stop": 1, "pause": 2, "partition": 1, "partition_one_way": 1,
+        "reset_request": 1, "reset_reply": 1, "recover": 1, "read_errors": 1, "slow": 1,
+        "slow_metadata": 1, "change_race": 0.5,
+    },
+    # Two workers racing on one ledger, one with a stale view (the plan's race, nothing else).
+    "worker_race": {"pause": 1},
 }  # fmt: skip
 
 
@@ -67,7 +76,7 @@ class Nemesis:
         end = loop.time() + duration
         for _ in range(faults):
             await asyncio.sleep(self.rng.uniform(0, 2 * duration / max(faults, 1)))
-            if loop.time() >= end:
+            if loop.time() >= end or self.workload.finished():
                 break
             kind = self.rng.choices(list(self._menu), weights=list(self._menu.values()))[0]
             await self._inject(kind)

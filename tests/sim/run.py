@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
 import random
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any
 
 import async_solipsism
 
 from tests.sim.checker import check, heal
 from tests.sim.history import History, WireTap
 from tests.sim.loop import SimLoop, SpinError
+from tests.sim.loss import PLANS, Loss, autorecovery_config
 from tests.sim.nemesis import Nemesis
 from tests.sim.workload import Workload
 from tests.sim.world import Switches, World
@@ -35,16 +38,49 @@ CHECK_LIMIT = 600.0  # virtual seconds for healing and checking
 
 
 @dataclass(frozen=True)
+class Scale:
+    """How big a run of a profile is."""
+
+    bookies: int = 5
+    entries: int = 300  # at most, per writer; writers stop when the faults do
+    faults: int = 8
+    duration: float = 3.0  # virtual seconds of faults
+    # The loss profiles: writers write one ledger after another until the plan's bookies are
+    # lost and repaired (at most this long), at a gentler pace.
+    writing: float | None = None
+    pace: float = 0.004  # most seconds between a writer's appends
+    log_pace: float = 0.01
+    reader_rounds: int = 12
+
+
+SCALES: dict[str, Scale] = {
+    "loss": Scale(bookies=7, faults=10, duration=30.0, writing=90.0, pace=0.1, log_pace=0.2,
+                  reader_rounds=40),
+    "worker_race": Scale(bookies=7, faults=0, duration=1.0, writing=90.0, pace=0.2,
+                         log_pace=0.4, reader_rounds=12),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class SimOptions:
     switches: Switches = field(default_factory=Switches)
     profile: str = "mixed"
     journal_less: bool | None = None  # None: the seed decides (about one run in three)
-    bookies: int = 5
+    bookies: int | None = None  # None (each of these): the profile's ``Scale``
     writers: int = 2
-    entries: int = 300  # at most, per writer; writers stop when the faults do
-    faults: int = 8
-    duration: float = 3.0  # virtual seconds of faults
+    entries: int | None = None
+    faults: int | None = None
+    duration: float | None = None
     stall_rate: float = 0.005  # per append: a writer pausing for 0.2-1.5 s
+
+    def scale(self) -> Scale:
+        scale = SCALES.get(self.profile, Scale())
+        given = {
+            name: getattr(self, name)
+            for name in ("bookies", "entries", "faults", "duration")
+            if getattr(self, name) is not None
+        }
+        return dataclasses.replace(scale, **given)
 
 
 @dataclass
@@ -62,6 +98,7 @@ class Result:
     states_loaded: int = 0  # ledger states the bookies read back from their index
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work (issue 16)
     virtual_seconds: float = 0.0
     journal_less: bool = False
 
@@ -142,38 +179,59 @@ def _abandon(loop: SimLoop) -> None:
 async def _run(seed: int, options: SimOptions, result: Result, note: object) -> None:
     assert callable(note)
     rng = random.Random(seed)
+    scale = options.scale()
+    plan = PLANS.get(options.profile)  # bookies lost for good, autorecovery in the bookies
     journal_less = options.journal_less
     if journal_less is None:
-        journal_less = rng.random() < 0.35
+        # The loss profiles lose data on purpose; a journal-less crash would lose more.
+        journal_less = False if plan is not None else rng.random() < 0.35
     result.journal_less = journal_less
     world = World(
         seed,
         rng,
-        bookies=options.bookies,
+        bookies=scale.bookies,
         journal_less=journal_less,
         switches=options.switches,
         trace=note,
+        autorecovery=None if plan is None else autorecovery_config(rng),
     )
     history = History()
     world.net.tap = WireTap(world, history)
-    note(f"seed {seed}: {options.bookies} bookies" + (" without journal" if journal_less else ""))
+    note(f"seed {seed}: {scale.bookies} bookies" + (" without journal" if journal_less else ""))
+    if world.autorecovery is not None:
+        note(f"autorecovery: {world.autorecovery}")
     try:
         for sim in world.bookies.values():
             if not await world.start_bookie(sim):
                 history.violations.append(f"{sim.node} did not boot on a fresh disk")
-        workload = Workload(world, history, rng, options.stall_rate)
+        workload = Workload(
+            world, history, rng, options.stall_rate, pace=scale.pace, log_pace=scale.log_pace
+        )
         nemesis = Nemesis(world, rng, workload, options.profile, rng.choice((1, 2)))
-        until = asyncio.get_running_loop().time() + options.duration
-        jobs = [
-            workload.writer(f"writer-{i}", options.entries, rng.choice((1, 4, 16)), until)
-            for i in range(options.writers)
-        ]
-        jobs.append(workload.reader("reader-0", rounds=12))
+        now = asyncio.get_running_loop().time()
+        until = now + scale.duration
+        jobs: list[Coroutine[Any, Any, object]] = []
+        if plan is None:
+            jobs += [
+                workload.writer(f"writer-{i}", scale.entries, rng.choice((1, 4, 16)), until)
+                for i in range(options.writers)
+            ]
+        else:
+            workload.finish = asyncio.Event()
+            nemesis.data_loss_used = True  # the plan's losses are the run's
+            until = now + (scale.writing or scale.duration)
+            jobs += [
+                workload.writer_series(f"writer-{i}", rng.choice((1, 4, 16)), until)
+                for i in range(options.writers)
+            ]
+        jobs.append(workload.reader("reader-0", rounds=scale.reader_rounds))
         jobs.append(workload.log_writer("logwriter-1", until))
         if rng.random() < 0.7:  # a second writer takes the log over mid-run
-            takeover = rng.uniform(0.2, options.duration)
+            takeover = rng.uniform(0.2, scale.duration)
             jobs.append(workload.log_writer("logwriter-2", until, start=takeover))
-        jobs.append(nemesis.run(options.duration, options.faults))
+        jobs.append(nemesis.run(scale.duration, scale.faults))
+        if plan is not None:
+            jobs.append(Loss(nemesis, plan, random.Random(rng.getrandbits(64))).run())
         try:
             await asyncio.wait_for(asyncio.gather(*jobs), WORKLOAD_LIMIT)
         except TimeoutError:
@@ -193,6 +251,18 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         world.gc_moved,
     )
     result.states_loaded = world.states_loaded
+    if world.autorecovery is not None:
+        repairs = world.repairs
+        result.repairs = {
+            "fragments": repairs.fragments_replicated,
+            "entries": repairs.entries_replicated,
+            "ledgers": repairs.ledgers_repaired,
+            "recovered": repairs.ledgers_recovered,
+            "failures": repairs.repair_failures,
+            "elections": repairs.auditor_elections,
+            "lost_bookies": len(world.lost),
+            **world.restored,
+        }
     result.violations.extend(history.violations)
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")

@@ -20,10 +20,20 @@ SHAPES = ((3, 3, 2), (3, 2, 2), (4, 3, 2), (4, 2, 2), (3, 3, 3), (5, 3, 2))
 
 class Workload:
     def __init__(
-        self, world: World, history: History, rng: random.Random, stall_rate: float = 0.005
+        self,
+        world: World,
+        history: History,
+        rng: random.Random,
+        stall_rate: float = 0.005,
+        pace: float = 0.004,
+        log_pace: float = 0.01,
     ) -> None:
         self.world = world
         self.stall_rate = stall_rate  # chance, per append, that a writer stalls for a while
+        self.pace = pace  # most seconds between a writer's appends
+        self.log_pace = log_pace  # ... and between a log writer's
+        # Set by the loss profiles' plan once its faults are over: writers stop then.
+        self.finish: asyncio.Event | None = None
         self.history = history
         self.rng = rng
         self.open_ledgers: list[int] = []
@@ -34,8 +44,20 @@ class Workload:
     def trace(self, text: str) -> None:
         self.world.trace(text)
 
-    async def writer(self, name: str, entries: int, in_flight: int, until: float) -> None:
-        """Append up to ``entries`` values, until virtual time ``until``."""
+    def finished(self) -> bool:
+        return self.finish is not None and self.finish.is_set()
+
+    async def writer_series(self, name: str, in_flight: int, until: float) -> None:
+        """One ledger after another, until ``until`` or the plan's end (the loss profiles:
+        ledgers closed while bookies are being lost and repaired)."""
+        loop = asyncio.get_running_loop()
+        while loop.time() < until and not self.finished():
+            if not await self.writer(name, self.rng.randint(20, 150), in_flight, until):
+                await asyncio.sleep(1.0)  # no ledger could be made now
+
+    async def writer(self, name: str, entries: int, in_flight: int, until: float) -> bool:
+        """Append up to ``entries`` values, until virtual time ``until``; False if no ledger
+        could be created."""
         loop = asyncio.get_running_loop()
         bk = await self.world.client(name)
         lh: LedgerHandle | None = None
@@ -53,7 +75,7 @@ class Workload:
                 self.trace(f"{name}: create_ledger failed: {type(exc).__name__}")
                 await asyncio.sleep(0.2)
         if lh is None:
-            return
+            return False
         ledger_id = lh.ledger_id
         meta = lh.metadata
         self.history.ledgers[ledger_id] = (meta.ensemble_size, meta.write_quorum, meta.ack_quorum)
@@ -68,7 +90,7 @@ class Workload:
         slots = asyncio.Semaphore(in_flight)
         tasks: list[asyncio.Task[None]] = []
         for index in range(entries):
-            if _failed(lh) or loop.time() > until:
+            if _failed(lh) or loop.time() > until or self.finished():
                 break
             await slots.acquire()
             if _failed(lh):  # it may have failed while we waited for a slot
@@ -86,7 +108,7 @@ class Workload:
                 self.trace(f"{name}: writer stalls {stall:.2f}s")
                 await asyncio.sleep(stall)
             else:
-                await asyncio.sleep(self.rng.uniform(0, 0.004))
+                await asyncio.sleep(self.rng.uniform(0, self.pace))
             if volatile and self.rng.random() < 0.05:
                 tasks.append(asyncio.create_task(self._force(name, lh)))
         if _failed(lh) and self.rng.random() < 0.5:
@@ -111,6 +133,7 @@ class Workload:
                     await self._delete(name, bk, ledger_id)
         else:
             self.trace(f"{name}: leaves ledger {ledger_id} open ({lh.error!r})")
+        return True
 
     async def _delete(self, name: str, bk: BookKeeper, ledger_id: int) -> None:
         """Delete a closed ledger: the bookies' garbage collection must reclaim it and nothing
@@ -196,7 +219,7 @@ class Workload:
         slots = asyncio.Semaphore(self.rng.choice((1, 8)))
         tasks: list[asyncio.Task[None]] = []
         index = 0
-        while loop.time() < until:
+        while loop.time() < until and not self.finished():
             await slots.acquire()
             op = LogAppend(name, f"{self.world.seed}:{name}:{index}".encode())
             index += 1
@@ -205,7 +228,7 @@ class Workload:
             self.history.log_ledgers.add(writer.ledger_id)
             if name in self.fenced_log_writers:
                 break  # another writer took the log
-            await asyncio.sleep(self.rng.uniform(0, 0.01))
+            await asyncio.sleep(self.rng.uniform(0, self.log_pace))
         await asyncio.gather(*tasks)
         try:
             await writer.close()

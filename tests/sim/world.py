@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig, AutoRecoveryStats, WorkerSwitches
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.repair import Repairer
 from aiobk.client import BookKeeper, ClientConfig
@@ -36,6 +37,8 @@ class Switches:
     boot_limbo: bool = True
     hold_acks_during_change: bool = True
     replace_after_cas: bool = True
+    # Issue 16: a replication worker's swap is a compare-and-set on the version it read.
+    metadata_version_fence: bool = True
 
     def client(self) -> ProtocolSwitches:
         return ProtocolSwitches(
@@ -43,6 +46,19 @@ class Switches:
             hold_acks_during_change=self.hold_acks_during_change,
             replace_after_cas=self.replace_after_cas,
         )
+
+
+@dataclass
+class Hold:
+    """One metadata write held at the store (``World.hold``)."""
+
+    op: str
+    key: bytes
+    reached: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        self.released.set()
 
 
 @dataclass
@@ -54,6 +70,9 @@ class SimBookie:
     lost_data: bool = False  # wiped, or crashed while running without the journal
     incarnation: int = 0
     fenced_acked: set[int] = field(default_factory=set)  # fences it acknowledged
+    lost_forever: bool = False  # wiped and never to return (the loss profiles)
+    down_since: float | None = None  # when its current outage began
+    longest_outage: float = 0.0  # the longest outage it came back from
 
     @property
     def bookie_id(self) -> str:
@@ -74,6 +93,7 @@ class World:
         journal_less: bool,
         switches: Switches,
         trace: Callable[[str], None],
+        autorecovery: AutoRecoveryConfig | None = None,
     ) -> None:
         self.seed = seed
         self.rng = rng
@@ -92,6 +112,11 @@ class World:
         self.gc_logs = 0  # entry logs it removed
         self.gc_moved = 0  # live entries its compaction copied
         self.states_loaded = 0  # ledger states read back from the index (issue 15)
+        # Issue 16: autorecovery beside every bookie (the loss profiles), with these settings.
+        self.autorecovery = autorecovery
+        self.repairs = AutoRecoveryStats()  # what every bookie life's autorecovery did
+        self._holds: list[Hold] = []
+        self.restored: dict[str, int] = {}  # what the I15 check found (tests.sim.checker)
         self._by_name: dict[str, BookKeeper] = {}
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
@@ -120,6 +145,24 @@ class World:
 
     async def _metadata_latency(self, op: str, key: bytes) -> None:
         await asyncio.sleep(self.rng.uniform(1e-4, self.metadata_delay))
+        for hold in self._holds:
+            if (hold.op, hold.key) == (op, key):
+                self._holds.remove(hold)
+                hold.reached.set()
+                await hold.released.wait()  # the write is checked and applied after this
+                break
+
+    def hold(self, op: str, key: bytes) -> Hold:
+        """Hold the next metadata write ``op`` on ``key`` until ``release()``: whoever makes it
+        waits with what it read before (a stale view), as a process paused mid-request does."""
+        hold = Hold(op, key)
+        self._holds.append(hold)
+        return hold
+
+    def release_holds(self) -> None:
+        for hold in self._holds:
+            hold.release()
+        self._holds.clear()
 
     def store(self) -> MetadataStore:
         return MetadataStore(self.kv, "aiobk", f"memory://{self.kv_name}")
@@ -167,9 +210,45 @@ class World:
 
         return make
 
+    def _autorecovery(self, node: str) -> Callable[[str, MetadataStore], AutoRecovery]:
+        """Autorecovery in one bookie life (issue 16): its worker and a candidate for auditor,
+        on the simulated network, the virtual clock and seeded randomness. Drawn only when
+        autorecovery is on, so the other profiles' seeds replay as before."""
+        config = self.autorecovery
+        assert config is not None
+        fence = self.switches.metadata_version_fence
+
+        def make(bookie_id: str, store: MetadataStore) -> AutoRecovery:
+            secrets = random.Random(self.rng.getrandbits(64))
+            return AutoRecovery(
+                store,
+                config,
+                bookie_id,
+                client_config=self.client_config(),
+                connector=self.net.connector(node),
+                rng=random.Random(self.rng.getrandbits(64)),
+                wall_clock=asyncio.get_running_loop().time,
+                secret_bytes=secrets.randbytes,
+                switches=WorkerSwitches(metadata_version_fence=fence),
+            )
+
+        return make
+
+    def companion(self, sim: SimBookie) -> AutoRecovery | None:
+        """The autorecovery running beside the bookie now, if any."""
+        if sim.bookie is None:
+            return None
+        for companion in sim.bookie.companions:
+            if isinstance(companion, AutoRecovery):
+                return companion
+        return None
+
     async def start_bookie(self, sim: SimBookie) -> bool:
         """Start a bookie's next life; False (traced) when it refuses to boot."""
+        if sim.lost_forever:
+            return False
         sim.incarnation += 1
+        companions = [] if self.autorecovery is None else [self._autorecovery(sim.node)]
         bookie = Bookie(
             sim.config.with_changes(allow_cookie_fix=sim.lost_data),
             disk=sim.disk,
@@ -177,6 +256,7 @@ class World:
             metadata=self.store(),
             repairer=self._repairer(sim.node),
             instance_ids=lambda: f"{self.rng.getrandbits(64):016x}",
+            companions=companions,
         )
         try:
             await bookie.start()
@@ -184,6 +264,10 @@ class World:
             self.trace(f"{sim.node}: boot refused: {type(exc).__name__}: {exc}")
             return False
         sim.bookie = bookie
+        if sim.down_since is not None:
+            now = asyncio.get_running_loop().time()
+            sim.longest_outage = max(sim.longest_outage, now - sim.down_since)
+            sim.down_since = None
         await self._check_fences(sim, bookie)
         self.trace(
             f"{sim.node}: up (life {sim.incarnation}"
@@ -213,17 +297,27 @@ class World:
                 )
 
     def _retire(self, bookie: Bookie) -> None:
-        """Keep what a bookie life's garbage collection did, for the run's summary."""
+        """Keep what a bookie life's garbage collection (and autorecovery) did, for the run's
+        summary."""
         self.gc_ledgers += bookie.stats.gc_ledgers_deleted
         self.gc_logs += bookie.stats.gc_logs_removed
         self.gc_moved += bookie.stats.gc_entries_moved
         self.states_loaded += bookie.stats.ledger_states_loaded
+        for companion in bookie.companions:
+            if isinstance(companion, AutoRecovery):
+                self._add_repairs(companion.stats)
+
+    def _add_repairs(self, stats: AutoRecoveryStats) -> None:
+        for name in ("fragments_replicated", "entries_replicated", "ledgers_repaired",
+                     "ledgers_recovered", "repair_failures", "auditor_elections"):  # fmt: skip
+            setattr(self.repairs, name, getattr(self.repairs, name) + getattr(stats, name))
 
     async def crash(self, sim: SimBookie, *, clean: bool) -> None:
         bookie, sim.bookie = sim.bookie, None
         if bookie is None:
             return
         self._retire(bookie)
+        sim.down_since = asyncio.get_running_loop().time()
         if clean:
             self.trace(f"{sim.node}: clean stop")
             await bookie.stop()
@@ -242,7 +336,19 @@ class World:
         sim.disk.wipe()
         sim.lost_data = True
 
+    async def lose(self, sim: SimBookie) -> None:
+        """The bookie's disk and host are gone for good: it never starts again (issue 16)."""
+        await self.wipe(sim)
+        sim.lost_forever = True
+        self.trace(f"{sim.node}: lost for good")
+
+    @property
+    def lost(self) -> set[str]:
+        """The ids of the bookies lost for good."""
+        return {sim.bookie_id for sim in self.bookies.values() if sim.lost_forever}
+
     async def close(self) -> None:
+        self.release_holds()
         for bk in self.clients:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(bk.close(), 5)
