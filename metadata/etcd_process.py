@@ -20,6 +20,10 @@ An etcd started here is this process's alone, and never outlives it:
   dead owner left running on the directory (one launched from a thread other than the main
   one, or by a version without the parent-death signal; on Linux also by its command line)
   and stops it; one whose owner still runs is refused (``EtcdInUseError``).
+
+``EtcdCluster`` runs several members as one cluster (a 3-member etcd for the multi-host test,
+``tests/test_multi_host.py``), each an ``EtcdProcess`` with the rules above; ``kill()`` one
+(SIGKILL) and ``start()`` it again to lose a member and bring it back.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +185,11 @@ class EtcdProcess:
     startup_timeout: float = 20.0
     extra_args: tuple[str, ...] = ()  # more etcd flags, e.g. ("--auth-token-ttl=2",)
     name: str = ""  # the member's name; default a unique one, kept by restart()
+    # Membership of a multi-member cluster (``EtcdCluster`` sets them): etcd's
+    # --initial-cluster (NAME=PEER_URL,...; empty: this member alone) and
+    # --initial-cluster-token (empty: etcd's default), read only when the member first starts.
+    initial_cluster: str = ""
+    initial_cluster_token: str = ""
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     stopped_leftover: int | None = field(default=None, init=False)  # pid of an orphan stopped
     _own_dir: bool = field(default=False, init=False)
@@ -204,6 +214,10 @@ class EtcdProcess:
     def log_path(self) -> str:
         assert self.data_dir is not None
         return os.path.join(self.data_dir, "etcd.log")
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
 
     def uri(self, prefix: str = "aiobk") -> str:
         return f"etcd://{self.endpoint}/{prefix}"
@@ -244,7 +258,12 @@ class EtcdProcess:
                 f"--advertise-client-urls={client}",
                 f"--listen-peer-urls={peer}",
                 f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster={self.name}={peer}",
+                f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
+                *(
+                    [f"--initial-cluster-token={self.initial_cluster_token}"]
+                    if self.initial_cluster_token
+                    else []
+                ),
                 "--log-level=error",
                 *self.extra_args,
             ]
@@ -306,6 +325,33 @@ class EtcdProcess:
         """Stop (keeping the data) and start again on the same ports and data directory."""
         self.stop(remove_data=False)
         return self.start()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash of this member, no clean step. The data directory stays;
+        ``start()`` brings the member back on the same ports with its data."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        if self.process is not None:
+            self._remove_pidfile(self.process.pid)
+        self.process = None
+
+    def status(self) -> dict[str, Any] | None:
+        """etcd's maintenance status of this member (``member_id``, ``leader``: the id of the
+        member it follows, 0 while there is none; ids as decimal strings); None: no answer."""
+        request = urllib.request.Request(
+            f"http://{self.endpoint}/v3/maintenance/status", data=b"{}", method="POST"
+        )
+        try:
+            with _NO_PROXY.open(request, timeout=1.0) as response:
+                answer = json.loads(response.read())
+        except (OSError, ValueError):  # refused, reset, timed out, not JSON
+            return None
+        if not isinstance(answer, dict):
+            return None
+        member_id = str(answer.get("header", {}).get("member_id", ""))
+        leader = str(answer.get("leader", "0"))
+        return {**answer, "member_id": member_id, "leader": leader}
 
     # ------------------------------------------------------------------ internals
 
@@ -420,3 +466,132 @@ class EtcdProcess:
                 self.stopped_leftover = pid
                 return
         raise EtcdInUseError(f"the leftover etcd (pid {pid}) in {self.data_dir} lives on")
+
+
+@dataclass
+class EtcdCluster:
+    """``size`` etcd members forming one cluster, each an ``EtcdProcess`` of its own.
+
+    The members listen on ``hosts`` (one address per member: 127.0.0.2, .3 and .4 play three
+    hosts, Linux routing all of 127/8 to loopback) or, without hosts, all on 127.0.0.1 on ports
+    of their own. ``start()`` launches every member before waiting for any -- a member of a new
+    cluster serves only once a majority has met -- then waits for a leader. Each of
+    ``members`` is an ``EtcdProcess`` like any other: ``kill()`` (SIGKILL) or ``stop()`` one,
+    and its ``start()`` brings it back into the cluster with its data on the same ports.
+
+    The members share a random ``--initial-cluster-token``, so that a member of another
+    cluster can never be taken for one of these. ``uri()`` names every client endpoint.
+    """
+
+    size: int = 3
+    hosts: tuple[str, ...] = ()  # one per member; empty: every member on 127.0.0.1
+    data_dir: str | None = None  # the members' directories go under it; default a temporary one
+    startup_timeout: float = 30.0  # for all members to answer and a leader to be elected
+    extra_args: tuple[str, ...] = ()  # more etcd flags for every member
+    members: list[EtcdProcess] = field(default_factory=list, init=False)
+    token: str = field(default="", init=False)
+    _own_dir: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"an etcd cluster needs at least one member, not {self.size}")
+        if self.hosts and len(self.hosts) != self.size:
+            raise ValueError(f"{len(self.hosts)} hosts given for {self.size} members")
+
+    @property
+    def endpoints(self) -> list[str]:
+        """``host:port`` of every member's client port, in member order."""
+        return [member.endpoint for member in self.members]
+
+    @property
+    def running(self) -> list[EtcdProcess]:
+        return [member for member in self.members if member.running]
+
+    def uri(self, prefix: str = "aiobk", *, first: EtcdProcess | None = None) -> str:
+        """``etcd://A,B,C/PREFIX`` naming every member; ``first`` (one of ``members``) leads
+        the list: a client talks to the first endpoint until it fails."""
+        order = list(self.members)
+        if first is not None:
+            order.remove(first)
+            order.insert(0, first)
+        return f"etcd://{','.join(member.endpoint for member in order)}/{prefix}"
+
+    def start(self) -> EtcdCluster:
+        """Launch the members not running, wait until each answers as itself and the cluster
+        has a leader. On failure every member is stopped."""
+        if not self.members:
+            self._plan()
+        try:
+            for member in self.members:
+                if not member.running:
+                    member.launch()
+            for member in self.members:
+                member.wait_ready()
+            self.wait_leader()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, remove_data: bool = True) -> None:
+        for member in self.members:
+            member.stop(remove_data=False)
+        if remove_data and self._own_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def leader(self) -> EtcdProcess | None:
+        """The running member that a running member names as leader and that says so itself;
+        None while there is none (an election under way, no majority)."""
+        answers = [(m, s) for m in self.running if (s := m.status()) is not None]
+        by_id = {status["member_id"]: (m, status) for m, status in answers}
+        for _member, status in answers:
+            named = by_id.get(status["leader"])
+            if named is not None and named[1]["leader"] == status["leader"]:
+                return named[0]
+        return None
+
+    def wait_leader(self, timeout: float | None = None) -> EtcdProcess:
+        """Until the running members have a leader; RuntimeError after ``timeout`` seconds
+        (default ``startup_timeout``)."""
+        deadline = time.monotonic() + (self.startup_timeout if timeout is None else timeout)
+        while True:
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"etcd cluster {','.join(self.endpoints)} elected no leader in time; "
+                    f"see the members' etcd.log under {self.data_dir}"
+                )
+            time.sleep(0.05)
+
+    def __enter__(self) -> EtcdCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _plan(self) -> None:
+        """Ports, names and directories of every member, fixed before any starts: each
+        member's --initial-cluster names all of their peer URLs."""
+        if self.data_dir is None:
+            self.data_dir = tempfile.mkdtemp(prefix="aiobk-etcd-cluster-")
+            self._own_dir = True
+        self.token = f"aiobk-{secrets.token_hex(4)}"
+        hosts = self.hosts or ("127.0.0.1",) * self.size
+        self.members = [
+            EtcdProcess(
+                client_port=free_port(host),
+                peer_port=free_port(host),
+                data_dir=os.path.join(self.data_dir, f"member{index}"),
+                host=host,
+                startup_timeout=self.startup_timeout,
+                extra_args=self.extra_args,
+                name=f"{self.token}-{index}",
+                initial_cluster_token=self.token,
+            )
+            for index, host in enumerate(hosts)
+        ]
+        initial = ",".join(f"{member.name}={member.peer_url}" for member in self.members)
+        for member in self.members:
+            member.initial_cluster = initial

@@ -6,7 +6,8 @@ pagination go through its generated ``rpc`` stubs directly. Every call runs unde
 ``asyncio.timeout()`` (not ``wait_for``, which on Python 3.11 can swallow a cancellation that
 arrives as the call completes, leaving a cancelled task running); gRPC reconnects by itself
 when etcd comes back. With several endpoints, a call that finds its endpoint unavailable (the
-request never reached etcd) moves to the next one; a timeout is reported as it is, since the
+request never reached etcd, or the member has no leader: every call asks for one) moves to the
+next one, and so does a watch whose stream broke; a timeout is reported as it is, since the
 request may have been applied.
 
 With credentials (etcd's ``auth enable``), connecting authenticates and every call carries the
@@ -44,6 +45,7 @@ from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+REQUIRE_LEADER = ("hasleader", "true")  # clientv3's WithRequireLeader
 
 
 def _put(key: bytes, value: bytes, lease: int = 0) -> Any:
@@ -81,6 +83,7 @@ class _EtcdWatch(Watch):
     async def _run(self) -> None:
         backoff = 0.05
         while not self._closed:
+            client: aetcd.Client | None = None
             try:
                 client = await self._owner._client_for_watch(self._key)
                 async with asyncio.timeout(self._owner.timeout):
@@ -100,6 +103,9 @@ class _EtcdWatch(Watch):
                 return
             except Exception as exc:  # stream broken: etcd restarting or unreachable
                 log.debug("watch of %r interrupted (%r); retrying", self._key, exc)
+                # With several endpoints the next attempt goes to the next one: the client
+                # would otherwise keep dialling a dead member until some unary call moved it.
+                await self._owner._move_on(client)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
@@ -173,8 +179,18 @@ class EtcdKV(KV):
         return await self._get_client()
 
     def _opts(self, client: aetcd.Client) -> dict[str, Any]:
-        """Keyword arguments of a raw stub call: the deadline and the auth token, if any."""
-        return {"timeout": self.timeout, "metadata": client.metadata}
+        """Keyword arguments of a raw stub call: the deadline, the auth token (if any), and
+        etcd's require-leader flag: a member that has lost its leader (an election, or cut off
+        from the others) answers "no leader" at once instead of holding the call for the whole
+        timeout, and the call moves on to the next endpoint."""
+        metadata = (*(client.metadata or ()), REQUIRE_LEADER)
+        return {"timeout": self.timeout, "metadata": metadata}
+
+    async def _move_on(self, client: aetcd.Client | None) -> None:
+        """After ``client`` failed: the next endpoint, if there are several and nothing moved
+        on since."""
+        if len(self._endpoints) > 1 and client is not None and self._client is client:
+            await self._rotate()
 
     async def _rotate(self) -> None:
         client, self._client = self._client, None
