@@ -1,31 +1,197 @@
-"""Prometheus exporters for the counters aiobk's processes keep (``--metrics-port``): a bookie's
-(``BookieStats`` and its gauges) and an autorecovery process's (``AutoRecoveryStats``).
+"""Prometheus exporters for the figures aiobk keeps: a bookie's (``--metrics-port``: its
+``BookieStats`` counters and histograms, its gauges, the disk usage of its directories), an
+autorecovery process's (``AutoRecoveryStats``), and a client's, on an application's own registry
+(``register_client_metrics``).
 
-The processes keep plain integer figures; one collector reads them at scrape time, so the hot
-path pays nothing for metrics. Each figure becomes ``aiobk_<SUBSYSTEM>_<NAME>`` with one label
-naming the process (a counter gets prometheus' ``_total`` suffix).
+The bookie, autorecovery and client keep plain figures; one collector reads them at scrape time
+(from the exporter's thread), so the hot path pays an addition, or a ``bisect`` for a histogram,
+and nothing else. Each figure becomes ``aiobk_<SUBSYSTEM>_<NAME>`` with one label naming the
+process or client: a counter gets prometheus' ``_total`` suffix, a latency histogram
+``_seconds``. Names follow BookKeeper's where one maps, in Prometheus' spelling (its
+``bookie_ADD_ENTRY_REQUEST`` is ``aiobk_bookie_add_entry_request_seconds``, its
+``bookie_journal_JOURNAL_SYNC`` ``aiobk_bookie_journal_sync_seconds``, its
+``bookie_SERVER_STATUS`` the ``aiobk_bookie_writable`` gauge). Every figure has a one-line help
+text (``BOOKIE_HELP``, ``AUTORECOVERY_HELP``, ``CLIENT_HELP``; a test checks that none is
+missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
-from typing import Any
+import shutil
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import start_http_server
-from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import (
+    REGISTRY,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+from prometheus_client.registry import CollectorRegistry
 
 from aiobk.autorecovery import AutoRecoveryStats
 from aiobk.bookie.stats import BookieStats
+from aiobk.client import BookKeeper
 
 Figures = Callable[[], dict[str, int]]
+
+
+class HistogramFigures(Protocol):
+    """A histogram as the bookie and the client keep it (``aiobk.bookie.histogram``)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int]
+    sum: float
+
+
+Histograms = Callable[[], Mapping[str, HistogramFigures]]
 
 # AutoRecoveryStats' figures that go up and down (the rest only ever grow). Named here rather
 # than in the stats class, which stays free of exporting concerns.
 AUTORECOVERY_GAUGES = frozenset({"under_replicated_ledgers", "lost_ledgers", "lost_bookies"})
 
+# One line per figure, by its exported name without the prefix (and without a counter's
+# _total); BookKeeper's name in brackets where one maps.
+BOOKIE_HELP: dict[str, str] = {
+    # counters
+    "adds": "Add requests received, refused ones included [ADD_ENTRY].",
+    "add_bytes": "Entry bytes of the add requests taken for the journal and ledger storage.",
+    "reads": "Read requests received, fencing reads and long polls included [READ_ENTRY].",
+    "read_misses": "Reads of an entry this bookie does not have (ENOENTRY, or EUNKNOWN in limbo).",
+    "long_polls": "Long-poll reads that waited for the ledger's LAC to move.",
+    "fences": "Ledgers fenced on this bookie (a recovery's fencing read, or a boot's fence).",
+    "bad_requests": "Requests that could not be decoded or were invalid (EBADREQ or a close).",
+    "auth_failures": "Requests refused for a wrong master key (EUA).",
+    "connections": "Client connections accepted.",
+    "connections_refused": "Connections refused at max_connections with none idle to close.",
+    "connections_evicted": "Idle connections closed to make room for a new one.",
+    "connections_timed_out": "Connections closed for a frame, write or idle timeout.",
+    "connections_shed": "Connections closed for holding the most when over max_connection_memory.",
+    "add_pauses": "Times every connection stopped reading at max_add_bytes_in_progress.",
+    "long_polls_refused": "Long polls answered ETOOMANYREQUESTS, over a long-poll cap.",
+    "journal_records": "Records appended to the journal (adds, fences, keys, explicit LACs).",
+    "journal_batches": "Journal writes, each one group commit of records.",
+    "journal_syncs": "Journal fdatasyncs [JOURNAL_NUM_FORCE_WRITES].",
+    "journal_bytes": "Bytes written to the journal, padding included [JOURNAL_WRITE_BYTES].",
+    "journal_failures": "Times the journal stopped on a failed write or sync and had to recover.",
+    "checkpoints": "Checkpoints completed (ledger storage durable, the journal trimmed).",
+    "checkpoint_failures": "Checkpoint attempts that failed (each logged, then retried).",
+    "journal_records_skipped": "Replayed journal records ledger storage could not keep (logged).",
+    "entry_log_flushes": "Entry log buffers written to their files.",
+    "storage_syncs": "Entry log fsyncs (checkpoints, FORCE on a journal-less bookie).",
+    "corrupt_reads": "Stored entries or index blocks that failed their checksum (answered EIO).",
+    "disk_full_errors": "Writes that met ENOSPC (each turns the bookie read-only).",
+    "gc_forced": "Garbage collection passes forced by the disk usage warning threshold.",
+    "adds_refused_read_only": "Adds answered EREADONLY while the bookie was read-only.",
+    "gc_ledgers_deleted": "Deleted ledgers whose data garbage collection dropped.",
+    "gc_logs_removed": "Entry log files garbage collection removed.",
+    "gc_bytes_freed": "Disk bytes garbage collection freed.",
+    "gc_entries_moved": "Live entries compaction copied out of mostly-dead entry logs.",
+    "gc_logs_compacted": "Entry logs compaction emptied and removed.",
+    "ledger_states_loaded": "Ledger states read back from the index (not in memory before).",
+    "ledger_states_dropped": "Idle ledger states dropped from memory after a checkpoint.",
+    "read_cache_hits": "Entry reads served from the read cache.",
+    # gauges
+    "writable": "1 while the bookie takes adds, 0 while read-only [SERVER_STATUS].",
+    "high_priority_writes": "1 while recovery adds are still taken (room above the reserve).",
+    "checkpoint_failing": "1 while the last checkpoint failed and none has worked since.",
+    "journal_failed": "1 while the journal is stopped after a failed write or sync.",
+    "connections_open": "Client connections open now.",
+    "connection_bytes_held": "Bytes connections hold now (partial frames, unsent responses).",
+    "add_bytes_in_progress": "Entry bytes of adds received and not answered yet.",
+    "long_polls_waiting": "Long polls waiting now.",
+    "journal_queue_size": "Journal records appended and not written yet [JOURNAL_QUEUE_SIZE].",
+    "journal_force_write_queue_size": (
+        "Journal batches written and waiting for an fdatasync [JOURNAL_FORCE_WRITE_QUEUE_SIZE]."
+    ),
+    "ledgers_held": "Ledgers this bookie holds data or state for [NUM_OPEN_LEDGERS].",
+    "ledger_states_in_use": "Ledger states loaded in memory now.",
+    "write_cache_bytes": "Bytes of entry locations held since the last checkpoint [write_cache].",
+    "write_cache_max_bytes": "Write cache size that starts a checkpoint (write_cache_max_size).",
+    "read_cache_bytes": "Bytes of recently read entries cached [read_cache_size].",
+    "read_cache_max_bytes": "Read cache capacity in bytes (read_cache_max_size).",
+    "disk_free_bytes": "Bytes free on the filesystem of a bookie directory (label dir).",
+    "disk_total_bytes": "Size in bytes of the filesystem of a bookie directory (label dir).",
+    # histograms
+    "add_entry_request_seconds": (
+        "Add latency, from handling the request to queuing its answer [ADD_ENTRY_REQUEST]."
+    ),
+    "read_entry_seconds": (
+        "Read latency (long polls aside), from handling the request to its answer [READ_ENTRY]."
+    ),
+    "read_entry_long_poll_wait_seconds": (
+        "How long long polls waited for the LAC to move or their timeout "
+        "[READ_ENTRY_LONG_POLL_WAIT]."
+    ),
+    "journal_flush_seconds": (
+        "Journal write latency, a batch written apart from its fdatasync [JOURNAL_FLUSH_LATENCY]."
+    ),
+    "journal_sync_seconds": "Journal fdatasync latency (with the write, when one call does both) "
+    "[JOURNAL_SYNC].",
+    "journal_batch_entries": (
+        "Records per journal write (group commit) [JOURNAL_FORCE_WRITE_BATCH_ENTRIES]."
+    ),
+    "journal_batch_bytes": (
+        "Bytes per journal write (group commit) [JOURNAL_FORCE_WRITE_BATCH_BYTES]."
+    ),
+}
+
+AUTORECOVERY_HELP: dict[str, str] = {
+    "auditor_elections": "Times this process became the auditor.",
+    "ledgers_marked": "Under-replicated marks this process's auditor made or widened.",
+    "marks_cleared": "Marks dropped because their bookie came back or their ledger was deleted.",
+    "ledgers_checked": "Ledgers the periodic check asked bookies about.",
+    "under_replicated_ledgers": "Ledgers marked under-replicated and waiting for repair "
+    "(the auditor's count).",
+    "lost_ledgers": "Marked ledgers with entries no bookie has (the auditor's count).",
+    "lost_bookies": "Bookies the auditor holds lost.",
+    "ledgers_repaired": "Under-replicated marks this process's workers resolved.",
+    "fragments_replicated": "Fragment copies this process's workers moved to a new bookie.",
+    "entries_replicated": "Entries this process's workers copied to a new bookie.",
+    "bytes_replicated": "Entry bytes this process's workers copied to a new bookie.",
+    "ledgers_recovered": "Open ledgers a worker fenced and closed after the grace period.",
+    "repair_failures": "Repairs that stopped (each retried after a backoff).",
+}
+
+CLIENT_HELP: dict[str, str] = {
+    "appends": "Appends confirmed to their caller.",
+    "append_bytes": "Payload bytes of the appends confirmed.",
+    "append_failures": "Appends failed (a fenced or closed ledger, a failed ensemble change, ...).",
+    "ensemble_changes": "New fragments this client's writers put in the metadata "
+    "[NUM_ENSEMBLE_CHANGE].",
+    "recoveries": "Ledgers this client recovered (or found closed) when opening them.",
+    "recovery_failures": "Ledger recoveries that failed (LedgerRecoveryError and others).",
+    "entries_read": "Entries read and verified.",
+    "speculative_reads": "Reads that asked a next bookie because the first was slow "
+    "[SPECULATIVE_READ_COUNT].",
+    "pending_appends": "Appends started and not finished yet [NUM_PENDING_ADD].",
+    "pending_append_bytes": "Payload bytes of the appends started and not finished yet.",
+    "appends_waiting": "Appends waiting for room in the client's budget of unfinished appends.",
+    "append_seconds": "Append latency, from the entry id given to the confirmation [ADD_ENTRY].",
+}
+
+
+def histogram_name(field: str) -> str:
+    """The exported name of a histogram field: a duration gets ``_seconds``."""
+    return field if field.endswith(("_entries", "_bytes")) else f"{field}_seconds"
+
+
+def _buckets(histogram: HistogramFigures) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative buckets ending with +Inf, from one copy of the counts, and the sum."""
+    counts = list(histogram.counts)  # the loop thread records meanwhile: one consistent copy
+    total = histogram.sum
+    running = 0
+    buckets: list[tuple[str, float]] = []
+    for bound, count in zip((*histogram.bounds, float("inf")), counts, strict=True):
+        running += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+    return buckets, total
+
 
 class FiguresCollector:
-    """Counters and gauges of one process, read at scrape time."""
+    """Counters, gauges and histograms of one process (or client), read at scrape time."""
 
     def __init__(
         self,
@@ -34,27 +200,67 @@ class FiguresCollector:
         value: str,
         counters: Figures,
         gauges: Figures | None = None,
+        histograms: Histograms | None = None,
+        help_texts: Mapping[str, str] | None = None,
     ) -> None:
         self._subsystem = subsystem
         self._label = label
         self._value = value
         self._counters = counters
         self._gauges = gauges
+        self._histograms = histograms
+        self._help = help_texts or {}
+
+    def _doc(self, name: str, kind: str) -> str:
+        return self._help.get(name) or f"{self._subsystem} {kind} {name}"
 
     def collect(self) -> Iterator[Any]:
         prefix = f"aiobk_{self._subsystem}"
+        labels, values = [self._label], [self._value]
         for name, value in self._counters().items():
             family = CounterMetricFamily(
-                f"{prefix}_{name}", f"{self._subsystem} counter {name}", labels=[self._label]
+                f"{prefix}_{name}", self._doc(name, "counter"), labels=labels
             )
-            family.add_metric([self._value], value)
+            family.add_metric(values, value)
             yield family
         for name, value in (self._gauges() if self._gauges is not None else {}).items():
-            gauge = GaugeMetricFamily(
-                f"{prefix}_{name}", f"{self._subsystem} gauge {name}", labels=[self._label]
-            )
-            gauge.add_metric([self._value], value)
+            gauge = GaugeMetricFamily(f"{prefix}_{name}", self._doc(name, "gauge"), labels=labels)
+            gauge.add_metric(values, value)
             yield gauge
+        for name, histogram in (self._histograms() if self._histograms else {}).items():
+            distribution = HistogramMetricFamily(
+                f"{prefix}_{name}", self._doc(name, "histogram"), labels=labels
+            )
+            buckets, total = _buckets(histogram)
+            distribution.add_metric(values, buckets, total)
+            yield distribution
+
+
+class DiskCollector:
+    """Free and total bytes of the filesystem of each bookie directory (``dir`` label),
+    measured at scrape time on the exporter's thread (never on the event loop)."""
+
+    def __init__(self, bookie_id: str, directories: Callable[[], Iterable[str]]) -> None:
+        self._bookie_id = bookie_id
+        self._directories = directories
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["bookie", "dir"]
+        free = GaugeMetricFamily(
+            "aiobk_bookie_disk_free_bytes", BOOKIE_HELP["disk_free_bytes"], labels=labels
+        )
+        total = GaugeMetricFamily(
+            "aiobk_bookie_disk_total_bytes", BOOKIE_HELP["disk_total_bytes"], labels=labels
+        )
+        for path in self._directories():
+            try:
+                usage = shutil.disk_usage(path)
+            except OSError:
+                continue  # not made yet, or its disk is gone: nothing to say about it
+            free.add_metric([self._bookie_id, path], usage.free)
+            total.add_metric([self._bookie_id, path], usage.total)
+        yield free
+        yield total
 
 
 def _split(figures: Figures, gauge_names: Collection[str]) -> tuple[Figures, Figures]:
@@ -69,10 +275,29 @@ def _split(figures: Figures, gauge_names: Collection[str]) -> tuple[Figures, Fig
     return counters, gauges
 
 
-def _serve(collector: FiguresCollector, host: str, port: int) -> None:
+def bookie_collectors(
+    stats: BookieStats, bookie_id: str, gauges: Figures | None = None
+) -> list[Any]:
+    """The collectors of a bookie's figures (``aiobk_bookie_*{bookie=...}``), for a registry of
+    the caller's choosing: counters, gauges and histograms, and its directories' disk usage.
+    From now on the bookie's histograms are timed by ``time.monotonic``, at full resolution
+    (``bookie.stats``: uvloop's loop clock counts whole milliseconds)."""
+    stats.clock = time.monotonic
+
+    def histograms() -> dict[str, HistogramFigures]:
+        return {histogram_name(k): h for k, h in stats.histograms.as_dict().items()}
+
+    figures = FiguresCollector(
+        "bookie", "bookie", bookie_id, stats.as_dict, gauges, histograms, BOOKIE_HELP
+    )
+    return [figures, DiskCollector(bookie_id, lambda: stats.directories)]
+
+
+def _serve(collectors: Iterable[Any], host: str, port: int) -> None:
     """Bind the exporter first: a port in use fails here (OSError) before anything registers."""
     start_http_server(port, addr=host)
-    REGISTRY.register(collector)
+    for collector in collectors:
+        REGISTRY.register(collector)
 
 
 def serve_metrics(
@@ -84,14 +309,16 @@ def serve_metrics(
 ) -> None:
     """Start a bookie's exporter thread (it lives as long as the process). ``gauges`` is read
     at scrape time too (writable, bytes held, ...)."""
-    _serve(FiguresCollector("bookie", "bookie", bookie_id, stats.as_dict, gauges), host, port)
+    _serve(bookie_collectors(stats, bookie_id, gauges), host, port)
 
 
 def autorecovery_collector(stats: AutoRecoveryStats, node_id: str) -> FiguresCollector:
     """A collector of an autorecovery process's figures (``aiobk_autorecovery_*{node=...}``),
     for a registry of the caller's choosing (a bookie's exporter may add it beside its own)."""
     counters, gauges = _split(stats.as_dict, AUTORECOVERY_GAUGES)
-    return FiguresCollector("autorecovery", "node", node_id, counters, gauges)
+    return FiguresCollector(
+        "autorecovery", "node", node_id, counters, gauges, help_texts=AUTORECOVERY_HELP
+    )
 
 
 def add_autorecovery_metrics(stats: AutoRecoveryStats, node_id: str) -> None:
@@ -104,14 +331,56 @@ def serve_autorecovery_metrics(
     stats: AutoRecoveryStats, node_id: str, host: str, port: int
 ) -> None:
     """Start the exporter of ``aiobk autorecovery start`` (lives as long as the process)."""
-    _serve(autorecovery_collector(stats, node_id), host, port)
+    _serve([autorecovery_collector(stats, node_id)], host, port)
+
+
+def client_collector(bk: BookKeeper, name: str = "aiobk") -> FiguresCollector:
+    """A collector of a client's figures (``aiobk_client_*{client=NAME}``): its counters,
+    ``append_seconds`` and, read from its budget of unfinished appends, ``pending_appends``,
+    ``pending_append_bytes`` and ``appends_waiting``. From now on the client's append latency
+    is timed by ``time.monotonic``, at full resolution."""
+    stats, budget = bk.stats, bk.add_budget
+    stats.clock = time.monotonic
+
+    def gauges() -> dict[str, int]:
+        return {
+            "pending_appends": budget.adds,
+            "pending_append_bytes": budget.bytes,
+            "appends_waiting": budget.waiting,
+        }
+
+    def histograms() -> dict[str, HistogramFigures]:
+        return {"append_seconds": stats.append_latency}
+
+    return FiguresCollector(
+        "client", "client", name, stats.as_dict, gauges, histograms, CLIENT_HELP
+    )
+
+
+def register_client_metrics(
+    bk: BookKeeper, registry: CollectorRegistry = REGISTRY, name: str = "aiobk"
+) -> FiguresCollector:
+    """Export client ``bk``'s figures on ``registry`` (the application's; prometheus_client's
+    default one unless told), labelled ``client=name`` -- give each client of one registry its
+    own name. Returns the collector (``registry.unregister`` it when the client is closed)."""
+    collector = client_collector(bk, name)
+    registry.register(collector)
+    return collector
 
 
 __all__ = [
     "AUTORECOVERY_GAUGES",
+    "AUTORECOVERY_HELP",
+    "BOOKIE_HELP",
+    "CLIENT_HELP",
+    "DiskCollector",
     "FiguresCollector",
     "add_autorecovery_metrics",
     "autorecovery_collector",
+    "bookie_collectors",
+    "client_collector",
+    "histogram_name",
+    "register_client_metrics",
     "serve_autorecovery_metrics",
     "serve_metrics",
 ]

@@ -2,7 +2,8 @@
 
 As BookKeeper's ``EmbeddedServer`` assembles a bookie with its services, this is where the
 bookie gets what it must not import itself: the client's repairer for BP-46's boot repair
-(``aiobk.client.repair.BookieRepairer``) and the metrics exporter. ``aiobk bookie start`` and
+(``aiobk.client.repair.BookieRepairer``), the metrics exporter and the HTTP admin API
+(``aiobk.http_admin``). ``aiobk bookie start`` and
 ``aiobk standalone`` build bookies here; the benchmarks and tests that start bookies in-process
 do too.
 """
@@ -20,13 +21,21 @@ from typing import Any
 
 import click
 import uvloop
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
 from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.config import ConfigError
 from aiobk.bookie.server import CompanionFactory
 from aiobk.client.repair import BookieRepairer
+from aiobk.http_admin import HttpAdmin, store_companion
 from aiobk.metadata import MetadataStore
-from aiobk.metrics import add_autorecovery_metrics, serve_metrics
+from aiobk.metrics import (
+    add_autorecovery_metrics,
+    autorecovery_collector,
+    bookie_collectors,
+    serve_metrics,
+)
 
 
 def install_event_loop_policy() -> None:
@@ -75,9 +84,15 @@ def autorecovery_companion(config: BookieConfig) -> CompanionFactory:
 def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
     """A bookie wired as a running one is: with the client's repairer and, unless
     ``autorecovery_enabled`` is off, autorecovery beside it (``seams``: the I/O seams of
-    ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator)."""
+    ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator).
+    With ``http_port`` set, a companion hands the bookie's metadata store to the HTTP admin API
+    (``start_http_admin``)."""
+    if config.http_port is not None and not 0 <= config.http_port <= 65535:
+        raise ConfigError(f"http_port {config.http_port} is not in 0..65535")
     if "companions" not in seams and config.autorecovery_enabled:
         seams["companions"] = [autorecovery_companion(config)]
+    if config.http_port is not None:
+        seams["companions"] = [*seams.get("companions", ()), store_companion]
     return Bookie(config, repairer=BookieRepairer, **seams)
 
 
@@ -98,6 +113,31 @@ def start_metrics(bookie: Bookie) -> None:
                 add_autorecovery_metrics(companion.stats, bookie.bookie_id)
 
 
+async def start_http_admin(bookie: Bookie, **options: Any) -> HttpAdmin | None:
+    """The HTTP admin API of a started bookie, when its config asks for one (``http_port``,
+    on ``http_host`` or else the bookie's host); stop it before the bookie. ``/metrics``
+    exposes the process's registry, which holds the bookie's figures when ``metrics_port``
+    put them there; otherwise a registry of this bookie's own comes first. ``options``: the
+    ``HttpAdmin`` keywords (timeouts, for tests)."""
+    config = bookie.config
+    if config.http_port is None:
+        return None
+    registries: list[CollectorRegistry] = [REGISTRY]
+    if config.metrics_port is None:
+        own = CollectorRegistry(auto_describe=False)  # nothing collected before a scrape
+        for collector in bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges):
+            own.register(collector)
+        for companion in bookie.companions:
+            if isinstance(companion, AutoRecovery):
+                own.register(autorecovery_collector(companion.stats, bookie.bookie_id))
+        registries.insert(0, own)
+    http = HttpAdmin(
+        bookie, config.http_host or config.host, config.http_port, registries=registries, **options
+    )
+    await http.start()
+    return http
+
+
 def run_until_signalled(bookie: Bookie) -> None:
     """Start ``bookie``, print its address, serve until SIGTERM/SIGINT, then stop cleanly."""
 
@@ -107,11 +147,18 @@ def run_until_signalled(bookie: Bookie) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await bookie.start()
-        start_metrics(bookie)
+        try:
+            start_metrics(bookie)
+            http = await start_http_admin(bookie)
+        except BaseException:
+            await bookie.stop()
+            raise
         click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}", nl=True)
         sys.stdout.flush()
         await stop.wait()
         click.echo("stopping", err=True)
+        if http is not None:
+            await http.stop()
         await bookie.stop()
 
     limit_malloc_arenas()
@@ -124,5 +171,6 @@ __all__ = [
     "limit_malloc_arenas",
     "make_bookie",
     "run_until_signalled",
+    "start_http_admin",
     "start_metrics",
 ]

@@ -114,6 +114,10 @@ class BookieConfig:
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
     max_long_polls_per_connection: int = 10_000
     metrics_port: int | None = None  # Prometheus exporter; None disables it
+    # The HTTP admin API (aiobk.http_admin): off unless a port is given; it listens on the
+    # bookie's host unless http_host says otherwise (an admin port is best kept off 0.0.0.0).
+    http_port: int | None = None
+    http_host: str | None = None
     # Autorecovery (issue 16): an auditor elected among the bookies and a replication worker in
     # each copy a lost bookie's entries to others. The settings are aiobk.autorecovery's
     # (AutoRecoveryConfig documents each; a test keeps these defaults equal to its own).

@@ -24,6 +24,11 @@ failed are kept, in order; ``recover()`` writes them again where they began and 
 and only then does the journal take records again -- so LSNs stay dense on disk, and a record
 that was answered with an error may still be found by replay (as any add that reached a disk
 and was never acknowledged may), never a gap.
+
+Timed (``BookieStats.histograms``, by ``BookieStats.clock``): ``journal_flush``, each write of a
+batch apart from its fdatasync (BookKeeper's JOURNAL_FLUSH_LATENCY); ``journal_sync``, each
+fdatasync (JOURNAL_SYNC) -- for a batch written and synced in one call on the loop, that call;
+``journal_batch_entries`` and ``journal_batch_bytes``, the records and bytes of each batch.
 """
 
 from __future__ import annotations
@@ -170,6 +175,17 @@ class Journal:
         return [path for _first, path in self._files]
 
     @property
+    def queue_size(self) -> int:
+        """Records appended and not written yet (a gauge: BookKeeper's JOURNAL_QUEUE_SIZE)."""
+        return len(self._queue)
+
+    @property
+    def sync_queue_size(self) -> int:
+        """Written batches (and barriers) waiting for an fdatasync (a gauge: BookKeeper's
+        JOURNAL_FORCE_WRITE_QUEUE_SIZE)."""
+        return len(self._sync_groups) + len(self._lazy_groups)
+
+    @property
     def failed(self) -> BaseException | None:
         """Why the journal stopped taking records (None while it works)."""
         return self._failed
@@ -293,6 +309,7 @@ class Journal:
         if plan is not BatchPlan.SYNC_HERE:
             return False  # the writer task takes it, a loop turn later
         data = b"".join(self._queue) + pad
+        records = len(self._queue)
         callbacks = self._callbacks
         first_lsn = self._first_queued_lsn
         assert first_lsn is not None
@@ -301,8 +318,9 @@ class Journal:
         self._first_queued_lsn = None
         error: BaseException | None = None
         try:
+            started = self.stats.clock()
             handle.write_and_sync_now(data)
-            self._count(data, synced=True)
+            self._count(data, records, started, synced=True)
         except OSError as exc:
             error = self._fail(exc, [_Batch(first_lsn, handle, offset, data)])
         self.urgent = True
@@ -346,6 +364,7 @@ class Journal:
                 await self._wait(delay)
                 continue
             data = b"".join(self._queue)
+            records = len(self._queue)
             callbacks = self._callbacks
             written = self._written
             first_lsn = self._first_queued_lsn
@@ -372,16 +391,17 @@ class Journal:
                     sync_busy=self._sync_busy(),
                     inline_records=self._inline_records,
                 )
+                started = self.stats.clock()
                 if plan is BatchPlan.SYNC_HERE:
                     handle.write_and_sync_now(data)
-                    self._count(data, synced=True)
+                    self._count(data, records, started, synced=True)
                     _notify(callbacks, None)
                     continue
                 if plan is BatchPlan.WRITE_HERE:
                     handle.write_now(data)  # volatile: into the page cache, answer at once
                 else:
                     await handle.write(data)
-                self._count(data, synced=False)
+                self._count(data, records, started, synced=False)
             except OSError as exc:
                 if self._sync_busy():
                     # Batches before this one wait for a sync: the sync stage fails them and
@@ -454,8 +474,9 @@ class Journal:
                     await handle.rewind(first.offset)
                 data = b"".join(batch.data for batch in stalled)
                 data += padding(handle.size + len(data), self._alignment)
+                started = self.stats.clock()
                 await handle.write_and_sync(data)
-                self._count(data, synced=True)
+                self._count(data, 0, started, synced=True)
         except OSError as exc:
             log.warning("journal cannot write its stalled records yet: %s", exc)
             return False
@@ -464,11 +485,22 @@ class Journal:
         log.warning("journal recovered: it takes records again")
         return True
 
-    def _count(self, data: bytes, synced: bool) -> None:
-        self.stats.journal_batches += 1
-        self.stats.journal_bytes += len(data)
+    def _count(self, data: bytes, records: int, started: float, synced: bool) -> None:
+        """Count a batch of ``records`` (0: not known) just written -- and synced, by the same
+        call, if ``synced`` -- by a call made at ``started``."""
+        stats = self.stats
+        elapsed = stats.clock() - started
+        stats.journal_batches += 1
+        stats.journal_bytes += len(data)
+        histograms = stats.histograms
+        if records:
+            histograms.journal_batch_entries.record(records)
+            histograms.journal_batch_bytes.record(len(data))
         if synced:
-            self.stats.journal_syncs += 1
+            stats.journal_syncs += 1
+            histograms.journal_sync.record(elapsed)
+        else:
+            histograms.journal_flush.record(elapsed)
 
     def _sync_busy(self) -> bool:
         return self._syncing or bool(self._sync_groups) or bool(self._lazy_groups)
@@ -525,9 +557,12 @@ class Journal:
             error: BaseException | None = self._failed
             try:
                 if error is None:
+                    stats = self.stats
                     for handle in dict.fromkeys(h for h, _cbs, _b in groups if h is not None):
+                        started = stats.clock()
                         await handle.sync()
-                        self.stats.journal_syncs += 1
+                        stats.histograms.journal_sync.record(stats.clock() - started)
+                        stats.journal_syncs += 1
             except OSError as exc:
                 error = self._fail(exc, [])
             finally:

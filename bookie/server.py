@@ -34,7 +34,7 @@ from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
 from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
 from aiobk.bookie.repair import RepairerFactory, run_repair
-from aiobk.bookie.stats import BookieStats
+from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import DISK, WriteState
 from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
@@ -96,6 +96,8 @@ class Bookie:
         self.companions: list[Companion] = []  # running while the bookie serves
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = stats = BookieStats()
+        # Whose disk usage the exporter reports (BookKeeper's journal and ledger directories).
+        stats.directories = tuple(dict.fromkeys((config.journal_path, config.ledgers_path)))
         self.flow = FlowControl(config, stats)
         self._disk: Disk = disk or OsDisk()
         self._owns_disk = disk is None
@@ -195,6 +197,7 @@ class Bookie:
             # metadata store to know which ledgers this bookie holds.
             raise ConfigError("journal_write_data = false needs a metadata store (BP-46)")
         self._advertised_host = advertised_host(self.config)  # before the cookie records the id
+        self.stats.clock = bound_to_loop(self.stats.clock)  # this loop's, read directly
         for path in (self.config.data_dir, self.config.journal_path, self.config.ledgers_path):
             await self._disk.makedirs(path)
         # Bind (without accepting) first: the cookie records the address actually bound.
@@ -469,19 +472,24 @@ class Bookie:
     def gauges(self) -> dict[str, int]:
         """Figures of the moment, beside the counters (GET_BOOKIE_INFO, metrics)."""
         flow = self.flow
+        journal = self.journal
         return {
             "writable": int(self.write_state.writable),
             "high_priority_writes": int(self.write_state.high_priority),
             "checkpoint_failing": int(self.checkpoint_error is not None),
-            "journal_failed": int(self.journal.failed is not None),
+            "journal_failed": int(journal.failed is not None),
             "connections_open": len(flow.connections),
             "connection_bytes_held": flow.held,
             "add_bytes_in_progress": flow.add_bytes,
             "long_polls_waiting": flow.long_polls,
+            "journal_queue_size": journal.queue_size,
+            "journal_force_write_queue_size": journal.sync_queue_size,
             "ledgers_held": len(self.storage.ledgers),
             "ledger_states_in_use": self.storage.states_in_use,
             "write_cache_bytes": self.storage.write_cache_bytes,
+            "write_cache_max_bytes": self.config.write_cache_max_size,
             "read_cache_bytes": self.storage.read_cache.size,
+            "read_cache_max_bytes": self.config.read_cache_max_size,
         }
 
     async def disk_usage(self) -> tuple[int, int]:

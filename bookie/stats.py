@@ -1,8 +1,69 @@
-"""Counters a bookie keeps for operators and benchmarks (plain ints: no cost on the hot path)."""
+"""Figures a bookie keeps for operators and benchmarks: counters (plain ints) and latency and
+size histograms (``bookie.histogram``), all cheap enough for the hot path. The exporter
+(``aiobk.metrics``) reads them at scrape time.
+
+Durations come from ``BookieStats.clock``: by default the running event loop's clock, which in
+the simulator is its virtual clock, so figures are the same on every replay and nothing in the
+bookie reads a clock of its own. uvloop's loop clock counts whole milliseconds, too coarse for
+an fdatasync, so a process that exports its figures hands in a monotonic clock of full
+resolution (``aiobk.metrics.bookie_collectors``, which ``serve_metrics`` uses). Both count
+from the same origin (CLOCK_MONOTONIC), so an add timed across the switch is off by at most the
+loop clock's millisecond. A started bookie reads its loop's clock through the loop's own
+``time`` (``bound_to_loop``): a third of ``loop_clock``'s cost per reading.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+from aiobk.bookie.histogram import (
+    BATCH_BYTES_BOUNDS,
+    BATCH_ENTRIES_BOUNDS,
+    Histogram,
+    latency_histogram,
+)
+
+Clock = Callable[[], float]
+
+
+def loop_clock() -> float:
+    """The running event loop's clock (virtual in the simulator)."""
+    return asyncio.get_running_loop().time()
+
+
+def bound_to_loop(clock: Clock) -> Clock:
+    """``clock``, unless it reads an event loop's clock (``loop_clock``, or some loop's
+    ``time``): then the running loop's ``time`` itself, which skips looking the loop up."""
+    owner = getattr(clock, "__self__", None)
+    if clock is loop_clock or isinstance(owner, asyncio.AbstractEventLoop):
+        return asyncio.get_running_loop().time
+    return clock
+
+
+def _batch_entries() -> Histogram:
+    return Histogram(BATCH_ENTRIES_BOUNDS)
+
+
+def _batch_bytes() -> Histogram:
+    return Histogram(BATCH_BYTES_BOUNDS)
+
+
+@dataclass(slots=True)
+class BookieHistograms:
+    """Seconds, except the journal batch sizes (records, bytes)."""
+
+    add_entry_request: Histogram = field(default_factory=latency_histogram)  # read -> answered
+    read_entry: Histogram = field(default_factory=latency_histogram)  # long polls aside
+    read_entry_long_poll_wait: Histogram = field(default_factory=latency_histogram)
+    journal_flush: Histogram = field(default_factory=latency_histogram)  # a write, no sync
+    journal_sync: Histogram = field(default_factory=latency_histogram)  # an fdatasync
+    journal_batch_entries: Histogram = field(default_factory=_batch_entries)
+    journal_batch_bytes: Histogram = field(default_factory=_batch_bytes)
+
+    def as_dict(self) -> dict[str, Histogram]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(slots=True)
@@ -44,6 +105,16 @@ class BookieStats:
     ledger_states_loaded: int = 0  # states read back from the index (not in use before)
     ledger_states_dropped: int = 0  # idle states dropped after a checkpoint
     read_cache_hits: int = 0
+    # Not counters (``as_dict`` leaves them out):
+    histograms: BookieHistograms = field(default_factory=BookieHistograms)
+    clock: Clock = loop_clock  # times the histograms (see the module doc)
+    directories: tuple[str, ...] = ()  # journal and ledger directories, for their disk usage
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The counters."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+
+COUNTERS = tuple(f.name for f in fields(BookieStats) if f.type == "int")
+
+__all__ = ["COUNTERS", "BookieHistograms", "BookieStats", "Clock", "bound_to_loop", "loop_clock"]

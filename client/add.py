@@ -121,6 +121,7 @@ class AddMode:
 class PendingAdd:
     __slots__ = (
         "acks", "charged", "done", "entry_id", "future", "inflight", "length", "payload", "queued",
+        "started",
     )  # fmt: skip
 
     def __init__(
@@ -135,6 +136,7 @@ class PendingAdd:
         self.queued = False  # waiting for an ensemble change to finish before its first send
         self.charged = False  # holds a share of the client's AddBudget (see the theory above)
         self.inflight = 0  # sends whose callback has not run yet
+        self.started = 0.0  # when the add began (ClientStats.clock), for the append latency
 
 
 class AddPipeline:
@@ -181,6 +183,8 @@ class AddPipeline:
         self.error: BKError | None = None
         # add() is called holding a share of the budget, given back at the end
         self._budget: AddBudget | None = ctx.budget if mode.budgeted else None
+        # The client's figures count a writer's appends, not recovery's write-backs.
+        self._stats = None if mode.flags & AddFlag.RECOVERY_ADD else ctx.stats
         self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
@@ -263,6 +267,8 @@ class AddPipeline:
     ) -> PendingAdd:
         op = PendingAdd(entry_id, payload, length, self._loop.create_future())
         op.charged = charged
+        if self._stats is not None:
+            op.started = self._stats.clock()
         self._tracker.track(op)
         if self.changing and not self._sent_early:
             op.queued = True
@@ -372,11 +378,17 @@ class AddPipeline:
         if self.changing and self._config.switches.hold_acks_during_change:
             return  # hold acknowledgements until the new fragment is in the metadata
         finished = finished_bytes = 0
+        stats = self._stats
+        now = stats.clock() if stats is not None else 0.0
         for op in self._tracker.pop_ready():
             if op.charged and not op.inflight:  # else the last answer gives its share back
                 op.charged = False
                 finished += 1
                 finished_bytes += len(op.payload)
+            if stats is not None:
+                stats.appends += 1
+                stats.append_bytes += len(op.payload)
+                stats.append_latency.record(now - op.started)
             if not op.future.done():
                 op.future.set_result(op.entry_id)
         if finished and self._budget is not None:
@@ -403,6 +415,8 @@ class AddPipeline:
         if self.error is None:
             self.error = error
         pending = self._tracker.drain()
+        if self._stats is not None:
+            self._stats.append_failures += len(pending)
         self._queued = []
         finished = finished_bytes = 0
         for op in pending:

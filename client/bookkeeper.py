@@ -22,6 +22,7 @@ from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
 from aiobk.client.read_handle import ReadHandle
 from aiobk.client.recovery import LedgerRecovery
+from aiobk.client.stats import bound_to_loop
 from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
 from aiobk.protocol.errors import NoSuchLedgerError, UnauthorizedError
@@ -71,6 +72,8 @@ class BookKeeper:
         # (backpressure.py).
         self.context = ClientContext.build(store, self.pool, config, self._rng)
         self.add_budget = self.context.budget
+        # Appends, ensemble changes, recoveries, reads (aiobk.metrics.register_client_metrics).
+        self.stats = self.context.stats
         self._owns_store = owns_store
         self._closed = False
 
@@ -95,6 +98,7 @@ class BookKeeper:
         future handshake, e.g. TLS, that ``connect()`` and ``async with`` share)."""
         if self._closed:
             raise RuntimeError("this BookKeeper is closed; make a new one")
+        self.stats.clock = bound_to_loop(self.stats.clock)  # this loop's, read directly
 
     async def __aenter__(self) -> BookKeeper:
         await self._connect()
@@ -177,7 +181,7 @@ class BookKeeper:
             self.context,
             ledger_id=ledger_id,
             metadata=metadata,
-            reader=EntryReader(ledger_id, digest, self.pool, self.config),
+            reader=EntryReader(ledger_id, digest, self.pool, self.config, self.stats),
         )
         if not metadata.is_closed:
             await handle.read_last_add_confirmed()

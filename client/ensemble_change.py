@@ -61,6 +61,7 @@ async def change_ensemble(
             written = await retry.call(
                 "writing the new fragment", functools.partial(store.write_ledger, ledger_id, wanted)
             )
+            ctx.stats.ensemble_changes += 1
             return new, written
         except MetadataVersionError:
             latest = await retry.call(

@@ -26,6 +26,7 @@ from aiobk.client.entry import Entry
 from aiobk.client.entry_read import ask, verified
 from aiobk.client.pool import BookiePool
 from aiobk.client.quorum import write_set
+from aiobk.client.stats import ClientStats
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
     EntryBody,
@@ -53,12 +54,18 @@ def summarize(ledger_id: int, entry_id: int, errors: list[BKError]) -> BKError:
 
 class EntryReader:
     def __init__(
-        self, ledger_id: int, digest: Digester, pool: BookiePool, config: ClientConfig
+        self,
+        ledger_id: int,
+        digest: Digester,
+        pool: BookiePool,
+        config: ClientConfig,
+        stats: ClientStats | None = None,
     ) -> None:
         self.ledger_id = ledger_id
         self._digest = digest
         self._pool = pool
         self._config = config
+        self._stats = stats or ClientStats()  # counted: entries read, speculative reads
 
     async def fetch(self, metadata: LedgerMetadata, entry_id: int) -> EntryBody:
         """The entry's verified body from the first bookie of its write set with a good copy.
@@ -83,10 +90,13 @@ class EntryReader:
                         running, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                     )
                     if not done:
+                        if index + 1 < len(bookies):
+                            self._stats.speculative_reads += 1
                         break  # speculative timeout: ask the next bookie too
                     for task in done:
                         error = task.exception()
                         if error is None:
+                            self._stats.entries_read += 1
                             return task.result()
                         assert isinstance(error, BKError)
                         errors.append(error)

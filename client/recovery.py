@@ -63,12 +63,18 @@ class LedgerRecovery:
         self._bad: set[str] = set()  # bookies that failed a write-back: never chosen again
 
     async def run(self, metadata: LedgerMetadata) -> LedgerMetadata:
-        metadata = await self._mark_in_recovery(metadata)
-        if metadata.is_closed:
-            return metadata
-        start = await self._fence(metadata)
-        last, length = await self._read_and_write_back(metadata, start)
-        return await self._close(last, length)
+        stats = self._ctx.stats
+        try:
+            metadata = await self._mark_in_recovery(metadata)
+            if not metadata.is_closed:
+                start = await self._fence(metadata)
+                last, length = await self._read_and_write_back(metadata, start)
+                metadata = await self._close(last, length)
+        except BKError:
+            stats.recovery_failures += 1
+            raise
+        stats.recoveries += 1
+        return metadata
 
     # ------------------------------------------------------------------ phase 0
 

@@ -51,6 +51,13 @@ def bookie_group() -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None)
 @click.option("--no-journal-write-data", is_flag=True, help="BP-46: adds skip the journal.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
+@click.option(
+    "--http-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve the HTTP admin API on this port (default: off).",
+)
+@click.option("--http-host", default=None, help="Address of the HTTP admin API (default --host).")
 @click.option("--bookie-id", default=None, help="Identity in metadata (default host:port).")
 @click.option("--metadata", envvar="AIOBK_METADATA", default=None, help="Metadata service URI.")
 @click.option(
@@ -73,6 +80,8 @@ def start_command(
     config_file: str | None,
     no_journal_write_data: bool,
     metrics_port: int | None,
+    http_port: int | None,
+    http_host: str | None,
     bookie_id: str | None,
     metadata: str | None,
     advertised_address: str | None,
@@ -85,6 +94,8 @@ def start_command(
         "journal_dir": journal_dir,
         "host": host,
         "metrics_port": metrics_port,
+        "http_port": http_port,
+        "http_host": http_host,
         "bookie_id": bookie_id,
         "metadata_uri": metadata,
         "journal_write_data": False if no_journal_write_data else None,

@@ -13,6 +13,11 @@
 - A missing entry is ENOENTRY, a missing ledger ENOLEDGER (explicit negatives) -- except in a
   ledger in limbo (BP-46), where a missing entry is EUNKNOWN; a stored entry that fails its
   checksum is EIO, never served.
+
+Timed (``BookieStats.histograms``): ``read_entry`` (BookKeeper's READ_ENTRY), each read that is
+not a long poll, fencing ones included, from its handling to its answer being queued;
+``read_entry_long_poll_wait`` (READ_ENTRY_LONG_POLL_WAIT), how long each long poll that had to
+wait waited, until its LAC moved or its time was up.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ class LongPoll:
     answers it -- the LAC moved, the ledger was dropped, or its time is up; ``cancel`` forgets
     it (its connection went away)."""
 
-    __slots__ = ("_conn", "_ctx", "_request", "_state", "_timer")
+    __slots__ = ("_conn", "_ctx", "_request", "_started", "_state", "_timer")
 
     def __init__(
         self,
@@ -50,6 +55,7 @@ class LongPoll:
         self._conn = conn
         self._request = request
         self._state = state
+        self._started = ctx.stats.clock()
         ctx.stats.long_polls += 1
         ctx.flow.long_polls += 1
         state.waiters.add(self)
@@ -70,6 +76,8 @@ class LongPoll:
 
     def wake(self) -> None:
         if self._leave() and not self._conn.closed:
+            stats = self._ctx.stats
+            stats.histograms.read_entry_long_poll_wait.record(stats.clock() - self._started)
             _after_poll(self._ctx, self._request, self._conn, self._state)
 
     def cancel(self) -> None:
@@ -100,24 +108,36 @@ def _after_poll(
 
 
 def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None:
-    ctx.stats.reads += 1
+    stats = ctx.stats
+    stats.reads += 1
+    started = stats.clock()
     if request.flags & ReadFlag.FENCE:
-        conn.spawn(_fenced_read(ctx, request, conn))
+        conn.spawn(_fenced_read(ctx, request, conn, started))
         return
     state = ctx.ledgers.get(request.ledger_id)
     if state is None:
-        conn.reply(_answer(request, None, StatusCode.ENOLEDGER))
+        _reply(ctx, conn, _answer(request, None, StatusCode.ENOLEDGER), started)
     elif request.flags & ReadFlag.LONG_POLL:
         _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
-        conn.reply(_answer(request, state, StatusCode.EOK))
+        _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
     else:
         location = state.location(request.entry_id)
         if location < 0:
-            ctx.stats.read_misses += 1
-            conn.reply(_answer(request, state, _missing(state)))
+            stats.read_misses += 1
+            _reply(ctx, conn, _answer(request, state, _missing(state)), started)
         else:
-            conn.spawn(_fetch(ctx, request, conn, state, location))
+            conn.spawn(_fetch(ctx, request, conn, state, location, started))
+
+
+def _reply(
+    ctx: BookieContext, conn: Replier, response: ReadResponse, started: float | None
+) -> None:
+    """Answer; a read timed from ``started`` (None: a long poll's) goes into ``read_entry``."""
+    conn.reply(response)
+    if started is not None:
+        stats = ctx.stats
+        stats.histograms.read_entry.record(stats.clock() - started)
 
 
 def _missing(state: LedgerState) -> StatusCode:
@@ -135,20 +155,22 @@ def _answer(
     )
 
 
-async def _fenced_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None:
+async def _fenced_read(
+    ctx: BookieContext, request: ReadRequest, conn: Replier, started: float
+) -> None:
     ledgers = ctx.ledgers
     state, status = ledgers.ensure(request.ledger_id, request.master_key)
     if state is None:
-        conn.reply(_answer(request, None, status))
+        _reply(ctx, conn, _answer(request, None, status), started)
         return
     if await ledgers.fence(state) is not None:
-        conn.reply(_answer(request, state, StatusCode.EIO))
+        _reply(ctx, conn, _answer(request, state, StatusCode.EIO), started)
     elif request.flags & ReadFlag.LONG_POLL:
         _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
-        conn.reply(_answer(request, state, StatusCode.EOK))
+        _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
     else:
-        await _fetch(ctx, request, conn, state)
+        await _fetch(ctx, request, conn, state, None, started)
 
 
 async def _fetch(
@@ -157,9 +179,11 @@ async def _fetch(
     conn: Replier,
     state: LedgerState,
     location: int | None = None,
+    started: float | None = None,
 ) -> None:
     """Read the entry's body from storage and answer with it (``location``: where the index
-    said it was when the request came; see ``LedgerStorage.read_entry``)."""
+    said it was when the request came; see ``LedgerStorage.read_entry``; ``started``: when a
+    timed read was handled)."""
     async with conn.reading():  # bounded: see ctx.flow
         try:
             body = await ctx.storage.read_entry(state, request.entry_id, location)
@@ -167,13 +191,13 @@ async def _fetch(
             # A damaged copy or a failing disk: EIO, never "no such entry" (I10), and always
             # an answer -- an unanswered read would only time out at the client.
             ctx.log_corruption(exc)
-            conn.reply(_answer(request, state, StatusCode.EIO))
+            _reply(ctx, conn, _answer(request, state, StatusCode.EIO), started)
             return
         if body is None:
             ctx.stats.read_misses += 1
             if request.flags & ReadFlag.LONG_POLL:
-                conn.reply(_answer(request, state, StatusCode.EOK))
+                _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
             else:
-                conn.reply(_answer(request, state, _missing(state)))
+                _reply(ctx, conn, _answer(request, state, _missing(state)), started)
             return
-        conn.reply(_answer(request, state, StatusCode.EOK, body))
+        _reply(ctx, conn, _answer(request, state, StatusCode.EOK, body), started)
