@@ -48,7 +48,6 @@ from aiobk.bookie.config import ConfigError
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.gc import GcResult
 from aiobk.bookie.server import SOFTWARE_VERSION
-from aiobk.bookie.write_state import OPERATOR
 from aiobk.metadata import MetadataFormatError, MetadataStore
 from aiobk.metadata.uri import redact_uri
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
@@ -62,7 +61,6 @@ MAX_STORE_REQUESTS = 4  # requests working on the store at once; more get 429
 GC_WAIT = 30.0  # seconds PUT /gc waits for its pass before answering 202 (the pass goes on)
 SHUTDOWN_TIMEOUT = 2.0  # seconds a stop waits for requests in progress (the bookie is stopping)
 DISK_TIMEOUT = 5.0  # seconds to measure the directories' filesystems (a hung mount)
-READ_ONLY_REASON = "set read-only by an operator"  # as BOOKIE_STATE's (bookie.ops.admin)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
@@ -82,31 +80,11 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
-class StoreHandle:
-    """The bookie's metadata store, handed over through the companions seam while the bookie
-    serves with one (``store_companion``): the HTTP API uses the bookie's own connection."""
-
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
-        self.serving = False
-
-    async def start(self) -> None:
-        self.serving = True
-
-    async def stop(self) -> None:
-        self.serving = False
-
-
-def store_companion(_bookie_id: str, store: MetadataStore) -> StoreHandle:
-    """A ``CompanionFactory`` for ``Bookie(companions=...)`` (``aiobk.runner.make_bookie``)."""
-    return StoreHandle(store)
-
-
 class HttpAdmin:
     """The HTTP admin server of one bookie (``aiobk.runner.start_http_admin`` builds it from
     the bookie's config). ``registries``: what ``/metrics`` exposes, in order (default the
     process's ``prometheus_client.REGISTRY``). The endpoints that need the metadata store
-    find it through the bookie's ``StoreHandle`` companion (``store_companion``)."""
+    use the bookie's own (``Bookie.metadata``)."""
 
     def __init__(
         self,
@@ -220,12 +198,11 @@ class HttpAdmin:
             return _error(500, f"internal error: {type(exc).__name__}: {exc}")
 
     def _store(self) -> MetadataStore:
-        """The bookie's store, from the ``StoreHandle`` companion ``make_bookie`` gives a bookie
-        with ``http_port`` set (while the bookie serves with a store)."""
-        for companion in self.bookie.companions:
-            if isinstance(companion, StoreHandle) and companion.serving:
-                return companion.store
-        raise HttpError(503, f"bookie {self.bookie.bookie_id} runs without a metadata store")
+        """The bookie's own store (while it serves with one)."""
+        store = self.bookie.metadata
+        if store is None:
+            raise HttpError(503, f"bookie {self.bookie.bookie_id} runs without a metadata store")
+        return store
 
     async def _with_store(self, work: Callable[[MetadataStore], Awaitable[T]]) -> T:
         """``work`` on the bookie's store, under ``store_timeout``; errors become 503."""
@@ -327,10 +304,7 @@ class HttpAdmin:
         if not isinstance(read_only, bool):
             raise HttpError(400, 'the body must be {"readOnly": true} or {"readOnly": false}')
         state = self.bookie.write_state
-        if read_only:
-            state.set(OPERATOR, READ_ONLY_REASON)
-        else:
-            state.clear(OPERATOR)
+        self.bookie.set_read_only(read_only)
         document = self._state_document()
         if not read_only and not state.writable:
             reasons = "; ".join(state.reasons)
@@ -508,4 +482,4 @@ async def _disk_usage(role: str, path: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["GC_WAIT", "MAX_BODY", "STORE_TIMEOUT", "HttpAdmin", "StoreHandle", "store_companion"]
+__all__ = ["GC_WAIT", "MAX_BODY", "STORE_TIMEOUT", "HttpAdmin"]

@@ -28,7 +28,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.server import CompanionFactory
 from aiobk.client.repair import BookieRepairer
-from aiobk.http_admin import HttpAdmin, store_companion
+from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MetadataStore
 from aiobk.metrics import (
     add_autorecovery_metrics,
@@ -84,15 +84,11 @@ def autorecovery_companion(config: BookieConfig) -> CompanionFactory:
 def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
     """A bookie wired as a running one is: with the client's repairer and, unless
     ``autorecovery_enabled`` is off, autorecovery beside it (``seams``: the I/O seams of
-    ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator).
-    With ``http_port`` set, a companion hands the bookie's metadata store to the HTTP admin API
-    (``start_http_admin``)."""
+    ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator)."""
     if config.http_port is not None and not 0 <= config.http_port <= 65535:
         raise ConfigError(f"http_port {config.http_port} is not in 0..65535")
     if "companions" not in seams and config.autorecovery_enabled:
         seams["companions"] = [autorecovery_companion(config)]
-    if config.http_port is not None:
-        seams["companions"] = [*seams.get("companions", ()), store_companion]
     return Bookie(config, repairer=BookieRepairer, **seams)
 
 

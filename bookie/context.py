@@ -68,6 +68,8 @@ class BookieAdmin(Protocol):
 
     async def cluster_secret(self) -> bytes | None: ...
 
+    def set_read_only(self, read_only: bool) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class BookieContext:

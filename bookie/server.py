@@ -36,7 +36,7 @@ from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
 from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
-from aiobk.bookie.write_state import DISK, WriteState
+from aiobk.bookie.write_state import DISK, OPERATOR, WriteState
 from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
 from aiobk.protocol.errors import BKError
 
@@ -268,6 +268,19 @@ class Bookie:
         self.booted = await boot(
             self.context, self._disk, self._metadata, str(self.address), self._instance_ids()
         )
+
+    @property
+    def metadata(self) -> MetadataStore | None:
+        """The metadata store the bookie uses while it serves (None: it runs without one)."""
+        return self._metadata if self._running else None
+
+    def set_read_only(self, read_only: bool) -> None:
+        """An operator's read-only (``aiobk bookie state``, the HTTP API): set, or lifted --
+        which lifts only the operator's reason; a full disk or a failed journal still holds."""
+        if read_only:
+            self.write_state.set(OPERATOR, "set read-only by an operator")
+        else:
+            self.write_state.clear(OPERATOR)
 
     @property
     def instance_id(self) -> str:

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.errors import BookieStateError
-from aiobk.bookie.write_state import OPERATOR
 from aiobk.protocol import (
     PROTOCOL_VERSION,
     BookieStateRequest,
@@ -110,10 +109,8 @@ def handle_bookie_state(ctx: BookieContext, request: BookieStateRequest, conn: R
     """Report writable / read-only, or force read-only and lift it (``aiobk bookie state``).
     Lifting only clears the operator's reason: a full disk or a failed journal still holds."""
     state = ctx.write_state
-    if request.change is StateChange.READ_ONLY:
-        state.set(OPERATOR, "set read-only by an operator")
-    elif request.change is StateChange.WRITABLE:
-        state.clear(OPERATOR)
+    if request.change is not StateChange.QUERY:
+        ctx.admin.set_read_only(request.change is StateChange.READ_ONLY)
     conn.reply(
         BookieStateResponse(
             request.txn_id,
