@@ -10,6 +10,8 @@ not the ledgers held.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from typing import Protocol
 
 from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
@@ -18,14 +20,21 @@ from aiobk.bookie.sync_cursor import SyncCursor
 MAX_KEY_SIZE = 255  # what the index stores (a u8 length); the protocol allows 32 bytes
 
 
+_ORDER = itertools.count()  # ties in the polls' heap: never compare the polls themselves
+
+
 class Waiter(Protocol):
-    """A long poll (``bookie.ops.read.LongPoll``): woken when the LAC moves."""
+    """A long poll (``bookie.ops.read.LongPoll``): woken once the LAC passes ``previous_lac``."""
+
+    @property
+    def previous_lac(self) -> int: ...
 
     def wake(self) -> None: ...
 
 
 class LedgerState:
     __slots__ = (
+        "_due",
         "_loaded_max",
         "_sync",
         "fence_pending",
@@ -56,6 +65,9 @@ class LedgerState:
         self.max_entry = -1
         self.meta_dirty = True  # the index's record of it is out of date
         self.waiters: set[Waiter] = set()  # long polls waiting for the LAC to move
+        # The same polls by the LAC each waits to pass (a heap; entries of polls that left
+        # are skipped when reached, and dropped when they outnumber the polls waiting).
+        self._due: list[tuple[int, int, Waiter]] | None = None
         # A fence journaled but not yet synced; its result is the journal's error, if any.
         self.fence_pending: asyncio.Future[BaseException | None] | None = None
 
@@ -118,9 +130,28 @@ class LedgerState:
             return False
         self.lac = lac
         self.meta_dirty = True
-        waiters = self.waiters
-        if waiters:
-            self.waiters = set()
-            for waiter in waiters:
+        # Only the polls the LAC now passes: one waiting for more than this keeps waiting
+        # (answering it would send its client a LAC it already had, and a new poll after it).
+        # Popped from the heap: an advance costs the polls it answers, not all that wait.
+        due, waiters = self._due, self.waiters
+        while due and due[0][0] < lac:
+            waiter = heapq.heappop(due)[2]
+            if waiter in waiters:
+                waiters.discard(waiter)
                 waiter.wake()
         return True
+
+    def add_waiter(self, waiter: Waiter) -> None:
+        self.waiters.add(waiter)
+        due = self._due
+        if due is None:
+            due = self._due = []
+        elif len(due) > 2 * len(self.waiters) + 64:  # mostly polls that left: rebuild
+            due[:] = [entry for entry in due if entry[2] in self.waiters and entry[2] is not waiter]
+            heapq.heapify(due)
+        heapq.heappush(due, (waiter.previous_lac, next(_ORDER), waiter))
+
+    def remove_waiter(self, waiter: Waiter) -> None:
+        self.waiters.discard(waiter)
+        if not self.waiters:
+            self._due = None

@@ -93,13 +93,18 @@ class EntryReader:
                         if index + 1 < len(bookies):
                             self._stats.speculative_reads += 1
                         break  # speculative timeout: ask the next bookie too
-                    for task in done:
+                    found: EntryBody | None = None
+                    for task in done:  # every one looked at: none left with an unread error
                         error = task.exception()
                         if error is None:
-                            self._stats.entries_read += 1
-                            return task.result()
-                        assert isinstance(error, BKError)
-                        errors.append(error)
+                            if found is None:
+                                found = task.result()
+                        else:
+                            assert isinstance(error, BKError)
+                            errors.append(error)
+                    if found is not None:
+                        self._stats.entries_read += 1
+                        return found
                     if index < len(bookies):
                         break  # a failure: move on to the next bookie at once
             raise summarize(self.ledger_id, entry_id, errors)

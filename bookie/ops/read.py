@@ -58,18 +58,22 @@ class LongPoll:
         self._started = ctx.stats.clock()
         ctx.stats.long_polls += 1
         ctx.flow.long_polls += 1
-        state.waiters.add(self)
+        state.add_waiter(self)
         conn.poll_started(self)
         self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
             timeout, self.wake
         )
+
+    @property
+    def previous_lac(self) -> int:
+        return self._request.previous_lac
 
     def _leave(self) -> bool:
         if self._timer is None:
             return False
         self._timer.cancel()
         self._timer = None
-        self._state.waiters.discard(self)
+        self._state.remove_waiter(self)
         self._ctx.flow.long_polls -= 1
         self._conn.poll_ended(self)
         return True

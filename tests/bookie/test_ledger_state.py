@@ -158,8 +158,12 @@ async def test_idle_states_are_dropped_and_load_back_as_they_were(tmp_path: Path
 
 
 class _Poll:
+    def __init__(self, previous_lac: int = -1) -> None:
+        self.previous_lac = previous_lac
+        self.woken = 0
+
     def wake(self) -> None:
-        pass
+        self.woken += 1
 
 
 async def test_a_state_in_use_is_never_dropped(tmp_path: Path) -> None:
@@ -171,7 +175,7 @@ async def test_a_state_in_use_is_never_dropped(tmp_path: Path) -> None:
         await _checkpoint(ledgers)
         polled = ledgers.get(1)
         assert polled is not None
-        polled.waiters.add(_Poll())
+        polled.add_waiter(_Poll())
         fencing = ledgers.get(2)
         assert fencing is not None
         # A fence journaled and not synced yet (or whose record failed): held until it is.
@@ -257,3 +261,32 @@ async def test_a_restart_reads_the_journal_from_the_checkpoint_on(tmp_path: Path
         assert two is not None
         assert (one.max_entry, two.max_entry) == (19, 2)  # 1 from the index, 2 replayed
         assert [again.storage.ledgers[2].location(e) >= 0 for e in range(3)] == [True] * 3
+
+
+async def test_a_lac_advance_answers_only_the_polls_it_passes(tmp_path: Path) -> None:
+    """A poll waiting for the LAC to pass 10 is not answered when it moves to 6 (it was: every
+    poll woke at every advance), and an advance costs only the polls it answers."""
+    async with _booted(tmp_path) as ledgers:
+        state, _status = ledgers.ensure(1, KEY)
+        assert state is not None
+        low, high, gone = _Poll(4), _Poll(10), _Poll(2)
+        for poll in (low, high, gone):
+            state.add_waiter(poll)
+        state.remove_waiter(gone)  # timed out before the LAC moved
+        state.advance_lac(6)
+        assert (low.woken, high.woken, gone.woken) == (1, 0, 0)
+        assert state.waiters == {high}
+        state.advance_lac(10)
+        assert high.woken == 0  # 10 does not pass 10
+        state.advance_lac(11)
+        assert high.woken == 1
+        assert not state.waiters
+        # Polls that leave before being answered do not pile up behind the waiting ones.
+        keeper = _Poll(1_000_000)
+        state.add_waiter(keeper)
+        for _ in range(1000):
+            passer = _Poll(1_000_000)
+            state.add_waiter(passer)
+            state.remove_waiter(passer)
+        assert len(state._due or []) < 200
+        assert state.waiters == {keeper}
