@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import random
@@ -16,6 +17,7 @@ from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_position import LogPosition
 from aiobk.client.log_reader import LogReader, truncate_log
 from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
+from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.net import Connector
 from aiobk.client.placement import choose_ensemble
 from aiobk.client.pool import BookiePool
@@ -25,7 +27,7 @@ from aiobk.client.recovery import LedgerRecovery
 from aiobk.client.stats import bound_to_loop
 from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
-from aiobk.protocol.errors import NoSuchLedgerError, UnauthorizedError
+from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError, UnauthorizedError
 
 
 def password_digest(password: bytes) -> bytes:
@@ -139,12 +141,17 @@ class BookKeeper:
                 "volatile durability needs ensemble_size == write_quorum (BP-14: no striping)"
             )
         kind = digest_type if digest_type is not None else self.config.digest_type
-        bookies = await self.pool.writable_bookies(fresh=True)
+        # An unreachable store (etcd restarting, electing a leader) is ridden out for
+        # metadata_retry_timeout, as ensemble changes and closes are: a log writer's roll to a
+        # new ledger must not fail for a blip.
+        retry = MetadataRetry(self.config, "creating a ledger")
+        bookies = await retry.call(
+            "listing the writable bookies", functools.partial(self.pool.writable_bookies, True)
+        )
         avoid = self.pool.recently_failed()  # registered, but its lease has not run out yet
         if len(set(bookies) - avoid) < ensemble_size:
             avoid = set()
         ensemble = choose_ensemble(bookies, ensemble_size, avoid, self._rng)
-        ledger_id = await self.store.allocate_ledger_id()
         metadata = LedgerMetadata(
             ensemble_size,
             write_quorum,
@@ -156,7 +163,7 @@ class BookKeeper:
             custom_metadata=dict(custom_metadata or {}),
             creation_time=int(self._wall_clock() * 1000),
         )
-        metadata = await self.store.create_ledger(ledger_id, metadata)
+        ledger_id, metadata = await self._create(retry, metadata)
         return LedgerHandle(
             self.context,
             ledger_id=ledger_id,
@@ -164,6 +171,31 @@ class BookKeeper:
             master_key=master_key(password),
             digest=Digester(kind, password),
         )
+
+    async def _create(
+        self, retry: MetadataRetry, metadata: LedgerMetadata
+    ) -> tuple[int, LedgerMetadata]:
+        """Allocate an id and store ``metadata`` under it, both retried while the store is
+        unreachable. A create whose first attempt landed but whose answer was lost comes back
+        as "exists": the stored metadata is then ours if it is what we wrote (creation time,
+        password digest, ensemble and all); an id another client took gets a new one."""
+        store = self.store
+        for _attempt in range(self.config.metadata_retries):
+            ledger_id = await retry.call("allocating a ledger id", store.allocate_ledger_id)
+            try:
+                created = await retry.call(
+                    "storing its metadata",
+                    functools.partial(store.create_ledger, ledger_id, metadata),
+                )
+            except LedgerExistsError:
+                existing = await retry.call(
+                    "reading it back", functools.partial(store.read_ledger, ledger_id)
+                )
+                if existing == metadata:
+                    return ledger_id, existing
+                continue
+            return ledger_id, created
+        raise LedgerExistsError("could not find a free ledger id")
 
     async def open_ledger(
         self, ledger_id: int, password: bytes = b"", recovery: bool = True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_append import take_log
 from aiobk.client.log_position import LogPosition
+from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.metadata import LogRecord
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
@@ -85,8 +87,21 @@ class LogWriter:
             durability=s.durability,
             custom_metadata={"log": self.name.encode()},
         )
+        wanted = record.with_ledgers((*record.ledgers, handle.ledger_id))
+        store = self._bk.store
+        # Ridden out while the store is unreachable, as the ledger's creation was; a retried
+        # compare-and-set whose first attempt landed comes back as a version error, told apart
+        # from another writer's change by reading the log again.
+        retry = MetadataRetry(self._bk.config, f"log {self.name}: adding a ledger")
         try:
-            await self._bk.store.write_log(record.with_ledgers((*record.ledgers, handle.ledger_id)))
+            try:
+                await retry.call("updating the log", functools.partial(store.write_log, wanted))
+            except MetadataVersionError:
+                now = await retry.call(
+                    "reading the log", functools.partial(store.read_log, self.name)
+                )
+                if now.ledgers != wanted.ledgers:
+                    raise
         except MetadataVersionError:
             await self._discard(handle)
             error = LogFencedError(f"log {self.name!r}: another writer took it over")

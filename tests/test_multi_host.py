@@ -20,11 +20,9 @@ The pauses, as measured here (etcd 3.4) and what bounds them:
   writer's retried write lands: a pause about as long as the writer's. (Before the watch moved
   on by itself it retried the dead member until ``long_poll_timeout``, 10 s, ended the poll.)
 
-The kill lands while the writer is in the middle of a ledger, not in a roll: the close then
-meets the election and is retried. A roll's ledger creation and log-record update are not
-retried on an unreachable store (only closes and ensemble changes are), so a leader lost at
-that moment would fail the log writer; that is a known gap of the client, not what this test
-is about.
+The kill lands while the writer is in the middle of a ledger: the close of its next roll then
+meets the election and is retried (a roll's ledger creation and log-record update are retried
+the same way: tests/client/test_metadata_retry.py).
 """
 
 from __future__ import annotations

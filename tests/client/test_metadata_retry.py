@@ -114,6 +114,79 @@ async def test_close_rides_out_a_metadata_outage(world) -> None:
     assert lh.metadata.last_entry_id == 0
 
 
+async def test_creating_a_ledger_rides_out_a_metadata_outage(world) -> None:
+    """A log writer's roll creates a ledger: an etcd blip must not fail it (found by the
+    multi-host test, issue 17)."""
+    await world.bookies(3)
+    bk = await world.client(metadata_retry_timeout=30.0)
+    store = world.store
+    calls = {"allocate_ledger_id": 0, "create_ledger": 0}
+    real = {name: getattr(store, name) for name in calls}
+    down = {"on": True}
+
+    def wrap(name: str) -> Any:
+        async def maybe(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            if down["on"] and calls[name] <= 2:
+                raise MetadataStoreError("etcd 127.0.0.1:2379 is unreachable (test outage)")
+            return await real[name](*args, **kwargs)
+
+        return maybe
+
+    for name in calls:
+        setattr(store, name, wrap(name))
+    lh = await bk.create_ledger(3, 3, 2)
+    assert calls == {"allocate_ledger_id": 3, "create_ledger": 3}
+    assert await lh.append(b"x") == 0
+
+
+async def test_a_create_whose_answer_was_lost_is_recognised_as_ours(world) -> None:
+    """The first attempt landed and its answer was lost: the retry finds the id taken by the
+    very metadata it wrote, and keeps it (no orphan ledger, no second id)."""
+    await world.bookies(3)
+    bk = await world.client(metadata_retry_timeout=30.0)
+    store = world.store
+    real_create = store.create_ledger
+    attempts = []
+
+    async def lossy(ledger_id: int, metadata: Any) -> Any:
+        attempts.append(ledger_id)
+        created = await real_create(ledger_id, metadata)
+        if len(attempts) == 1:
+            raise MetadataStoreError("etcd 127.0.0.1:2379 did not answer create (test)")
+        return created
+
+    store.create_ledger = lossy
+    lh = await bk.create_ledger(3, 3, 2)
+    assert attempts == [lh.ledger_id, lh.ledger_id]
+    assert [i async for i in bk.list_ledgers()] == [lh.ledger_id]
+    assert await lh.append(b"x") == 0
+
+
+async def test_a_log_roll_rides_out_a_metadata_outage(world) -> None:
+    await world.bookies(3)
+    bk = await world.client(metadata_retry_timeout=30.0)
+    writer = await bk.open_log_writer("blip", roll_bytes=4)  # a roll after the first append
+    await writer.append(b"first")
+    first_ledger = writer.ledger_id
+    store = world.store
+    real_write = store.write_log
+    failures = {"left": 2}
+
+    async def flaky(record: Any) -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise MetadataStoreError("etcd 127.0.0.1:2379 is unreachable (test outage)")
+        return await real_write(record)
+
+    store.write_log = flaky
+    position = await writer.append(b"second")  # waits for the roll, which rides out the blip
+    assert failures["left"] == 0
+    assert position.ledger_id == writer.ledger_id != first_ledger
+    assert (await store.read_log("blip")).ledgers == (first_ledger, writer.ledger_id)
+    await writer.close()
+
+
 # ---------------------------------------------------------------------------- real etcd
 
 
