@@ -226,10 +226,13 @@ async def test_a_mac_ledger_is_copied_but_an_open_one_needs_its_writer(
     """A worker has no password: copies of a MAC ledger are checked for their ids only, and an
     open MAC ledger cannot be recovered by it (recovery re-signs write-backs)."""
     closed_id = await _ledger(bk, 5, password=b"pw", digest_type=DigestType.MAC)
-    lh = await bk.create_ledger(
+    # An idle writer that will not change its ensemble by itself (see the grace-period test).
+    writer = await BookKeeper.connect(cluster.uri, ClientConfig(explicit_lac_delay=0))
+    lh = await writer.create_ledger(
         ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw", digest_type=DigestType.MAC
     )
     await lh.append(b"open")
+    await asyncio.sleep(0.3)  # the third copy's ack too
     victims = set((await bk.store.read_ledger(closed_id)).fragments[0].ensemble) & set(
         lh.metadata.fragments[0].ensemble
     )
@@ -242,6 +245,7 @@ async def test_a_mac_ledger_is_copied_but_an_open_one_needs_its_writer(
     open_mark = await bk.store.autorecovery.mark(lh.ledger_id, [victim], LOST_BOOKIE, 0)
     assert await worker._attempt(open_mark) is Outcome.FAILED
     assert not (await bk.store.read_ledger(lh.ledger_id)).is_closed
+    await writer.close()
 
 
 @pytest.mark.timeout(60)
