@@ -29,6 +29,7 @@ from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.protocol import (
+    NO_ROLES,
     ErrorResponse,
     FrameDecoder,
     FrameError,
@@ -78,6 +79,7 @@ class ServerConnection(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self.closed = False
+        self.roles: frozenset[str] = NO_ROLES  # set by the TLS handshake (client certificate)
         self.tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self.held = 0  # bytes held, as last reported to FlowControl

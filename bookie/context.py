@@ -34,6 +34,9 @@ class Replier(Protocol):
     """The connection a request came in on (``bookie.connection.ServerConnection``)."""
 
     closed: bool
+    # The peer's roles (``aiobk.protocol.roles``): from its verified client certificate when
+    # the bookie has ``tls_client_auth``; empty otherwise (no identity).
+    roles: frozenset[str]
 
     def reply(self, response: Response) -> None: ...
 

@@ -83,9 +83,15 @@ from aiobk.protocol.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from aiobk.protocol.roles import ADMIN, BOOKIE, CLIENT, KNOWN_ROLES, NO_ROLES
 from aiobk.protocol.status import StatusCode
 
 __all__ = [
+    "ADMIN",
+    "BOOKIE",
+    "CLIENT",
+    "KNOWN_ROLES",
+    "NO_ROLES",
     # framing and codec
     "DEFAULT_MAX_FRAME_SIZE",
     "FrameDecoder",
