@@ -22,6 +22,7 @@ from aiobk.commands import (
     simpletest_command,
     standalone_command,
     with_log_level,
+    with_tls_options,
 )
 from aiobk.commands.autorecovery import autorecovery_group
 
@@ -49,6 +50,28 @@ for _command in (
     bookies_group.commands["decommission"],
 ):
     with_log_level(_command)
+
+
+def _dialing_bookies(group: click.Group) -> list[click.Command]:
+    """Every command that may connect to bookies: those with --metadata (clients, the
+    standalone autorecovery, decommission) and the ones given a bookie's address."""
+    found = []
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            found += _dialing_bookies(command)
+        elif any(p.name == "metadata" for p in command.params):
+            found.append(command)
+    return found
+
+
+# Client commands take --tls-ca/--tls-cert/--tls-key (API.md); bookie start has its own
+# tls_* settings, and standalone's bookies are local and plaintext.
+for _command in {
+    *_dialing_bookies(cli),
+    bookie_group.commands["gc"],
+    bookie_group.commands["state"],
+} - {bookie_group.commands["start"], standalone_command}:
+    with_tls_options(_command)
 
 
 class _BenchGroup(click.Group):

@@ -24,6 +24,11 @@ garbage collection pass is waited for at most ``gc_wait`` seconds, then goes on 
 background (202; ``gc_details`` shows its result), and only one requested here runs at a time.
 Bad input answers 4xx with ``{"error": "..."}``: 400 (bad query or body), 404 (unknown path or
 ledger), 405 (wrong method), 409 (a state that cannot change), 413 (body too large).
+
+A bookie with TLS (``tls_cert_file``) serves this API over HTTPS with its certificate; with
+``tls_client_auth`` a client certificate is required and its roles are checked as on the
+bookie port (``bookie.access``): PUTs need ``admin``, GETs any role, ``/heartbeat`` none
+(403 with the reason otherwise).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import logging
 import os
 import re
 import shutil
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -44,12 +50,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 from aiobk.autorecovery.status import gather_status, under_replicated
 from aiobk.bookie import Bookie
+from aiobk.bookie.access import roles_of
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.gc import GcResult
 from aiobk.bookie.server import SOFTWARE_VERSION
+from aiobk.bookie.tls import server_context
 from aiobk.metadata import MetadataFormatError, MetadataStore
 from aiobk.metadata.uri import redact_uri
+from aiobk.protocol import ADMIN, KNOWN_ROLES
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from aiobk.protocol.limits import MAX_LEDGER_ID
 
@@ -118,11 +127,27 @@ class HttpAdmin:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self._port}"
+        scheme = "https" if self.bookie.tls is not None else "http"
+        return f"{scheme}://{host}:{self._port}"
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """HTTPS with the bookie's certificate when the bookie has TLS (issue 18). Each
+        handshake switches to the bookie's current context, so renewed files (reloaded by the
+        bookie) serve here too without a restart."""
+        tls = self.bookie.tls
+        if tls is None:
+            return None
+        context = server_context(self.bookie.config)
+
+        def current(sslobj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+            sslobj.context = tls.server
+
+        context.sni_callback = current
+        return context
 
     async def start(self) -> None:
         """Bind and serve; OSError when the port cannot be bound."""
-        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors])
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._errors, self._access])
         routes = app.router
         routes.add_get("/heartbeat", self.heartbeat)
         routes.add_get("/metrics", self.metrics)
@@ -142,7 +167,7 @@ class HttpAdmin:
         )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self._port)
+            site = web.TCPSite(runner, self.host, self._port, ssl_context=self._ssl_context())
             await site.start()
         except OSError as exc:
             await runner.cleanup()
@@ -196,6 +221,24 @@ class HttpAdmin:
         except Exception as exc:
             log.exception("HTTP admin: %s %s failed", request.method, request.path)
             return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @web.middleware
+    async def _access(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """With ``tls_client_auth`` the roles of the client's certificate decide, as on the
+        bookie port: changes (PUT) need ``admin``; reads need a known role, but
+        ``/heartbeat`` (what a liveness probe asks) needs none."""
+        if not self.bookie.config.tls_client_auth or request.path == "/heartbeat":
+            return await handler(request)
+        transport = request.transport
+        roles = roles_of(transport.get_extra_info("peercert") if transport else None)
+        needed = frozenset({ADMIN}) if request.method != "GET" else KNOWN_ROLES
+        if not roles & needed:
+            have = ", ".join(sorted(roles)) or "none"
+            raise HttpError(
+                403, f"{request.method} {request.path} needs the role "
+                f"{' or '.join(sorted(needed))} (the certificate has {have})"
+            )  # fmt: skip
+        return await handler(request)
 
     def _store(self) -> MetadataStore:
         """The bookie's own store (while it serves with one)."""

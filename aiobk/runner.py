@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import sys
@@ -27,6 +28,8 @@ from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.server import CompanionFactory
+from aiobk.bookie.tls import BookieTls
+from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.repair import BookieRepairer
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MetadataStore
@@ -66,14 +69,18 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
-def autorecovery_companion(config: BookieConfig) -> CompanionFactory:
-    """Autorecovery beside a bookie (issue 16): its worker, and a candidate for auditor."""
+def autorecovery_companion(
+    config: BookieConfig, connector: Connector | None = None
+) -> CompanionFactory:
+    """Autorecovery beside a bookie (issue 16): its worker, and a candidate for auditor;
+    ``connector`` its bookie connections (the bookie's TLS, when it has TLS)."""
 
     def make(bookie_id: str, store: MetadataStore) -> AutoRecovery:
         return AutoRecovery(
             store,
             AutoRecoveryConfig.from_settings(config),
             bookie_id,
+            connector=connector,
             wall_clock=time.time,
             secret_bytes=os.urandom,
         )
@@ -87,9 +94,16 @@ def make_bookie(config: BookieConfig, **seams: Any) -> Bookie:
     ``Bookie``, and ``companions`` to replace the wiring's, for tests and the simulator)."""
     if config.http_port is not None and not 0 <= config.http_port <= 65535:
         raise ConfigError(f"http_port {config.http_port} is not in 0..65535")
+    connector: Connector | None = None
+    if config.tls_enabled:
+        # The bookie's own connections to its peers (BP-46 repair, re-replication) use TLS
+        # with its certificate as their identity, following its reloads.
+        tls = seams["tls"] = BookieTls(config)
+        connector = TlsConnector(lambda: tls.client)
     if "companions" not in seams and config.autorecovery_enabled:
-        seams["companions"] = [autorecovery_companion(config)]
-    return Bookie(config, repairer=BookieRepairer, **seams)
+        seams["companions"] = [autorecovery_companion(config, connector)]
+    repairer = functools.partial(BookieRepairer, connector=connector)
+    return Bookie(config, repairer=repairer, **seams)
 
 
 def start_metrics(bookie: Bookie) -> None:

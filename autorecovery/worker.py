@@ -64,19 +64,17 @@ from aiobk.metadata import (
     UnderReplication,
 )
 from aiobk.metadata.kv import KeyMissingError
-from aiobk.protocol import DigestType, master_key
+from aiobk.protocol import DigestType
 from aiobk.protocol.errors import (
     BKError,
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from aiobk.protocol.keys import stand_in_key
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_DOUBLINGS = 5
-# The key a worker fences an open ledger with when no bookie left ever held the ledger
-# (``ReplicationWorker._recover``): any fixed 32 bytes; this spells out why it is there.
-NEVER_WRITTEN_KEY = master_key(b"aiobk autorecovery: a ledger no surviving bookie held")
 MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgotten first)
 
 
@@ -384,8 +382,12 @@ class ReplicationWorker:
             # (an ack needs an ack quorum, on more bookies than were lost), and nobody left knows
             # its key: fence it with a stand-in key -- a fence creates the ledger fenced on a
             # bookie that never saw it -- and close it empty. Its writer, if it ever writes,
-            # meets fenced bookies (UnauthorizedError) and a closed ledger.
-            key = NEVER_WRITTEN_KEY
+            # meets fenced bookies (UnauthorizedError) and a closed ledger. The stand-in is made
+            # with the cluster's secret: a bookie checks a fence of a ledger it does not hold
+            # against the key digest in the metadata (issue 18), and lets this one through
+            # only because it proves the secret (``protocol.keys.stand_in_key``).
+            assert self._secret is not None  # read by _fetch_key
+            key = stand_in_key(self._secret, ledger_id)
         if key is None:
             raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
         recovery = LedgerRecovery(

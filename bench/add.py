@@ -4,6 +4,10 @@ Starts etcd and N bookies as separate processes on loopback (data on the project
 measures the floor in the same run -- fdatasync p50 plus one loopback round trip -- then appends
 1 KiB entries to an E3 WQ3 AQ2 ledger with 1, 64 and 512 appends in flight for a fixed time each.
 Prints a table with HDR percentiles, checks the targets as ratios to the floor, writes JSON.
+
+Mode ``tls`` runs the persistent mode over TLS (issue 18): bookies with ``--tls-only`` and
+``--tls-client-auth`` and certificates made for the run, the client with its own; run it beside
+``persistent`` (``--modes persistent,tls``) and read the cost as the ratio of the two rows.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import asyncio
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,6 +30,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from aiobk.bench.certs import CertAuthority
 from aiobk.bench.cluster import start_bookies, stop_bookies
 from aiobk.bench.floors import (
     fdatasync_floor,
@@ -118,10 +125,15 @@ async def _syncs(bk: BookKeeper) -> int:
 
 
 async def run(
-    uri: str, levels: list[int], seconds: float, size: int, durability: Durability
+    uri: str,
+    levels: list[int],
+    seconds: float,
+    size: int,
+    durability: Durability,
+    tls: ssl.SSLContext | None = None,
 ) -> list[Level]:
     results = []
-    async with await BookKeeper.connect(uri, ClientConfig()) as bk:
+    async with await BookKeeper.connect(uri, ClientConfig(), tls=tls) as bk:
         with Progress(transient=True) as progress:
             warm = await bk.create_ledger(3, 3, 2)
             await asyncio.gather(*(warm.append(b"w" * size) for _ in range(2000)))
@@ -164,12 +176,17 @@ def measure(
         quorum = quorum_fdatasync_floor(base, writers=3, kth=2, count=1500)
         results: list[Level] = []
         for index, mode in enumerate(modes):
-            extra = ("--no-journal-write-data",) if mode == "journal-less" else ()
+            extra: tuple[str, ...] = ()
+            tls = None
+            if mode == "journal-less":
+                extra = ("--no-journal-write-data",)
+            elif mode == "tls":
+                extra, tls = _tls_setup(os.path.join(base, "certs"))
             uri = etcd.uri(f"bench{index}")
-            procs = start_bookies(bookies, os.path.join(base, mode), uri, extra)
+            procs = start_bookies(bookies, os.path.join(base, f"{mode}-{index}"), uri, extra)
             durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
             try:
-                levels_run = uvloop.run(run(uri, levels, seconds, entry_size, durability))
+                levels_run = uvloop.run(run(uri, levels, seconds, entry_size, durability, tls))
             finally:
                 stop_bookies(procs)
                 procs = []
@@ -186,6 +203,21 @@ def measure(
         quorum.get_value_at_percentile(50),
     )
     return floors, results
+
+
+def _tls_setup(directory: str) -> tuple[tuple[str, ...], ssl.SSLContext]:
+    """Certificates for a TLS run: the bookies' flags, and the client's context (its
+    certificate has the admin role too: the benchmark reads the bookies' sync counts)."""
+    ca = CertAuthority(Path(directory))
+    bookie = ca.issue("bench-bookie", roles=("bookie",))
+    client = ca.issue("bench-client", roles=("client", "admin"))
+    flags = (
+        "--tls-cert-file", str(bookie.cert), "--tls-key-file", str(bookie.key),
+        "--tls-ca-file", str(ca.ca_file), "--tls-only", "--tls-client-auth",
+    )  # fmt: skip
+    context = ssl.create_default_context(cafile=str(ca.ca_file))
+    context.load_cert_chain(*client.files)
+    return flags, context
 
 
 def check_targets(floors: Floors, results: list[Level]) -> list[dict[str, Any]]:
@@ -243,7 +275,7 @@ def _modes(
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     if durability or no_journal_write_data:
         chosen = ["journal-less" if no_journal_write_data else durability or "persistent"]
-    unknown = set(chosen) - {"persistent", "volatile", "journal-less"}
+    unknown = set(chosen) - {"persistent", "volatile", "journal-less", "tls"}
     if unknown or not chosen:
         raise click.BadParameter(
             f"unknown mode(s): {', '.join(sorted(unknown)) or modes!r}", param_hint="--modes"
@@ -264,8 +296,9 @@ def _modes(
     "--modes",
     default="persistent",
     show_default=True,
-    help="Comma list of persistent, volatile (BP-14: acknowledged once written) and "
-    "journal-less (BP-46: bookies started with --no-journal-write-data).",
+    help="Comma list of persistent, volatile (BP-14: acknowledged once written), "
+    "journal-less (BP-46: bookies started with --no-journal-write-data) and tls (persistent "
+    "over TLS with client certificates).",
 )
 @click.option(
     "--durability", type=click.Choice(["persistent", "volatile"]), default=None,

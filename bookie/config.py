@@ -133,6 +133,21 @@ class BookieConfig:
     rereplication_retry_delay: float = 5.0
     autorecovery_lease_ttl: float = 10.0
     autorecovery_poll_interval: float = 2.0
+    # TLS on the bookie port (issue 18; README "Security"), after BookKeeper's tlsCertificatePath,
+    # tlsKeyStore, tlsTrustStore, tlsClientAuthentication. With a certificate and key the bookie
+    # offers TLS (clients ask with START_TLS, as BookKeeper's do); its own client connections
+    # (repair, autorecovery) use TLS too, with the same certificate as their identity. The CA
+    # file is what peers' certificates must chain to. tls_client_auth requires and verifies a
+    # client certificate, whose OU attributes are the peer's roles (admin, bookie, client);
+    # tls_only refuses every request on a connection that has not upgraded. The files are read
+    # again every tls_reload_interval seconds when they change (new connections use the new
+    # ones; 0: never), as tlsCertFilesRefreshDurationSeconds.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_ca_file: str | None = None
+    tls_client_auth: bool = False
+    tls_only: bool = False
+    tls_reload_interval: float = 60.0
     log_level: str = "info"  # debug, info, warning or error (--log-level wins)
 
     def __post_init__(self) -> None:
@@ -227,6 +242,16 @@ class BookieConfig:
             raise ConfigError("read_cache_max_size must not be negative (0: no read cache)")
         if self.min_usable_size_for_high_priority_writes < 0 or self.disk_reserved_space < 0:
             raise ConfigError("disk sizes must not be negative")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("tls_cert_file and tls_key_file go together: give both or neither")
+        if self.tls_cert_file is None and (self.tls_only or self.tls_client_auth):
+            raise ConfigError("tls_only and tls_client_auth need tls_cert_file and tls_key_file")
+        if self.tls_client_auth and self.tls_ca_file is None:
+            raise ConfigError(
+                "tls_client_auth needs tls_ca_file (what client certificates chain to)"
+            )
+        if self.tls_reload_interval < 0:
+            raise ConfigError("tls_reload_interval must not be negative (0: never reload)")
         if self.entry_log_max_size > 1 << 40:
             raise ConfigError("entry_log_max_size cannot pass 1 TiB (locations hold 40 bits)")
 
@@ -239,6 +264,10 @@ class BookieConfig:
                 value = redact_uri(value)
             parts.append(f"{f.name}={value!r}")
         return f"BookieConfig({', '.join(parts)})"
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert_file is not None
 
     @property
     def journal_path(self) -> str:

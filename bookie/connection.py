@@ -20,22 +20,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from aiobk.bookie.access import OPEN, Policy, Refusal, check, roles_of, subject_name
 from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
 from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.tls import TLS_HANDSHAKE_TIMEOUT, BookieTls
 from aiobk.protocol import (
     NO_ROLES,
+    PROTOCOL_VERSION,
     ErrorResponse,
     FrameDecoder,
     FrameError,
+    HandshakeRequest,
     MalformedMessageError,
     OpCode,
+    Request,
     Response,
+    StartTlsResponse,
     StatusCode,
     check_request,
     decode_request,
@@ -54,6 +61,9 @@ class ConnectionHooks:
     batch_done: Callable[[], object]
     # Replies made now should be written at once, not queued for the end of the turn.
     answer_at_once: Callable[[], bool]
+    # TLS (issue 18): the bookie's contexts, and what its settings ask of every connection.
+    tls: BookieTls | None = None
+    policy: Policy = OPEN
 
 
 class ServerConnection(asyncio.Protocol):
@@ -65,6 +75,13 @@ class ServerConnection(asyncio.Protocol):
         self._handlers = handlers
         self._batch_done = hooks.batch_done
         self._answer_at_once = hooks.answer_at_once
+        self._tls = hooks.tls
+        self._policy = hooks.policy
+        self._guarded = hooks.policy.guarded
+        self.tls_active = False  # upgraded by START_TLS
+        self._upgrading = False  # START_TLS answered, the TLS handshake not done yet
+        self.handshaken = False  # a HANDSHAKE with our protocol version was read
+        self.identity = ""  # the verified client certificate's common name
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         config = ctx.config
@@ -111,6 +128,8 @@ class ServerConnection(asyncio.Protocol):
         self.ctx.stats.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._upgrading:  # the TLS handshake failed (the upgrade task is cancelled below)
+            self._upgrade_failed(exc)
         self.closed = True
         self.flow.forget(self)
         for task in self.tasks:
@@ -180,6 +199,10 @@ class ServerConnection(asyncio.Protocol):
                 log.debug("bad request from %s: %s", self.peer, exc.reason)
                 self._send(ErrorResponse(exc.txn_id, StatusCode.EBADREQ, exc.op or 0))
                 continue
+            if (self._guarded or request.op is OpCode.START_TLS) and not self._admit(request):
+                if self.closed or self._upgrading:
+                    return
+                continue
             self._inflight += 1
             try:
                 handlers[request.op](ctx, request, self)
@@ -196,6 +219,98 @@ class ServerConnection(asyncio.Protocol):
             self._loop.call_soon(self._handle_backlog)
         if backlog or self._read_paused or self._busy() or self.flow.adds_paused:
             self.update_reading()
+
+    # -------------------------------------------------------------- TLS and access
+
+    def _admit(self, request: Request) -> bool:
+        """Whether ``request`` goes on to its handler: START_TLS is handled here, and a guarded
+        connection's requests are checked first (``bookie.access``)."""
+        op = request.op
+        if op is OpCode.START_TLS:
+            self._start_tls(request.txn_id)
+            return False
+        refusal = check(
+            self._policy, op, tls=self.tls_active, handshaken=self.handshaken, roles=self.roles
+        )
+        if refusal is not None:
+            self._refuse(request, refusal)
+            return False
+        if op is OpCode.HANDSHAKE:
+            assert isinstance(request, HandshakeRequest)
+            self.handshaken = request.protocol_version == PROTOCOL_VERSION
+        return True
+
+    def _refuse(self, request: Request, refusal: Refusal) -> None:
+        self.ctx.stats.permission_denials += 1
+        who = f"{self.peer} ({self.identity})" if self.identity else self.peer
+        (log.warning if refusal.close else log.debug)(
+            "refused %s from %s: %s", request.op.name, who, refusal.why
+        )
+        self._send(ErrorResponse(request.txn_id, StatusCode.EPERM, request.op))
+        if refusal.close:
+            self.close()
+
+    def _start_tls(self, txn_id: int) -> None:
+        """Answer START_TLS and upgrade: the answer goes out in plaintext, behind every earlier
+        answer, then the socket is handed to TLS (the peer starts its handshake on reading it)."""
+        tls, transport = self._tls, self.transport
+        if tls is None or self.tls_active or transport is None:
+            self._send(StartTlsResponse(txn_id, StatusCode.EBADREQ))
+            return
+        if self._backlog or self._decoder.buffered:
+            self._reject("bytes sent behind START_TLS before its answer")
+            return
+        self._upgrading = True
+        self._flush()
+        transport.pause_reading()  # nothing more is read in plaintext
+        self._read_paused = True
+        transport.write(encode(StartTlsResponse(txn_id, StatusCode.EOK)))
+        self.spawn(self._upgrade(transport, tls.server))
+
+    async def _upgrade(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
+        try:
+            upgraded = await self._loop.start_tls(
+                raw,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
+            )
+            if upgraded is None:
+                raise ConnectionError("the connection closed during the TLS handshake")
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raw.abort()
+            if not self.closed:  # the TLS layer never told us it was up: it may not tell
+                self.connection_lost(exc)  # us it went down either
+        except asyncio.CancelledError:
+            raw.abort()
+            raise
+        else:
+            # start_tls does not call connection_made: the upgraded transport is ours to take.
+            self._upgraded(upgraded)
+
+    def _upgrade_failed(self, exc: BaseException | None) -> None:
+        self._upgrading = False
+        self.ctx.stats.tls_handshake_failures += 1
+        log.warning("TLS handshake with %s failed: %s", self.peer, exc or "connection closed")
+
+    def _upgraded(self, transport: asyncio.Transport) -> None:
+        """The TLS handshake is done: requests now come and go through ``transport``."""
+        self._upgrading = False
+        self.transport = transport
+        self.tls_active = True
+        self.ctx.stats.tls_handshakes += 1
+        cert = transport.get_extra_info("peercert")
+        self.identity = subject_name(cert)
+        if self._policy.client_auth:
+            self.roles = roles_of(cert)
+        config = self.ctx.config
+        transport.set_write_buffer_limits(
+            high=config.server_write_buffer_high_water_mark,
+            low=config.server_write_buffer_low_water_mark,
+        )
+        self._read_paused = False  # the TLS transport reads from the start
+        self.update_reading()
 
     # -------------------------------------------------------------- for handlers
 

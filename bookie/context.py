@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gc import GcResult
 from aiobk.bookie.journal import Journal
+from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledger_state import Ledgers
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import WriteState
+from aiobk.metadata import MetadataStore
 from aiobk.protocol import Response
 
 
@@ -61,6 +63,14 @@ class BookieAdmin(Protocol):
     @property
     def checkpoint_error(self) -> str | None: ...
 
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def metadata(self) -> MetadataStore | None:
+        """The metadata store while the bookie runs (None: it has none, or is not running)."""
+        ...
+
     async def checkpoint(self, release: bool = True) -> None: ...
 
     async def collect_garbage(self, forced: bool = False) -> GcResult: ...
@@ -85,6 +95,8 @@ class BookieContext:
     write_state: WriteState
     admin: BookieAdmin
     log_corruption: Callable[[Exception], None]
+    # Whether a request may create a ledger's state here (issue 18: squatting).
+    keys: KeyCheck = field(default_factory=KeyCheck)
 
 
 Handler = Callable[[BookieContext, Any, Replier], None]

@@ -4,12 +4,15 @@ Theory of operation (in the manner of h11's ``_state.py``). A bookie's knowledge
 (``bookie.ledger.LedgerState``) moves through a handful of transitions:
 
 - **create**: the first add, fencing read or recovery add naming an unknown ledger brings its
-  master key (``ensure``); BP-46 boot phase one creates the ledgers it must fence with the key
-  unknown (``create_keyless``), and the first request carrying a key teaches it;
+  master key (``ensure``) -- once ``bookie.key_check`` has admitted it against the ledger's
+  metadata (issue 18); BP-46 boot phase one creates the ledgers it must fence with the key
+  unknown (``create_keyless``), and the first admitted request carrying a key teaches it;
 - **fence** (fencing.md "Fencing internals"): from then on normal adds are refused;
 - **limbo** on and off (BP-46): a missing entry is EUNKNOWN, not an explicit negative;
 - **explicit LAC** (``write_lac``): raises the LAC without an add;
-- **add** and **copy** (an entry stored; copy is the boot repair's, BP-46 phase two).
+- **add** and **copy** (an entry stored; copy is the boot repair's, BP-46 phase two). An entry
+  held is never replaced: ``bookie.ops.add`` answers an add of one itself, and ``copy`` leaves
+  one that arrived while the repairer fetched it.
 
 Each transition is one method of ``Ledgers`` that changes the state *and* appends the journal
 record that makes it survive a crash, so the two cannot drift apart; ``apply(record)``, used by
@@ -74,7 +77,8 @@ class Ledgers:
     def ensure(self, ledger_id: int, master_key: bytes) -> tuple[LedgerState | None, StatusCode]:
         """The ledger's state, created (its key journaled) if new; EUA on a key mismatch,
         ENOLEDGER for a ledger garbage collection dropped, EBADREQ for a new ledger without a
-        key."""
+        key. A request reaches this for a ledger not held (or held without its key) only once
+        ``KeyCheck.admit`` has admitted its key (issue 18): that is the handlers' to do."""
         storage = self.storage
         state = storage.get(ledger_id)
         if state is None:
@@ -211,8 +215,8 @@ class Ledgers:
         The repairer held ``state`` across its fetch: if the ledger's state was dropped and
         loaded again meanwhile, the current one takes the copy (none: deleted meanwhile)."""
         current = self.get(state.ledger_id)
-        if current is None:
-            return
+        if current is None or current.location(entry_id) >= 0:
+            return  # deleted meanwhile, or the entry arrived meanwhile: never replaced
         state = current
         self.storage.add_entry(state, entry_id, body)
         state.advance_lac(peek_header(body)[2])

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NamedTuple, Protocol, cast
 
+from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
 from aiobk.bookie.boot import BootResult, boot
 from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
@@ -29,6 +30,7 @@ from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gc import GarbageCollector, GcResult
 from aiobk.bookie.journal import Journal
 from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledger_state import Ledgers
 from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
@@ -36,6 +38,7 @@ from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
 from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
+from aiobk.bookie.tls import BookieTls
 from aiobk.bookie.write_state import DISK, OPERATOR, WriteState
 from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
 from aiobk.protocol.errors import BKError
@@ -82,6 +85,7 @@ class Bookie:
         repairer: RepairerFactory | None = None,
         instance_ids: Callable[[], str] | None = None,
         companions: Sequence[CompanionFactory] = (),
+        tls: BookieTls | None = None,
     ) -> None:
         """``disk``, ``network`` and ``metadata`` are the I/O seams (DESIGN "the I/O seam");
         ``repairer`` builds the client-side helper of BP-46 phase two (the wiring passes
@@ -89,7 +93,9 @@ class Bookie:
         ``bookie.repair``); ``instance_ids`` makes the id a fresh cookie records (random bytes
         by default; a simulator passes a seeded source so that one seed replays exactly);
         ``companions`` build services that run beside the bookie while it serves, with its id
-        and metadata store (the wiring passes autorecovery's, ``aiobk.autorecovery``)."""
+        and metadata store (the wiring passes autorecovery's, ``aiobk.autorecovery``); ``tls``
+        the TLS material when the wiring shares it with the bookie's own client connections
+        (made from the config's ``tls_*`` files otherwise: ConfigError if they are unusable)."""
         self.config = config
         self._make_repairer = repairer
         self._companion_factories = tuple(companions)
@@ -142,9 +148,18 @@ class Bookie:
             self.write_state,
             self,
             self.log_corruption,
+            KeyCheck(max_waiting_per_peer=config.max_inflight_per_connection),
         )
         journal = self.journal
-        self._hooks = ConnectionHooks(journal.flush_idle, lambda: journal.urgent)
+        if tls is None and config.tls_enabled:
+            tls = BookieTls(config)
+        self.tls = tls
+        policy = Policy(
+            guarded=tls is not None, tls_only=config.tls_only, client_auth=config.tls_client_auth
+        )
+        self._hooks = ConnectionHooks(
+            journal.flush_idle, lambda: journal.urgent, tls=tls, policy=policy
+        )
         self._tasks: dict[str, asyncio.Task[None]] = {}  # background work while serving
         self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
@@ -239,6 +254,8 @@ class Bookie:
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
             self._spawn("gc", self._gc_loop())
+        if self.tls is not None and self.config.tls_reload_interval > 0:
+            self._spawn("tls-reload", self._tls_reload_loop(self.tls))
         compacting = self.config.gc_interval > 0 and self.config.metadata_history_revisions > 0
         if self._metadata is not None and not compacting:
             log.warning(
@@ -439,6 +456,12 @@ class Bookie:
         (``bookie.checkpoints``: a failure is counted, logged and kept in
         ``checkpoint_error``)."""
         await self.checkpoints.checkpoint(release)
+
+    async def _tls_reload_loop(self, tls: BookieTls) -> None:
+        """Read the TLS files again when they change (``tls_reload_interval``)."""
+        while True:
+            await asyncio.sleep(self.config.tls_reload_interval)
+            tls.reload_if_changed()
 
     async def _gc_loop(self) -> None:
         while True:

@@ -76,6 +76,9 @@ class BookieStats:
     fences: int = 0
     bad_requests: int = 0
     auth_failures: int = 0
+    permission_denials: int = 0  # EPERM: no TLS or handshake first, or a role missing
+    tls_handshakes: int = 0  # connections upgraded to TLS
+    tls_handshake_failures: int = 0
     connections: int = 0
     connections_refused: int = 0  # at max_connections with nothing idle to make room
     connections_evicted: int = 0  # idle ones closed to make room for a new one

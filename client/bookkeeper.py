@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
-import hmac
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -18,7 +17,7 @@ from aiobk.client.log_position import LogPosition
 from aiobk.client.log_reader import LogReader, truncate_log
 from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.client.net import Connector
+from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.placement import choose_ensemble
 from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
@@ -28,16 +27,22 @@ from aiobk.client.stats import bound_to_loop
 from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
 from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError, UnauthorizedError
+from aiobk.protocol.keys import SALT_SIZE, key_digest, legacy_password_digest, password_matches
 
 
-def password_digest(password: bytes) -> bytes:
-    """What the metadata keeps to check a password on open (never the password itself)."""
-    return hashlib.sha256(b"aiobk-password\x00" + password).digest()
+def password_digest(password: bytes, salt: bytes = b"") -> bytes:
+    """What the metadata keeps to check a password (never the password itself): with a salt
+    (every ledger created since issue 18), the salted digest of its master key, which bookies
+    can check a key against too; without, the legacy unsalted digest of the password."""
+    if salt:
+        return key_digest(salt, master_key(password))
+    return legacy_password_digest(password)
 
 
 def check_password(ledger_id: int, metadata: LedgerMetadata, password: bytes) -> None:
-    """UnauthorizedError unless ``password`` is the ledger's (compared in constant time)."""
-    if not hmac.compare_digest(metadata.password_digest, password_digest(password)):
+    """UnauthorizedError unless ``password`` is the ledger's (compared in constant time); reads
+    both the salted form and the legacy one (metadata written before issue 18)."""
+    if not password_matches(metadata.password_salt, metadata.password_digest, password):
         raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
 
 
@@ -54,11 +59,16 @@ class BookKeeper:
         connector: Connector | None = None,
         wall_clock: Callable[[], float] = time.time,
         owns_store: bool | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """A client for the cluster whose metadata lives at ``metadata``: a URI (the store is
         opened here, which checks the URI and does no I/O; the client closes it) or a store
-        (the caller's: left open unless ``owns_store``)."""
+        (the caller's: left open unless ``owns_store``). With ``tls``, every bookie connection
+        is upgraded to TLS before its first request, or fails (never plaintext; README
+        "Security"); its certificate, if it has one, is the client's identity."""
         config = config or ClientConfig()
+        if tls is not None:
+            connector = TlsConnector(tls, connector)
         if isinstance(metadata, str):
             store = open_store(metadata, timeout=config.metadata_timeout)
             owns_store = True if owns_store is None else owns_store
@@ -88,9 +98,11 @@ class BookKeeper:
         rng: random.Random | None = None,
         connector: Connector | None = None,
         wall_clock: Callable[[], float] = time.time,
+        tls: ssl.SSLContext | None = None,
     ) -> BookKeeper:
-        """A client for the cluster whose metadata lives at ``metadata`` (a URI or a store)."""
-        bk = cls(metadata, config, rng=rng, connector=connector, wall_clock=wall_clock)
+        """A client for the cluster whose metadata lives at ``metadata`` (a URI or a store);
+        ``tls`` as for the constructor."""
+        bk = cls(metadata, config, rng=rng, connector=connector, wall_clock=wall_clock, tls=tls)
         await bk._connect()
         return bk
 
@@ -152,6 +164,9 @@ class BookKeeper:
         if len(set(bookies) - avoid) < ensemble_size:
             avoid = set()
         ensemble = choose_ensemble(bookies, ensemble_size, avoid, self._rng)
+        # A fresh salt per ledger, from the client's random source (seeded in the simulator,
+        # from the OS otherwise): not secret, only unlike every other ledger's.
+        salt = self._rng.randbytes(SALT_SIZE)
         metadata = LedgerMetadata(
             ensemble_size,
             write_quorum,
@@ -159,9 +174,10 @@ class BookKeeper:
             (Fragment(0, tuple(ensemble)),),
             durability=durability,
             digest_type=kind,
-            password_digest=password_digest(password),
+            password_digest=password_digest(password, salt),
             custom_metadata=dict(custom_metadata or {}),
             creation_time=int(self._wall_clock() * 1000),
+            password_salt=salt,
         )
         ledger_id, metadata = await self._create(retry, metadata)
         return LedgerHandle(
@@ -221,8 +237,11 @@ class BookKeeper:
 
     async def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
         """Remove the ledger's metadata (bookies reclaim its space later). With ``password``,
-        only if it is the ledger's (``UnauthorizedError`` otherwise), as ``open_ledger``
-        checks it; without, whoever can reach the metadata may delete."""
+        only if it is the ledger's (``UnauthorizedError`` otherwise; checked against the
+        digest in the metadata, salted or legacy), as ``open_ledger`` checks it. Without, no
+        check: whoever may write the metadata store may delete -- the store's own access
+        control (etcd roles on the prefix) is what stands in for BookKeeper's admin role there;
+        ``aiobk ledger delete`` asks for the password of a ledger that has one."""
         if password is not None:
             check_password(ledger_id, await self.store.read_ledger(ledger_id), password)
         await self.store.delete_ledger(ledger_id)

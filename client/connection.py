@@ -33,6 +33,7 @@ from aiobk.protocol import (
     HandshakeRequest,
     HandshakeResponse,
     MalformedMessageError,
+    OpCode,
     Request,
     Response,
     StatusCode,
@@ -44,6 +45,7 @@ from aiobk.protocol.errors import (
     BKError,
     BookieUnavailableError,
     OperationTimeoutError,
+    PermissionDeniedError,
     error_for_status,
 )
 
@@ -250,5 +252,13 @@ class BookieConnection(asyncio.Protocol):
 def status_error(response: Response, address: str) -> BKError:
     """The BKError for a non-OK response."""
     if isinstance(response, ErrorResponse):
+        if response.status is StatusCode.EPERM:
+            op = response.request_op
+            name = OpCode(op).name if op in OpCode._value2member_map_ else str(op)
+            return PermissionDeniedError(
+                f"bookie {address} refused {name}: it needs TLS "
+                "(--tls-ca/--tls-cert/--tls-key), a handshake first, or a certificate with "
+                "another role"
+            )
         return BadRequestError(f"bookie {address} could not parse request {response.request_op}")
     return error_for_status(response.status, f"{response.status.name} from bookie {address}")

@@ -26,6 +26,7 @@ from aiobk.protocol.errors import (
     NoSuchLogError,
     NotEnoughBookiesError,
     OperationTimeoutError,
+    PermissionDeniedError,
     ProtocolVersionError,
     ReadOnlyBookieError,
     ReadTooLargeError,
@@ -62,5 +63,6 @@ __all__ = [
     "ReadTooLargeError",
     "TooManyRequestsError",
     "UnauthorizedError",
+    "PermissionDeniedError",
     "error_for_status",
 ]

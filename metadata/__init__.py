@@ -10,8 +10,16 @@ from aiobk.metadata.autorecovery import (
     UnderReplication,
 )
 from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
+from aiobk.metadata.etcd_security import EtcdServerTLS
 from aiobk.metadata.keys import KeyLayout
-from aiobk.metadata.kv import KV, KeyValue, Watch, WatchEvent
+from aiobk.metadata.kv import (
+    KV,
+    KeyValue,
+    MetadataAuthError,
+    MetadataPermissionError,
+    Watch,
+    WatchEvent,
+)
 from aiobk.metadata.kv_memory import MemoryKV
 from aiobk.metadata.lease import HeldLease
 from aiobk.metadata.model import (
@@ -24,7 +32,7 @@ from aiobk.metadata.model import (
 from aiobk.metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogRecord
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
-from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store
+from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store, redact_uri
 
 __all__ = [
     "CHECK",
@@ -42,6 +50,7 @@ __all__ = [
     "Cookie",
     "EtcdNotFoundError",
     "EtcdProcess",
+    "EtcdServerTLS",
     "Fragment",
     "KV",
     "KeyLayout",
@@ -50,7 +59,9 @@ __all__ = [
     "LedgerState",
     "LogRecord",
     "MemoryKV",
+    "MetadataAuthError",
     "MetadataFormatError",
+    "MetadataPermissionError",
     "MetadataStore",
     "MetadataURIError",
     "Registration",
@@ -58,5 +69,6 @@ __all__ = [
     "WatchEvent",
     "free_port",
     "open_store",
+    "redact_uri",
     "write_set",
 ]

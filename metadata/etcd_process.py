@@ -21,6 +21,11 @@ An etcd started here is this process's alone, and never outlives it:
   one, or by a version without the parent-death signal; on Linux also by its command line)
   and stops it; one whose owner still runs is refused (``EtcdInUseError``).
 
+With ``tls`` (an ``EtcdServerTLS``) the client port speaks only TLS (``https``, ``etcds://``
+in ``uri()``), optionally requiring client certificates; ``gateway.enable_auth`` turns
+on etcd's auth with a root user, and ``gateway.add_user`` adds users limited to a key prefix
+(``metadata.etcd_security``).
+
 ``EtcdCluster`` runs several members as one cluster (a 3-member etcd for the multi-host test,
 ``tests/test_multi_host.py``), each an ``EtcdProcess`` with the rules above; ``kill()`` one
 (SIGKILL) and ``start()`` it again to lose a member and bring it back.
@@ -41,15 +46,15 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
+
+from aiobk.metadata.etcd_security import EtcdGateway, EtcdGatewayError, EtcdServerTLS
 
 log = logging.getLogger(__name__)
 
 PIDFILE = "etcd.pid"
-# Loopback requests must not go through an http_proxy from the environment.
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 # etcd's own bound on its history: revision-mode auto-compaction keeping this many revisions
@@ -190,6 +195,7 @@ class EtcdProcess:
     # --initial-cluster-token (empty: etcd's default), read only when the member first starts.
     initial_cluster: str = ""
     initial_cluster_token: str = ""
+    tls: EtcdServerTLS | None = None  # TLS on the client port (None: plaintext)
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     stopped_leftover: int | None = field(default=None, init=False)  # pid of an orphan stopped
     _own_dir: bool = field(default=False, init=False)
@@ -219,8 +225,21 @@ class EtcdProcess:
     def peer_url(self) -> str:
         return f"http://{self.host}:{self.peer_port}"
 
-    def uri(self, prefix: str = "aiobk") -> str:
-        return f"etcd://{self.endpoint}/{prefix}"
+    @property
+    def gateway(self) -> EtcdGateway:
+        """etcd's JSON gateway on this member's client port (TLS when it serves TLS); its
+        ``enable_auth(root_password)`` and ``add_user(...)`` set up etcd's auth."""
+        return EtcdGateway(self.endpoint, self.tls)
+
+    def uri(self, prefix: str = "aiobk", *, user: str | None = None, password: str = "") -> str:
+        """The metadata URI of this etcd: ``etcds://`` trusting its CA when it serves TLS;
+        with ``user``, its credentials (percent-encoded) in the URI."""
+        scheme, options = ("etcds", self.tls.uri_options()) if self.tls else ("etcd", "")
+        who = ""
+        if user is not None:
+            secret = f":{quote(password, safe='')}" if password else ""
+            who = f"{quote(user, safe='')}{secret}@"
+        return f"{scheme}://{who}{self.endpoint}/{prefix}{options}"
 
     def start(self) -> EtcdProcess:
         self.launch()
@@ -247,7 +266,7 @@ class EtcdProcess:
                     f"etcd {role} port {self.host}:{port} is in use "
                     "(another etcd or standalone running?)"
                 )
-        client = f"http://{self.host}:{self.client_port}"
+        client = f"{'https' if self.tls else 'http'}://{self.host}:{self.client_port}"
         peer = f"http://{self.host}:{self.peer_port}"
         with open(self.log_path, "ab") as log_file:
             command = [
@@ -265,6 +284,7 @@ class EtcdProcess:
                     else []
                 ),
                 "--log-level=error",
+                *(self.tls.flags() if self.tls else ()),
                 *self.extra_args,
             ]
             # Only the main thread lives as long as the process; etcd tied to another (an
@@ -339,15 +359,9 @@ class EtcdProcess:
     def status(self) -> dict[str, Any] | None:
         """etcd's maintenance status of this member (``member_id``, ``leader``: the id of the
         member it follows, 0 while there is none; ids as decimal strings); None: no answer."""
-        request = urllib.request.Request(
-            f"http://{self.endpoint}/v3/maintenance/status", data=b"{}", method="POST"
-        )
         try:
-            with _NO_PROXY.open(request, timeout=1.0) as response:
-                answer = json.loads(response.read())
-        except (OSError, ValueError):  # refused, reset, timed out, not JSON
-            return None
-        if not isinstance(answer, dict):
+            answer = self.gateway.post("/v3/maintenance/status", {})
+        except (OSError, ValueError, EtcdGatewayError):  # refused, reset, timed out, not JSON
             return None
         member_id = str(answer.get("header", {}).get("member_id", ""))
         leader = str(answer.get("leader", "0"))
@@ -362,13 +376,9 @@ class EtcdProcess:
 
     def _answering_member(self) -> str | None:
         """The name of the member answering on the client port (None: no answer yet)."""
-        request = urllib.request.Request(
-            f"http://{self.endpoint}/v3/cluster/member/list", data=b"{}", method="POST"
-        )
         try:
-            with _NO_PROXY.open(request, timeout=1.0) as response:
-                answer = json.loads(response.read())
-        except (OSError, ValueError):  # refused, reset, timed out, not JSON yet
+            answer = self.gateway.post("/v3/cluster/member/list", {})
+        except (OSError, ValueError, EtcdGatewayError):  # refused, reset, timed out, not JSON yet
             return None
         member_id = str(answer.get("header", {}).get("member_id", ""))
         for member in answer.get("members", []):

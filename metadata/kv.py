@@ -16,6 +16,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from aiobk.protocol.errors import MetadataStoreError
+
 
 class KeyExistsError(Exception):
     """create() found the key already there."""
@@ -41,6 +43,48 @@ class EtcdCredentials:
 
     user: str
     password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class EtcdTLS:
+    """TLS to etcd (``etcds://``, or ``?ca=``/``cert=``/``key=`` on an ``etcd://`` URI): file
+    paths, read each time a connection is made (renewed files are picked up at the next
+    reconnect). ``ca``: the PEM bundle that signs etcd's certificate (None: the system's
+    roots); ``cert`` and ``key``: this client's certificate, for an etcd run with
+    ``--client-cert-auth``."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def read(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(ca, key, cert) as bytes, in the order gRPC's ``ssl_channel_credentials`` takes
+        them; OSError if a file cannot be read."""
+
+        def load(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as handle:
+                return handle.read()
+
+        return load(self.ca), load(self.key), load(self.cert)
+
+
+class MetadataAuthError(MetadataStoreError):
+    """etcd refused who we are, or we refused etcd: wrong user or password, a user missing
+    where etcd has auth enabled, an etcd certificate the client does not trust (or a client
+    certificate etcd does not). Not retriable: the configuration has to change. Its message
+    is one line and never holds a password."""
+
+    retriable = False
+    default_message = "etcd refused the credentials"
+
+
+class MetadataPermissionError(MetadataAuthError):
+    """etcd knows the user, but none of its roles grants the keys asked for (the role must
+    cover the whole ``/PREFIX/`` range, README "Securing etcd")."""
+
+    default_message = "etcd: permission denied"
 
 
 @dataclass(frozen=True, slots=True)

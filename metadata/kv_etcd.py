@@ -12,9 +12,22 @@ request may have been applied.
 
 With credentials (etcd's ``auth enable``), connecting authenticates and every call carries the
 token. A token dies with an etcd restart or after ``--auth-token-ttl`` idle seconds; a call
-refused with ``invalid auth token`` authenticates again and is retried once. A watch is created
-right after a unary call on the same client: a watch created with a dead token is cancelled by
-etcd in a way aetcd does not report, so the unary call renews the token first.
+refused with ``invalid auth token`` authenticates again and is retried once (nothing was applied).
+The client holding the dead token is retired, not closed at once: calls already on it (racing
+the renewal, every one bounded by the timeout) end with their own answer instead of a
+cancellation; it is closed at a later renewal or at ``close()``. A watch is created right after
+a unary call on the same client: a watch created with a dead token (or by a user without
+permission) is cancelled by etcd in a way aetcd does not report, so the unary call renews the
+token first and finds a missing permission.
+
+With TLS (``EtcdTLS``), the channel is gRPC's TLS channel (aetcd 1.0 dials plaintext only, so
+``_Client`` is its ``connect()`` on a secure channel); the certificate files are read at each
+connect.
+
+What the configuration, not the network, got wrong is ``MetadataAuthError`` (not retriable): a
+wrong user or password, no user where auth is on, a certificate one side does not trust; and
+``MetadataPermissionError`` when the user's roles do not cover a key. Their messages are one
+line and hold no password (etcd's own messages never echo one).
 """
 
 from __future__ import annotations
@@ -23,19 +36,28 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import aetcd
+# gRPC's C core writes its own diagnostics to stderr (three lines for a refused certificate):
+# the errors raised here carry the cause, on one line. GRPC_VERBOSITY=ERROR brings them back.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+import aetcd  # after the line above: gRPC reads it when it loads
+import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 
 from aiobk.metadata.kv import (
     KV,
     EtcdCredentials,
+    EtcdTLS,
     KeyExistsError,
     KeyMissingError,
     KeyValue,
+    MetadataAuthError,
+    MetadataPermissionError,
     RevisionMismatchError,
     Watch,
     WatchEvent,
@@ -101,6 +123,9 @@ class _EtcdWatch(Watch):
             except etcd_errors.RevisionCompactedError as exc:
                 self._push(MetadataStoreError(f"watch of {self._key!r} fell behind: {exc}"))
                 return
+            except MetadataAuthError as exc:  # retrying cannot help: its owner hears of it
+                self._push(exc)
+                return
             except Exception as exc:  # stream broken: etcd restarting or unreachable
                 log.debug("watch of %r interrupted (%r); retrying", self._key, exc)
                 # With several endpoints the next attempt goes to the next one: the client
@@ -119,6 +144,48 @@ class _EtcdWatch(Watch):
                     await self._current.cancel()
 
 
+class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
+    """aetcd's client; with ``tls`` (gRPC channel credentials) its ``connect()`` opens a TLS
+    channel instead of aetcd's plaintext one, and does the rest as aetcd 1.0.0 does."""
+
+    _is_connecting: bool  # aetcd's, set in its __init__
+
+    def __init__(self, *, tls: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._tls = tls
+
+    async def connect(self) -> None:
+        if self._tls is None:
+            await super().connect()
+            return
+        if self._connected.is_set():
+            return
+        if self._is_connecting:
+            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
+            return
+        self._is_connecting = True
+        try:
+            target = f"{self._host}:{self._port}"
+            self.channel = rpc.secure_channel(target, self._tls, options=self._options.items())
+            if self._username is not None and self._password is not None:
+                self.auth_stub = rpc.AuthStub(self.channel)
+                request = rpc.AuthenticateRequest(name=self._username, password=self._password)
+                response = await self.auth_stub.Authenticate(request, timeout=self._timeout)
+                self.metadata = (("token", response.token),)
+            self.kvstub = rpc.KVStub(self.channel)
+            self.clusterstub = rpc.ClusterStub(self.channel)
+            self.leasestub = rpc.LeaseStub(self.channel)
+            self.maintenancestub = rpc.MaintenanceStub(self.channel)
+            self._watcher = aetcd.watcher.Watcher(
+                rpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
+            )
+            self._connected.set()
+        except rpc.AioRpcError as exc:
+            etcd_errors._handle_exception(exc)
+        finally:
+            self._is_connecting = False
+
+
 class EtcdKV(KV):
     def __init__(
         self,
@@ -126,16 +193,20 @@ class EtcdKV(KV):
         timeout: float = 5.0,
         *,
         credentials: EtcdCredentials | None = None,
+        tls: EtcdTLS | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = endpoints
         self._index = 0
         self._client: aetcd.Client | None = None
+        self._retired: list[tuple[float, aetcd.Client]] = []  # token died: closed later
         self._credentials = credentials
+        self._tls = tls
         self.timeout = timeout
         user = f"{credentials.user}:***@" if credentials is not None else ""
-        self.description = "etcd://" + user + ",".join(f"{h}:{p}" for h, p in endpoints)
+        scheme = "etcds://" if tls is not None else "etcd://"
+        self.description = scheme + user + ",".join(f"{h}:{p}" for h, p in endpoints)
 
     def __repr__(self) -> str:
         return f"<EtcdKV {self.description}>"
@@ -145,18 +216,44 @@ class EtcdKV(KV):
         host, port = self._endpoints[self._index]
         return f"{host}:{port}"
 
+    async def connect(self) -> None:
+        """Connect now (with credentials: authenticate) and make one read, instead of at the
+        first call: a wrong password, an untrusted certificate or an unreachable etcd shows
+        here, as the first call would show it."""
+        probe = rpc.RangeRequest(key=b"\0", count_only=True)
+        with contextlib.suppress(MetadataPermissionError):  # a user limited to its prefix
+            await self._call("connect", lambda c: c.kvstub.Range(probe, **self._opts(c)))
+
+    def _channel_credentials(self) -> Any:
+        """gRPC's TLS credentials from the files named (read now), or None: plaintext."""
+        if self._tls is None:
+            return None
+        try:
+            ca, key, cert = self._tls.read()
+        except OSError as exc:
+            raise MetadataAuthError(
+                f"etcd TLS: cannot read {exc.filename!r}: {exc.strerror or exc}"
+            ) from None
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert
+        )
+
+    def _new_client(self, host: str, port: int, *, authenticate: bool) -> aetcd.Client:
+        creds = self._credentials if authenticate else None
+        return _Client(
+            tls=self._channel_credentials(),
+            host=host,
+            port=port,
+            timeout=self.timeout,
+            username=creds.user if creds is not None else None,
+            password=creds.password if creds is not None else None,
+        )
+
     async def _get_client(self) -> aetcd.Client:
         """The connected client; with credentials, connecting authenticates (a round trip)."""
         if self._client is None:
             host, port = self._endpoints[self._index]
-            creds = self._credentials
-            client = aetcd.Client(
-                host=host,
-                port=port,
-                timeout=self.timeout,
-                username=creds.user if creds is not None else None,
-                password=creds.password if creds is not None else None,
-            )
+            client = self._new_client(host, port, authenticate=True)
             try:
                 await client.connect()  # opens the gRPC channel (and authenticates)
             except etcd_errors.PreconditionFailedError as exc:
@@ -164,7 +261,7 @@ class EtcdKV(KV):
                 if "authentication is not enabled" not in str(exc):
                     raise
                 # As etcd's own client does: credentials for an etcd without auth are unused.
-                client = aetcd.Client(host=host, port=port, timeout=self.timeout)
+                client = self._new_client(host, port, authenticate=False)
                 await client.connect()
             except BaseException:
                 await self._close_client(client)
@@ -173,9 +270,9 @@ class EtcdKV(KV):
         return self._client
 
     async def _client_for_watch(self, key: bytes) -> aetcd.Client:
-        if self._credentials is not None:
+        if self._credentials is not None or self._tls is not None:
             probe = rpc.RangeRequest(key=key, count_only=True)
-            await self._call("watch", lambda c: c.kvstub.Range(probe, **self._opts(c)))
+            await self._call("watch", lambda c: c.kvstub.Range(probe, **self._opts(c)), key)
         return await self._get_client()
 
     def _opts(self, client: aetcd.Client) -> dict[str, Any]:
@@ -197,11 +294,21 @@ class EtcdKV(KV):
         self._index = (self._index + 1) % len(self._endpoints)
         await self._close_client(client)
 
-    async def _forget_client(self, client: aetcd.Client) -> None:
-        """Drop ``client`` (if still the current one): the next call connects anew."""
+    async def _retire(self, client: aetcd.Client) -> None:
+        """Stop using ``client`` (its token died): the next call connects anew. Calls already
+        on it end by themselves within the timeout, so it is closed only once that has passed,
+        at a later retirement or at ``close()``."""
         if self._client is client:
             self._client = None
-        await self._close_client(client)
+        now = asyncio.get_running_loop().time()
+        retired, self._retired = self._retired, []
+        for when, old in retired:
+            if now - when > self.timeout:
+                await self._close_client(old)
+            else:
+                self._retired.append((when, old))
+        if all(old is not client for _when, old in self._retired):
+            self._retired.append((now, client))
 
     async def _close_client(self, client: aetcd.Client | None) -> None:
         if client is not None:
@@ -209,8 +316,65 @@ class EtcdKV(KV):
                 async with asyncio.timeout(self.timeout):
                     await client.close()
 
-    async def _call(self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+    def _refused(self, endpoint: str, what: str, exc: BaseException) -> MetadataAuthError | None:
+        """The auth error ``exc`` stands for, if it says the credentials are wrong."""
+        text = str(exc)
+        if "authentication failed" in text:
+            user = self._credentials.user if self._credentials is not None else ""
+            return MetadataAuthError(
+                f"etcd {endpoint}: authentication failed for user {user!r} "
+                "(wrong user name or password)"
+            )
+        if "user name is empty" in text:
+            return MetadataAuthError(
+                f"etcd {endpoint}: {what} refused: {text} (this etcd has auth enabled: name a "
+                "user, as USER:PASSWORD@ in the URI or AIOBK_ETCD_USER/AIOBK_ETCD_PASSWORD)"
+            )
+        return None
+
+    def _denied(self, endpoint: str, what: str, key: bytes | None) -> MetadataPermissionError:
+        who = (
+            f"user {self._credentials.user!r}"
+            if self._credentials is not None
+            else "this client (no user given: etcd takes a client certificate's common name)"
+        )
+        where = f" on {key.decode(errors='replace')!r}" if key is not None else ""
+        return MetadataPermissionError(
+            f"etcd {endpoint}: permission denied to {who} for {what}{where}: its roles must "
+            "grant readwrite on the store's whole /PREFIX/ key range"
+        )
+
+    def _tls_refusal(self, endpoint: str, exc: BaseException) -> MetadataAuthError | None:
+        """What a TLS handshake that failed for certain says (gRPC's words in ``exc``), or None
+        for failures an outage can also cause (a connection cut mid-handshake)."""
+        if self._tls is None:
+            return None
+        text = " ".join(str(exc).split())
+        low = text.lower()
+        host = endpoint.rpartition(":")[0]
+        if "certificate_verify_failed" in low:
+            detail = text.rpartition("CERTIFICATE_VERIFY_FAILED:")[2].strip().removesuffix(": OK")
+            ca = self._tls.ca or "the system's CAs"
+            why = f"etcd's certificate is not signed by {ca} ({detail or 'verify failed'})"
+        elif "hostname verification" in low:
+            why = f"etcd's certificate does not name {host}"
+        elif "tsi_data_corrupted" in low:  # TLS 1.3: the server's alert comes after the hello
+            why = (
+                f"etcd did not accept the client certificate {self._tls.cert}"
+                if self._tls.cert is not None
+                else "etcd requires a client certificate (?cert=PATH&key=PATH)"
+            )
+        elif "wrong_version_number" in low:
+            why = "no TLS on that port (etcd:// for a plaintext etcd)"
+        else:
+            return None
+        return MetadataAuthError(f"etcd {endpoint}: TLS handshake failed: {why}")
+
+    async def _call(
+        self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], key: bytes | None = None
+    ) -> T:
         last: BaseException | None = None
+        tls_failed: MetadataAuthError | None = None
         attempts = len(self._endpoints)
         renewed = False
         while attempts > 0:
@@ -223,10 +387,14 @@ class EtcdKV(KV):
                         client = await self._get_client()
                         return await fn(client)
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
+                    if exc.code() == rpc.StatusCode.PERMISSION_DENIED:
+                        raise self._denied(endpoint, what, key) from None
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
             except etcd_errors.ConnectionFailedError as exc:
                 last = exc
+                # The next endpoint may trust us (or be up); if none does: say so.
+                tls_failed = self._tls_refusal(endpoint, exc) or tls_failed
                 if len(self._endpoints) > 1:
                     await self._rotate()
                 continue
@@ -239,31 +407,47 @@ class EtcdKV(KV):
             except etcd_errors.UnauthenticatedError as exc:
                 # A token etcd no longer knows (it restarted, or the token idled out).
                 if self._credentials is None or renewed or client is None:
-                    raise MetadataStoreError(f"etcd {endpoint}: {what} refused: {exc}") from exc
+                    raise MetadataAuthError(f"etcd {endpoint}: {what} refused: {exc}") from None
                 renewed = True
                 attempts += 1
-                await self._forget_client(client)
+                await self._retire(client)
                 continue
             except etcd_errors.ClientError as exc:
+                refused = self._refused(endpoint, what, exc)
+                if refused is not None:
+                    raise refused from None
+                if "permission denied" in str(exc):  # through aetcd's own methods
+                    raise self._denied(endpoint, what, key) from None
                 raise MetadataStoreError(f"etcd {endpoint}: {what} failed: {exc}") from exc
-        raise MetadataStoreError(f"{self.description} is unreachable ({what}): {last}") from last
+        if tls_failed is not None:
+            raise tls_failed from None
+        hint, text = "", str(last).lower()
+        if self._tls is None and "socket closed" in text:
+            hint = " (if this etcd serves TLS: etcds://, and ?ca=PATH for a private CA)"
+        elif self._tls is not None and "handshake read failed" in text:
+            hint = " (the TLS handshake was cut short: does this etcd serve TLS?)"
+        raise MetadataStoreError(
+            f"{self.description} is unreachable ({what}): {last}{hint}"
+        ) from last
 
     async def _txn(
-        self, what: str, compare: list[Any], success: list[Any], failure: list[Any]
+        self, what: str, compare: list[Any], success: list[Any], failure: list[Any], key: bytes
     ) -> Any:
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure)
-        return await self._call(what, lambda c: c.kvstub.Txn(request, **self._opts(c)))
+        return await self._call(what, lambda c: c.kvstub.Txn(request, **self._opts(c)), key)
 
     # ------------------------------------------------------------------ KV
 
     async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
         request = rpc.RangeRequest(key=key)
-        response = await self._call("get", lambda c: c.kvstub.Range(request, **self._opts(c)))
+        response = await self._call("get", lambda c: c.kvstub.Range(request, **self._opts(c)), key)
         found = _kv(response.kvs[0]) if response.kvs else None
         return found, int(response.header.revision)
 
     async def create(self, key: bytes, value: bytes, lease: int = 0) -> int:
-        response = await self._txn("create", [_compare_absent(key)], [_put(key, value, lease)], [])
+        response = await self._txn(
+            "create", [_compare_absent(key)], [_put(key, value, lease)], [], key
+        )
         if not response.succeeded:
             raise KeyExistsError(key.decode(errors="replace"))
         return int(response.header.revision)
@@ -276,7 +460,7 @@ class EtcdKV(KV):
 
     async def compare_and_set(self, key: bytes, value: bytes, expected: int, lease: int = 0) -> int:
         response = await self._txn(
-            "compare-and-set", [_compare_mod(key, expected)], [_put(key, value, lease)], []
+            "compare-and-set", [_compare_mod(key, expected)], [_put(key, value, lease)], [], key
         )
         if not response.succeeded:
             raise await self._why_not(key, expected)
@@ -288,17 +472,17 @@ class EtcdKV(KV):
             compare = rpc.Compare(
                 key=key, target=rpc.Compare.CREATE, result=rpc.Compare.GREATER, create_revision=0
             )
-            response = await self._txn("delete", [compare], [delete], [])
+            response = await self._txn("delete", [compare], [delete], [], key)
             if not response.succeeded:
                 raise KeyMissingError(key.decode(errors="replace"))
             return
-        response = await self._txn("delete", [_compare_mod(key, expected)], [delete], [])
+        response = await self._txn("delete", [_compare_mod(key, expected)], [delete], [], key)
         if not response.succeeded:
             raise await self._why_not(key, expected)
 
     async def bump(self, key: bytes) -> int:
         # One transaction with no condition: its revision is unique across every client.
-        response = await self._txn("allocate", [], [_put(key, b"")], [])
+        response = await self._txn("allocate", [], [_put(key, b"")], [], key)
         return int(response.header.revision)
 
     async def range(
@@ -319,7 +503,9 @@ class EtcdKV(KV):
             sort_target=rpc.RangeRequest.KEY,
             keys_only=keys_only,
         )
-        response = await self._call("range", lambda c: c.kvstub.Range(request, **self._opts(c)))
+        response = await self._call(
+            "range", lambda c: c.kvstub.Range(request, **self._opts(c)), start
+        )
         return [_kv(item) for item in response.kvs], int(response.header.revision)
 
     async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
@@ -362,4 +548,6 @@ class EtcdKV(KV):
 
     async def close(self) -> None:
         client, self._client = self._client, None
-        await self._close_client(client)
+        retired, self._retired = self._retired, []
+        for old in [client, *(old for _when, old in retired)]:
+            await self._close_client(old)

@@ -69,9 +69,13 @@ class LedgerMetadata:
     length: int = 0
     durability: Durability = Durability.PERSISTENT
     digest_type: DigestType = DigestType.CRC32C
+    # Since issue 18: ``key_digest(password_salt, master key)`` (protocol.keys), which a bookie
+    # can check a master key against. Without a salt (metadata written before): the legacy
+    # unsalted digest of the password, which only a client holding the password can check.
     password_digest: bytes = b""
     custom_metadata: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
     creation_time: int = 0  # milliseconds, from the creating client's clock
+    password_salt: bytes = b""  # per ledger, random (issue 18); empty: the legacy digest
     version: int = field(default=-1, compare=False)
 
     def __post_init__(self) -> None:
@@ -183,6 +187,8 @@ class LedgerMetadata:
             "custom_metadata": {k: _b64(v) for k, v in self.custom_metadata.items()},
             "creation_time": self.creation_time,
         }
+        if self.password_salt:  # absent: the legacy form, as readers before issue 18 wrote it
+            document["password_salt"] = _b64(self.password_salt)
         return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -214,6 +220,7 @@ class LedgerMetadata:
                     str(k): _unb64(v) for k, v in dict(document["custom_metadata"]).items()
                 },
                 creation_time=_int(document["creation_time"]),
+                password_salt=_unb64(document.get("password_salt", "")),
                 version=version,
             )
         except MetadataFormatError:

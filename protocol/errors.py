@@ -64,6 +64,14 @@ class UnauthorizedError(BKError):
     default_message = "wrong password for this ledger"
 
 
+class PermissionDeniedError(BKError):
+    """The bookie refused the request on this connection: it wants TLS (``tls_only``) or a
+    handshake first, or the connection's certificate lacks the role the request needs."""
+
+    code = StatusCode.EPERM
+    default_message = "not permitted on this connection (TLS, handshake or role)"
+
+
 class ProtocolVersionError(BKError):
     code = StatusCode.EBADVERSION
     default_message = "protocol version not supported by the bookie"

@@ -42,6 +42,7 @@ class OpCode(IntEnum):
     GC = 8  # operators: run a garbage collection pass now
     BOOKIE_STATE = 9  # operators: read, or force, writable / read-only
     LEDGER_KEY = 10  # replication workers: a ledger's master key, for the cluster's secret
+    START_TLS = 11  # upgrade this connection to TLS (BookKeeper's START_TLS), then handshake
 
 
 class AddFlag(IntFlag):
@@ -229,6 +230,17 @@ class LedgerKeyRequest(Request):
     proof: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class StartTlsRequest(Request):
+    """Upgrade the connection to TLS. After the EOK answer both sides speak TLS on the same
+    socket, the client first (its ClientHello); the client sends nothing after this request
+    until then, and a bookie that reads more frames behind it closes the connection."""
+
+    op = OpCode.START_TLS
+    tag = OpCode.START_TLS
+    _wire = ()
+
+
 # ---------------------------------------------------------------------- responses
 
 
@@ -357,6 +369,16 @@ class LedgerKeyResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class StartTlsResponse(Response):
+    """EOK: begin the TLS handshake now. EBADREQ: this bookie has no certificate (or the
+    connection is TLS already)."""
+
+    op = OpCode.START_TLS
+    tag = OpCode.START_TLS | RESPONSE_BIT
+    _wire = (_INT,)
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorResponse(Response):
     """Answer to a request the bookie could not decode (always EBADREQ) or an unknown op."""
 
@@ -378,6 +400,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         GcRequest,
         BookieStateRequest,
         LedgerKeyRequest,
+        StartTlsRequest,
     )
 }
 RESPONSE_TYPES: dict[int, type[Response]] = {
@@ -393,6 +416,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         GcResponse,
         BookieStateResponse,
         LedgerKeyResponse,
+        StartTlsResponse,
         ErrorResponse,
     )
 }

@@ -21,6 +21,7 @@ class StatusCode(IntEnum):
     EREADONLY = 105  # bookie is read-only
     ETOOMANYREQUESTS = 106  # bookie is shedding load
     EUNKNOWN = 107  # BP-46: a limbo ledger cannot say "no such entry"
+    EPERM = 108  # not on this connection: TLS or a handshake first, or a role it lacks
 
     @property
     def is_explicit_negative(self) -> bool:

@@ -3,7 +3,7 @@ imports click and rich besides the benchmarks)."""
 
 from aiobk.commands.bookie import bookie_group
 from aiobk.commands.bookies import bookies_group
-from aiobk.commands.common import QuietPipeGroup, run_group, with_log_level
+from aiobk.commands.common import QuietPipeGroup, run_group, with_log_level, with_tls_options
 from aiobk.commands.cookie import cookie_group
 from aiobk.commands.ledger import ledger_group
 from aiobk.commands.log import log_group
@@ -21,4 +21,5 @@ __all__ = [
     "simpletest_command",
     "standalone_command",
     "with_log_level",
+    "with_tls_options",
 ]

@@ -33,7 +33,13 @@ from aiobk.autorecovery.status import (
     under_replicated,
 )
 from aiobk.bookie.config import BookieConfig, ConfigError
-from aiobk.commands.common import QuietPipeGroup, json_option, metadata_option, run_with_store
+from aiobk.commands.common import (
+    QuietPipeGroup,
+    client_connector,
+    json_option,
+    metadata_option,
+    run_with_store,
+)
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataFormatError, MetadataStore, MetadataURIError, open_store
 from aiobk.metrics import serve_autorecovery_metrics
@@ -144,6 +150,7 @@ async def _serve(
     metrics_port: int | None,
     as_json: bool,
 ) -> None:
+    connector = client_connector()  # its certificate should carry the bookie role
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -153,7 +160,12 @@ async def _serve(
         # One read first: an unreachable store is an error now, not a warning every poll.
         enabled = await store.autorecovery.enabled()
         service = AutoRecovery(
-            store, config, node_id, wall_clock=time.time, secret_bytes=os.urandom
+            store,
+            config,
+            node_id,
+            connector=connector,
+            wall_clock=time.time,
+            secret_bytes=os.urandom,
         )
         if metrics_port is not None:
             try:

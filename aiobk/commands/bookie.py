@@ -18,13 +18,15 @@ from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.client import BookieConnection
-from aiobk.commands.common import QuietPipeGroup
+from aiobk.client.connection import status_error
+from aiobk.commands.common import QuietPipeGroup, client_connector
 from aiobk.commands.cookie import cookie_group
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataURIError
 from aiobk.protocol import (
     BookieStateRequest,
     BookieStateResponse,
+    ErrorResponse,
     GcRequest,
     GcResponse,
     Request,
@@ -66,6 +68,23 @@ def bookie_group() -> None:
     help="host:port clients dial (default --host:--port; with --host 0.0.0.0, this host's "
     "address toward other hosts).",
 )
+@click.option("--tls-cert-file", default=None, help="The bookie's TLS certificate (PEM).")
+@click.option("--tls-key-file", default=None, help="Its private key (PEM).")
+@click.option("--tls-ca-file", default=None, help="CA certificates peers' certificates chain to.")
+@click.option(
+    "--tls-client-auth/--no-tls-client-auth",
+    default=None,
+    help="Require a client certificate; its OU attributes are the peer's roles.",
+)
+@click.option(
+    "--tls-only/--no-tls-only", default=None, help="Refuse connections that do not upgrade to TLS."
+)
+@click.option(
+    "--tls-reload-interval",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds between checks of the TLS files for changes (0: never; default 60).",
+)
 @click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
@@ -85,9 +104,21 @@ def start_command(
     bookie_id: str | None,
     metadata: str | None,
     advertised_address: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    tls_ca_file: str | None,
+    tls_client_auth: bool | None,
+    tls_only: bool | None,
+    tls_reload_interval: float | None,
     log_level: str | None,
 ) -> None:
     overrides: dict[str, Any] = {
+        "tls_cert_file": tls_cert_file,
+        "tls_key_file": tls_key_file,
+        "tls_ca_file": tls_ca_file,
+        "tls_client_auth": tls_client_auth,
+        "tls_only": tls_only,
+        "tls_reload_interval": tls_reload_interval,
         "advertised_address": advertised_address,
         "port": port,
         "data_dir": data_dir,
@@ -151,12 +182,19 @@ def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) ->
     if not host or not port.isdigit():
         raise click.BadParameter(f"expected HOST:PORT, got {address!r}", param_hint="ADDRESS")
 
+    connector = client_connector()
+
     async def run() -> Response:
-        conn = await BookieConnection.open(host, int(port), timeout=min(timeout, 10.0))
+        conn = await BookieConnection.open(
+            host, int(port), timeout=min(timeout, 10.0), connector=connector
+        )
         try:
-            return await conn.send(make(conn.next_txn_id()), timeout)
+            response = await conn.send(make(conn.next_txn_id()), timeout)
         finally:
             conn.close()
+        if isinstance(response, ErrorResponse):  # EPERM (TLS, role) or EBADREQ
+            raise status_error(response, address)
+        return response
 
     try:
         return uvloop.run(run())

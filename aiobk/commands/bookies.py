@@ -19,14 +19,17 @@ from rich.progress import (
 from rich.table import Table
 
 from aiobk.autorecovery.decommission import (
+    STATE_TIMEOUT,
     Decommission,
     DecommissionError,
     DecommissionResult,
 )
 from aiobk.autorecovery.decommission import Progress as DrainProgress
 from aiobk.autorecovery.decommission import cancel as cancel_decommission
-from aiobk.commands.common import json_option, metadata_option, run_with_store
+from aiobk.client.connection import BookieConnection
+from aiobk.commands.common import client_connector, json_option, metadata_option, run_with_store
 from aiobk.metadata import MetadataStore
+from aiobk.protocol import BookieStateRequest, StateChange
 
 
 @click.group(name="bookies", help="The bookies registered in the metadata store.")
@@ -118,6 +121,20 @@ def decommission_command(
     reporter = _DrainReporter(console, bookie_id, live=console.is_terminal and not as_json)
 
     runs: list[Decommission] = []
+    connector = client_connector()
+
+    async def set_state(address: str, change: StateChange) -> None:
+        # ``ask_bookie_state`` over this command's TLS, when it has TLS (--tls-*).
+        host, _sep, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise DecommissionError(f"bookie address {address!r} is not host:port")
+        conn = await BookieConnection.open(
+            host, int(port), timeout=STATE_TIMEOUT, connector=connector
+        )
+        try:
+            await conn.call(BookieStateRequest(0, change), STATE_TIMEOUT)
+        finally:
+            conn.close()
 
     async def action(store: MetadataStore) -> DecommissionResult:
         run = Decommission(
@@ -127,6 +144,7 @@ def decommission_command(
             wall_clock=time.time,
             notify=reporter.notify,
             poll_interval=poll_interval,
+            set_state=set_state,
         )
         runs.append(run)
         return await run.run()

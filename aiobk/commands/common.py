@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import os
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from rich.table import Table
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig
 from aiobk.client.entry import Entry
+from aiobk.client.net import Connector, TlsConnector
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import (
     LedgerMetadata,
@@ -97,6 +99,75 @@ metadata_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
+# ---------------------------------------------------------------------- TLS to bookies
+
+TLS_META = "aiobk.tls"  # click context meta: option name -> file given
+TLS_OPTIONS = (
+    ("--tls-ca", "AIOBK_TLS_CA", "CA certificates bookies' certificates must chain to (PEM)."),
+    ("--tls-cert", "AIOBK_TLS_CERT", "This client's certificate (PEM): its identity and roles."),
+    ("--tls-key", "AIOBK_TLS_KEY", "The private key of --tls-cert (PEM)."),
+)
+
+
+def with_tls_options(command: click.Command) -> click.Command:
+    """Give a command that dials bookies ``--tls-ca``, ``--tls-cert`` and ``--tls-key`` (or
+    ``AIOBK_TLS_*``): any of them makes every bookie connection TLS (``client_tls``)."""
+    if any(param.name == "tls_ca" for param in command.params):
+        return command
+
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value:
+            ctx.meta.setdefault(TLS_META, {})[param.name] = value
+
+    for flag, env, text in TLS_OPTIONS:
+        command.params.append(
+            click.Option(
+                [flag],
+                envvar=env,
+                default=None,
+                expose_value=False,
+                callback=remember,
+                type=click.Path(dir_okay=False),
+                help=text,
+            )
+        )
+    return command
+
+
+def client_tls() -> ssl.SSLContext | None:
+    """The TLS context for bookie connections the command's ``--tls-*`` options (or, for a
+    command without them, ``AIOBK_TLS_*``) ask for; None for plaintext. Bad files are a usage
+    error naming the file."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, str] = dict(ctx.meta.get(TLS_META, {})) if ctx is not None else {}
+    if ctx is None or not any(p.name == "tls_ca" for p in ctx.command.params):
+        for flag, env, _text in TLS_OPTIONS:
+            if os.environ.get(env):
+                given[flag[2:].replace("-", "_")] = os.environ[env]
+    if not given:
+        return None
+    ca, cert, key = given.get("tls_ca"), given.get("tls_cert"), given.get("tls_key")
+    if key and not cert:
+        raise click.UsageError("--tls-key needs --tls-cert")
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if cert:
+            context.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise click.UsageError(f"TLS file {exc.filename} does not exist") from None
+    except (ssl.SSLError, OSError) as exc:
+        files = ", ".join(f for f in (ca, cert, key) if f)
+        raise click.UsageError(f"TLS files {files} cannot be used: {exc}") from None
+    return context
+
+
+def client_connector() -> Connector | None:
+    """What ``BookieConnection.open`` needs for ``client_tls`` (None: plaintext)."""
+    tls = client_tls()
+    return TlsConnector(tls) if tls is not None else None
+
+
 def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[T]]) -> T:
     """Open the store, run ``action`` on uvloop, close; store errors become one-line errors."""
     if not uri:
@@ -151,12 +222,14 @@ def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
 
 
 def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]]) -> T:
-    """Connect, run ``action`` on uvloop, close; client errors become one-line errors."""
+    """Connect (TLS to bookies as ``client_tls`` says), run ``action`` on uvloop, close;
+    client errors become one-line errors."""
     if not uri:
         raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
+    tls = client_tls()
 
     async def main() -> T:
-        async with BookKeeper(uri, ClientConfig()) as bk:
+        async with BookKeeper(uri, ClientConfig(), tls=tls) as bk:
             return await action(bk)
 
     try:

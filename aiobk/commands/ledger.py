@@ -3,7 +3,11 @@
 Reading never changes a ledger unless asked: ``ledger read`` opens without recovery and stops
 at the LAC its bookies report, so a live writer keeps writing (BookKeeper's ``readledger``
 recovers only with ``-r``); ``--recover`` and ``ledger recover`` fence and close. Deleting asks
-first, on a terminal, unless ``--yes``; without a terminal to ask on it refuses."""
+first, on a terminal, unless ``--yes``; without a terminal to ask on it refuses. Deleting a
+ledger that has a password takes ``--password`` (issue 18), or ``--no-password-check`` from an
+operator: on this path, which writes the metadata store directly, the store's own access
+control is the admin role (a bookie's roles come from TLS certificates, which etcd never sees).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from aiobk.commands.common import (
 )
 from aiobk.metadata import LedgerMetadata
 from aiobk.metadata.store import MetadataStore
+from aiobk.protocol.keys import password_matches
 
 
 @click.group(name="ledger", help="Inspect and manage ledgers.")
@@ -144,35 +149,56 @@ def delete_command(group: click.Group) -> None:
     @group.command(
         "delete",
         help="Delete a ledger's metadata (bookies reclaim its space later). Asks first "
-        "unless --yes.",
+        "unless --yes. A ledger with a password is deleted only with --password (checked "
+        "against the digest in its metadata) or --no-password-check.",
     )
     @click.argument("ledger_id", type=click.IntRange(min=0))
     @yes_option
     @click.option(
         "--password", default=None,
-        help="Delete only if this is the ledger's password (UTF-8).",
+        help="The ledger's password (UTF-8); required for a ledger that has one.",
+    )  # fmt: skip
+    @click.option(
+        "--no-password-check", is_flag=True,
+        help="Delete without the password: for an operator whose credentials to the metadata "
+        "store already allow it (etcd's roles on the prefix are the barrier there; this check "
+        "only keeps a client that knows the wrong password from deleting).",
     )  # fmt: skip
     @metadata_option
     @json_option
     def ledger_delete(
-        ledger_id: int, yes: bool, password: str | None, metadata: str | None, as_json: bool
+        ledger_id: int,
+        yes: bool,
+        password: str | None,
+        no_password_check: bool,
+        metadata: str | None,
+        as_json: bool,
     ) -> None:
+        if password is not None and no_password_check:
+            raise click.UsageError("--password and --no-password-check contradict each other")
         refuse_unless_confirmable(f"deleting ledger {ledger_id}", yes)
-        secret = None if password is None else password.encode()
+        # The password the delete is checked with (None: not checked). A ledger created with
+        # the empty password needs none given.
+        secret = None if no_password_check else (password or "").encode()
+
+        async def describe(bk: BookKeeper) -> str:
+            found = await bk.store.read_ledger(ledger_id)
+            if secret is not None:  # refused before asking
+                if password is None and not has_empty_password(found):
+                    raise click.ClickException(
+                        f"ledger {ledger_id} has a password: pass --password (or "
+                        "--no-password-check, as an operator the metadata store lets delete)"
+                    )
+                check_password(ledger_id, found, secret)
+            last = found.last_entry_id
+            if last is None:  # open: only its bookies know how far it goes
+                return found.state.value
+            if last < 0:
+                return f"{found.state.value}, empty"
+            return f"{found.state.value}, entries 0..{last}, {found.length} bytes"
+
+        summary = run_with_client(metadata, describe)
         if not yes:
-
-            async def describe(bk: BookKeeper) -> str:
-                found = await bk.store.read_ledger(ledger_id)
-                if secret is not None:
-                    check_password(ledger_id, found, secret)  # refused before asking
-                last = found.last_entry_id
-                if last is None:  # open: only its bookies know how far it goes
-                    return found.state.value
-                if last < 0:
-                    return f"{found.state.value}, empty"
-                return f"{found.state.value}, entries 0..{last}, {found.length} bytes"
-
-            summary = run_with_client(metadata, describe)
             confirm_or_stop(
                 f"Delete ledger {ledger_id} ({summary})?", f"ledger {ledger_id} not deleted"
             )
@@ -181,6 +207,11 @@ def delete_command(group: click.Group) -> None:
             click.echo(json.dumps({"ledger_id": ledger_id, "deleted": True}))
         else:
             click.echo(f"deleted ledger {ledger_id}")
+
+
+def has_empty_password(metadata: LedgerMetadata) -> bool:
+    """Whether the ledger was created with the empty password (the default)."""
+    return password_matches(metadata.password_salt, metadata.password_digest, b"")
 
 
 def add_ledger_commands(group: click.Group) -> None:

@@ -1,10 +1,24 @@
 """ADD: store an entry and acknowledge it once durable (BookKeeper's WriteEntryProcessor).
 
-Checks, in order: ids sane and matching the body header; master key (a new ledger takes the
-key of its first add, journaled before the add; a mismatch is EUA); fence (a fenced ledger
-refuses normal adds with EFENCED but takes RECOVERY_ADD, fencing.md). The entry goes to ledger
-storage at once, so reads see it, and to the journal; the reply waits for the journal's
-fdatasync (protocol.md: "Bookie acknowledges a write once it has been durably persisted").
+Checks, in order: ids sane and matching the body header; writable; master key (a ledger this
+bookie does not hold yet is created by its first add only once ``bookie.key_check`` has found
+it in the metadata with that key's digest -- issue 18 -- and its key is journaled before the
+add; a mismatch is EUA); fence (a fenced ledger refuses normal adds with EFENCED but takes
+RECOVERY_ADD, fencing.md); an entry already held (below). The entry goes to ledger storage at
+once, so reads see it, and to the journal; the reply waits for the journal's fdatasync
+(protocol.md: "Bookie acknowledges a write once it has been durably persisted").
+
+An entry already held is never replaced (issue 18: a RECOVERY_ADD carrying the public key of
+the empty password overwrote entry 0 of a closed ledger, and readers served it -- CRC32C is no
+MAC). A writer never writes an entry id twice (protocol.md "Writing to ledgers": ids are dense
+and each entry has one value), recovery writes back what it read (fencing.md "Fencing
+internals", step 3), and autorecovery and BP-46's repair copy what peers hold: none of them
+can mean different bytes. So an add of an entry held is acknowledged, without a write, once
+what the journal holds is synced, if it is the same entry -- ledger, entry id, digest type,
+length and payload; the piggybacked LAC and so the digest may differ, as recovery's write-back
+carries the LAC frozen at its start (RELIABILITY trap 4) -- and refused with EBADREQ if not
+(counted, logged once). EBADREQ, not EUA: a writer whose next entry id someone with its key
+wrote first changes its ensemble (the client fails a ledger on EUA) and carries on.
 
 ``add_entry_request`` (BookKeeper's ADD_ENTRY_REQUEST) times each add that gets as far as the
 journal, from its handling -- the loop turn that read it -- to its answer being queued: the
@@ -13,12 +27,18 @@ group-commit wait and the fdatasync, or the write alone for a volatile add.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.protocol import (
+    ENTRY_HEADER,
+    HEADER_SIZE,
     AddFlag,
     AddRequest,
     AddResponse,
+    DigestType,
     Durability,
     MalformedEntryError,
     StatusCode,
@@ -27,25 +47,25 @@ from aiobk.protocol import (
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
+    from aiobk.bookie.ledger import LedgerState
+
+log = logging.getLogger(__name__)
 
 
 def handle_add(ctx: BookieContext, request: AddRequest, conn: Replier) -> None:
     txn_id, ledger_id, entry_id = request.txn_id, request.ledger_id, request.entry_id
     stats = ctx.stats
     stats.adds += 1
-    started: float | None = stats.clock()  # when handled; None once answered
-
-    def fail(status: StatusCode) -> None:
-        conn.reply(AddResponse(txn_id, status, ledger_id, entry_id))
+    started = stats.clock()  # when handled
 
     body = request.body
     try:
         body_ledger, body_entry, piggybacked_lac = peek_header(body)
     except MalformedEntryError:
-        fail(StatusCode.EBADREQ)
+        conn.reply(AddResponse(txn_id, StatusCode.EBADREQ, ledger_id, entry_id))
         return
     if body_ledger != ledger_id or body_entry != entry_id:
-        fail(StatusCode.EBADREQ)
+        conn.reply(AddResponse(txn_id, StatusCode.EBADREQ, ledger_id, entry_id))
         return
     write_state = ctx.write_state
     if not write_state.writable and not (
@@ -54,21 +74,66 @@ def handle_add(ctx: BookieContext, request: AddRequest, conn: Replier) -> None:
         # Read-only (bookie.write_state): the writer changes its ensemble; recovery's adds
         # still land while there is room for them.
         stats.adds_refused_read_only += 1
-        fail(StatusCode.EREADONLY)
+        conn.reply(AddResponse(txn_id, StatusCode.EREADONLY, ledger_id, entry_id))
         return
-    ledgers = ctx.ledgers
-    state, status = ledgers.ensure(ledger_id, request.master_key)
-    if state is None:
-        fail(status)
+    state = ctx.ledgers.get(ledger_id)
+    if state is None or not state.master_key:
+        # Not held here yet (or held without its key, BP-46): the metadata decides first.
+        _admit(ctx, request, conn, piggybacked_lac, started)
         return
+    if state.master_key != request.master_key:
+        stats.auth_failures += 1
+        conn.reply(AddResponse(txn_id, StatusCode.EUA, ledger_id, entry_id))
+        return
+    _store(ctx, request, conn, state, piggybacked_lac, started)
+
+
+def _admit(
+    ctx: BookieContext, request: AddRequest, conn: Replier, piggybacked_lac: int, started: float
+) -> None:
+    """The add of a ledger this bookie does not hold: once ``KeyCheck`` admits its key, the
+    state is created (its key journaled) and the add goes on; else the refusal. While it
+    waits, its bytes count as an add in progress (``bookie.flow``), as they are held."""
+    size = len(request.body)
+    flow = ctx.flow
+    flow.add_started(size)
+
+    def admitted(status: StatusCode) -> None:
+        flow.add_done(size)
+        if status is StatusCode.EOK:
+            state, status = ctx.ledgers.ensure(request.ledger_id, request.master_key)
+            if state is not None:
+                _store(ctx, request, conn, state, piggybacked_lac, started)
+                return
+        conn.reply(AddResponse(request.txn_id, status, request.ledger_id, request.entry_id))
+
+    ctx.keys.admit(ctx, request.ledger_id, request.master_key, conn, conn.roles, admitted)
+
+
+def _store(
+    ctx: BookieContext,
+    request: AddRequest,
+    conn: Replier,
+    state: LedgerState,
+    piggybacked_lac: int,
+    when: float,
+) -> None:
+    txn_id, ledger_id, entry_id = request.txn_id, request.ledger_id, request.entry_id
     if state.fenced and not request.flags & AddFlag.RECOVERY_ADD:
-        fail(StatusCode.EFENCED)
+        conn.reply(AddResponse(txn_id, StatusCode.EFENCED, ledger_id, entry_id))
         return
+    if entry_id <= state.max_entry:  # appends come in order: only a rare add looks further
+        location = state.location(entry_id)
+        if location >= 0:
+            conn.spawn(_already_held(ctx, request, conn, state, location))
+            return
+    body = request.body
     size = len(body)
-    stats.add_bytes += size
+    ctx.stats.add_bytes += size
     flow = ctx.flow
     flow.add_started(size)  # until answered: bounds what the journal queue holds
     cursor = state.sync
+    started: float | None = when  # None once answered
 
     def reply(error: BaseException | None) -> None:
         # Runs twice for a volatile add (written, then synced): only the first answers.
@@ -87,4 +152,58 @@ def handle_add(ctx: BookieContext, request: AddRequest, conn: Replier) -> None:
 
     # PERSISTENT: answer after the fdatasync. VOLATILE (BP-14): answer once written.
     volatile = reply if request.durability is Durability.VOLATILE else None
-    ledgers.add(state, entry_id, body, piggybacked_lac, reply, volatile)
+    ctx.ledgers.add(state, entry_id, body, piggybacked_lac, reply, volatile)
+
+
+async def _already_held(
+    ctx: BookieContext, request: AddRequest, conn: Replier, state: LedgerState, location: int
+) -> None:
+    """An add of an entry this bookie holds (module docstring): the same entry is acknowledged
+    once the journal has synced what it holds (the first copy may still be on its way to the
+    disk); different bytes are refused, and the copy held stays."""
+    txn_id, ledger_id, entry_id = request.txn_id, request.ledger_id, request.entry_id
+    try:
+        held = await ctx.storage.read_entry(state, entry_id, location)
+    except (CorruptEntryError, IndexCorruptError, OSError) as exc:
+        # The copy held cannot be read: it is not replaced on an unverifiable say-so either.
+        ctx.log_corruption(exc)
+        conn.reply(AddResponse(txn_id, StatusCode.EIO, ledger_id, entry_id))
+        return
+    if held is None or not same_entry(held, request.body):
+        figures = ctx.keys.stats
+        figures.rewrites_refused += 1
+        if figures.rewrites_refused == 1:
+            log.warning(
+                "bookie %s: an add (flags %s) of entry %d/%d with bytes unlike the copy held "
+                "was refused; further ones are counted (key_check_rewrites_refused)",
+                ctx.admin.bookie_id, int(request.flags), ledger_id, entry_id,
+            )  # fmt: skip
+        conn.reply(AddResponse(txn_id, StatusCode.EBADREQ, ledger_id, entry_id))
+        return
+    cursor = state.sync
+
+    def synced(error: BaseException | None) -> None:
+        status = StatusCode.EIO if error is not None else StatusCode.EOK
+        conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
+
+    ctx.journal.barrier(synced)
+
+
+def same_entry(held: bytes, offered: bytes) -> bool:
+    """Whether two entry bodies are the same entry: ledger, entry id, digest type, length and
+    payload equal. The piggybacked LAC, and the digest that covers it, may differ (a recovery
+    write-back carries the LAC frozen at its start). Bodies that do not parse are unequal
+    unless identical."""
+    if held == offered:
+        return True
+    try:
+        peek_header(held)
+        peek_header(offered)
+    except MalformedEntryError:
+        return False
+    _v1, kind1, ledger1, entry1, _lac1, length1 = ENTRY_HEADER.unpack_from(held)
+    _v2, kind2, ledger2, entry2, _lac2, length2 = ENTRY_HEADER.unpack_from(offered)
+    if (kind1, ledger1, entry1, length1) != (kind2, ledger2, entry2, length2):
+        return False
+    start = HEADER_SIZE + DigestType(kind1).size
+    return held[start:] == offered[start:]

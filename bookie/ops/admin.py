@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.config import ConfigError
@@ -34,13 +35,15 @@ def handle_handshake(ctx: BookieContext, request: HandshakeRequest, conn: Replie
 
 
 def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:
-    """BP-14 sync: answer once everything this bookie holds for the ledger is durable."""
+    """BP-14 sync: answer once everything this bookie holds for the ledger is durable. The
+    ledger's master key is required, as on an add (issue 18: an empty key was let through);
+    a ledger held without its key (BP-46) cannot be checked, so it is refused too."""
     txn_id, ledger_id = request.txn_id, request.ledger_id
     state = ctx.ledgers.get(ledger_id)
     if state is None:
         conn.reply(ForceResponse(txn_id, StatusCode.ENOLEDGER, ledger_id))
         return
-    if request.master_key and request.master_key != state.master_key:
+    if not state.master_key or not hmac.compare_digest(request.master_key, state.master_key):
         ctx.stats.auth_failures += 1
         conn.reply(ForceResponse(txn_id, StatusCode.EUA, ledger_id))
         return
@@ -72,7 +75,7 @@ def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> No
 def handle_bookie_info(ctx: BookieContext, request: GetBookieInfoRequest, conn: Replier) -> None:
     async def answer() -> None:
         free, total = await ctx.admin.disk_usage()
-        figures = {**ctx.stats.as_dict(), **ctx.admin.gauges()}
+        figures = {**ctx.stats.as_dict(), **ctx.keys.stats.as_dict(), **ctx.admin.gauges()}
         conn.reply(GetBookieInfoResponse(request.txn_id, StatusCode.EOK, free, total, figures))
 
     conn.spawn(answer())

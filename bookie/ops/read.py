@@ -2,9 +2,11 @@
 
 - FENCE (recovery's reads, fencing.md "Fencing internals"): the ledger is marked fenced at once
   and the answer waits until the fence is durable in the journal, so an acknowledged fence
-  survives any crash. A fence for a ledger this bookie never saw creates it, fenced. Every
-  recovery read carries the flag (RELIABILITY trap 1), so each bookie that answers recovery
-  has promised to refuse the old writer.
+  survives any crash. A fence for a ledger this bookie never saw creates it, fenced -- once
+  ``bookie.key_check`` has found the ledger in the metadata with the key's digest (issue 18:
+  fencing ids not created yet squatted them). Every recovery read carries the flag
+  (RELIABILITY trap 1), so each bookie that answers recovery has promised to refuse the old
+  writer.
 - LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
   (capped), whichever is first; the waiter (``LongPoll``: no task) is removed either way. Over
   the long-poll caps (``bookie.flow``) the answer is ETOOMANYREQUESTS at once.
@@ -116,7 +118,11 @@ def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None
     stats.reads += 1
     started = stats.clock()
     if request.flags & ReadFlag.FENCE:
-        conn.spawn(_fenced_read(ctx, request, conn, started))
+        held = ctx.ledgers.get(request.ledger_id)
+        if held is None or not held.master_key:
+            _admit_fence(ctx, request, conn, started)
+        else:
+            conn.spawn(_fenced_read(ctx, request, conn, started))
         return
     state = ctx.ledgers.get(request.ledger_id)
     if state is None:
@@ -156,6 +162,21 @@ def _answer(
     last = state.max_entry if state is not None else -1
     return ReadResponse(
         request.txn_id, status, request.ledger_id, request.entry_id, lac, last, body
+    )
+
+
+def _admit_fence(ctx: BookieContext, request: ReadRequest, conn: Replier, started: float) -> None:
+    """A fence of a ledger this bookie does not hold (or holds without its key, BP-46): only
+    once ``KeyCheck`` admits its key (``bookie.key_check``)."""
+
+    def admitted(status: StatusCode) -> None:
+        if status is StatusCode.EOK:
+            conn.spawn(_fenced_read(ctx, request, conn, started))
+        else:
+            _reply(ctx, conn, _answer(request, None, status), started)
+
+    ctx.keys.admit(
+        ctx, request.ledger_id, request.master_key, conn, conn.roles, admitted, fence=True
     )
 
 

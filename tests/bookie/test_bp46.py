@@ -4,6 +4,7 @@ each run with the protection switched off (the loss happens) and on (it does not
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 from pathlib import Path
@@ -370,5 +371,8 @@ def test_the_wiring_hands_every_bookie_it_builds_the_client_repairer(tmp_path: P
     """``aiobk bookie start`` and ``aiobk standalone`` build bookies through ``aiobk.runner``,
     which passes the client's repairer (the bookie layer cannot import it)."""
     bookie = make_bookie(BookieConfig(data_dir=str(tmp_path)))
-    assert bookie._make_repairer is BookieRepairer
+    repairer = bookie._make_repairer
+    assert isinstance(repairer, functools.partial)
+    assert repairer.func is BookieRepairer
+    assert repairer.keywords == {"connector": None}  # plaintext: the config has no TLS
     assert Bookie(BookieConfig(data_dir=str(tmp_path)))._make_repairer is None

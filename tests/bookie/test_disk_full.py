@@ -279,16 +279,17 @@ async def test_operators_force_read_only_and_lift_it(tmp_path: Path) -> None:
     bookie, uri = await _start(tmp_path, FaultyDisk())
     conn = await BookieConnection.open(*bookie.address)
     try:
+        ledger = await _ledger(uri)  # the metadata must have it (issue 18)
         state = await _state(conn, StateChange.READ_ONLY)
         assert state.writable == 0
         assert "operator" in state.reasons
         assert await _registered_state(uri, bookie) == READ_ONLY
-        request = add_request(conn, 3, 0, b"x")
+        request = add_request(conn, ledger, 0, b"x")
         assert isinstance(request, AddRequest)
         assert (await conn.send(request, 10)).status is StatusCode.EREADONLY
         assert (await _state(conn, StateChange.WRITABLE)).writable == 1
         assert await _registered_state(uri, bookie) == WRITABLE
-        assert (await add(conn, 3, 0, b"x")).status is StatusCode.EOK
+        assert (await add(conn, ledger, 0, b"x")).status is StatusCode.EOK
     finally:
         conn.close()
         await bookie.stop()

@@ -122,9 +122,18 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
             "terminal; pass --yes\n"
         )
         assert await exists()
-        status, out, shown = await asyncio.to_thread(
-            aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, answer=b"n\n"
+        # Issue 18: a ledger with a password is deleted only with it (or by an operator).
+        needs = await aiobk("ledger", "delete", ledger, "--metadata", uri, "--yes")
+        assert needs.returncode == 1
+        assert needs.stderr == (
+            f"aiobk: error: ledger {ledger} has a password: pass --password (or "
+            "--no-password-check, as an operator the metadata store lets delete)\n"
         )
+        assert await exists()
+        status, out, shown = await asyncio.to_thread(
+            aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri,
+            "--password", "pw", answer=b"n\n",
+        )  # fmt: skip
         assert f"Delete ledger {ledger} (CLOSED, entries 0..0, 7 bytes)? [y/N]" in shown
         assert status == 1
         assert f"aiobk: error: ledger {ledger} not deleted" in shown
@@ -160,6 +169,20 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
         gone = await aiobk("ledger", "delete", str(other.ledger_id), "--metadata", uri, "--yes")
         assert gone.returncode == 1
         assert "does not exist" in gone.stderr
+
+        third = await bk.create_ledger(3, 3, 2, password=b"forgotten")
+        await third.close()
+        operator = await aiobk(
+            "ledger", "delete", str(third.ledger_id), "--metadata", uri, "--yes",
+            "--no-password-check",
+        )  # fmt: skip
+        assert operator.returncode == 0, operator.stderr
+        assert not await exists(str(third.ledger_id))
+        both = await aiobk(
+            "ledger", "delete", "1", "--metadata", uri, "--password", "x", "--no-password-check"
+        )
+        assert both.returncode == 2
+        assert "contradict" in both.stderr
 
 
 async def test_ledger_read_into_a_closed_pipe_ends_quietly(
