@@ -16,12 +16,15 @@ system-packages:
 	@need=""; \
 	command -v etcd >/dev/null 2>&1 || need="$$need etcd-server"; \
 	command -v java >/dev/null 2>&1 || need="$$need openjdk-17-jre-headless"; \
+	command -v systemd-analyze >/dev/null 2>&1 || need="$$need systemd"; \
 	if [ -n "$$need" ]; then \
 		echo "installing system packages:$$need"; \
 		$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
 	fi; \
-	command -v etcd >/dev/null 2>&1 || { echo "etcd still not on PATH after install" >&2; exit 1; }
+	command -v etcd >/dev/null 2>&1 || { echo "etcd still not on PATH after install" >&2; exit 1; }; \
+	command -v systemd-analyze >/dev/null 2>&1 || \
+		{ echo "systemd-analyze still not on PATH after install" >&2; exit 1; }
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
