@@ -14,10 +14,11 @@ from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_position import LogPosition
-from aiobk.client.log_reader import LogReader, truncate_log
+from aiobk.client.log_reader import LogReader, check_deletes, truncate_log
 from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.net import Connector, TlsConnector
+from aiobk.client.passwords import check_delete, check_password, password_digest
 from aiobk.client.placement import choose_ensemble
 from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
@@ -26,24 +27,8 @@ from aiobk.client.recovery import LedgerRecovery
 from aiobk.client.stats import bound_to_loop
 from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
-from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError, UnauthorizedError
-from aiobk.protocol.keys import SALT_SIZE, key_digest, legacy_password_digest, password_matches
-
-
-def password_digest(password: bytes, salt: bytes = b"") -> bytes:
-    """What the metadata keeps to check a password (never the password itself): with a salt
-    (every ledger created since issue 18), the salted digest of its master key, which bookies
-    can check a key against too; without, the legacy unsalted digest of the password."""
-    if salt:
-        return key_digest(salt, master_key(password))
-    return legacy_password_digest(password)
-
-
-def check_password(ledger_id: int, metadata: LedgerMetadata, password: bytes) -> None:
-    """UnauthorizedError unless ``password`` is the ledger's (compared in constant time); reads
-    both the salted form and the legacy one (metadata written before issue 18)."""
-    if not password_matches(metadata.password_salt, metadata.password_digest, password):
-        raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError
+from aiobk.protocol.keys import SALT_SIZE
 
 
 class BookKeeper:
@@ -235,15 +220,18 @@ class BookKeeper:
             await handle.read_last_add_confirmed()
         return handle
 
-    async def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None:
-        """Remove the ledger's metadata (bookies reclaim its space later). With ``password``,
-        only if it is the ledger's (``UnauthorizedError`` otherwise; checked against the
-        digest in the metadata, salted or legacy), as ``open_ledger`` checks it. Without, no
-        check: whoever may write the metadata store may delete -- the store's own access
-        control (etcd roles on the prefix) is what stands in for BookKeeper's admin role there;
-        ``aiobk ledger delete`` asks for the password of a ledger that has one."""
-        if password is not None:
-            check_password(ledger_id, await self.store.read_ledger(ledger_id), password)
+    async def delete_ledger(
+        self, ledger_id: int, password: bytes | None = None, *, force: bool = False
+    ) -> None:
+        """Remove the ledger's metadata (bookies reclaim its space later), only with its
+        password (``UnauthorizedError`` otherwise), checked against the digest in the metadata
+        as ``open_ledger`` checks it; a ledger created without a password needs none.
+        ``force`` skips the check: an operator's delete. The check guards against mistakes and
+        against clients that hold a wrong password; it cannot stop a client that writes the
+        metadata store directly -- etcd's own access control on the prefix is that barrier
+        (README "Security")."""
+        if not force:
+            check_delete(ledger_id, await self.store.read_ledger(ledger_id), password)
         await self.store.delete_ledger(ledger_id)
 
     async def list_ledgers(self) -> AsyncIterator[int]:
@@ -293,19 +281,34 @@ class BookKeeper:
             await reader.find_end()
         return reader
 
-    async def truncate_log(self, name: str, before: LogPosition) -> list[int]:
-        """Drop (and delete) the log's ledgers wholly below ``before``; returns their ids."""
-        return await truncate_log(self, name, before)
+    async def truncate_log(
+        self,
+        name: str,
+        before: LogPosition,
+        password: bytes | None = None,
+        *,
+        force: bool = False,
+    ) -> list[int]:
+        """Drop (and delete) the log's ledgers wholly below ``before``; returns their ids.
+        Each is deleted as ``delete_ledger`` deletes, with ``password`` (the log's: its
+        writers'), all checked before the log changes."""
+        return await truncate_log(self, name, before, password, force=force)
 
     async def list_logs(self) -> AsyncIterator[str]:
         async for name in self.store.list_logs():
             yield name
 
-    async def delete_log(self, name: str) -> list[int]:
-        """Remove the log record and every ledger in it; returns the ledgers' ids."""
+    async def delete_log(
+        self, name: str, password: bytes | None = None, *, force: bool = False
+    ) -> list[int]:
+        """Remove the log record and every ledger in it; returns the ledgers' ids. The ledgers
+        are deleted as ``delete_ledger`` deletes, with ``password``, all checked before the
+        log record goes."""
         record = await self.store.read_log(name)
+        if not force:
+            await check_deletes(self, record.ledgers, password)
         await self.store.delete_log(name, record.version)
         for ledger_id in record.ledgers:
             with contextlib.suppress(NoSuchLedgerError):
-                await self.delete_ledger(ledger_id)
+                await self.delete_ledger(ledger_id, force=True)
         return list(record.ledgers)

@@ -43,7 +43,9 @@ class LedgerClient(Protocol):
         self, ledger_id: int, password: bytes = b"", recovery: bool = True
     ) -> ReadHandle: ...
 
-    async def delete_ledger(self, ledger_id: int, password: bytes | None = None) -> None: ...
+    async def delete_ledger(
+        self, ledger_id: int, password: bytes | None = None, *, force: bool = False
+    ) -> None: ...
 
 
 __all__ = ["LedgerClient"]

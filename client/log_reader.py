@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.passwords import check_delete
 from aiobk.client.read_handle import ReadHandle
 from aiobk.metadata import LogRecord
 from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
@@ -137,9 +138,32 @@ class LogReader:
             return  # truncated away under the reader
 
 
-async def truncate_log(bk: LedgerClient, name: str, before: LogPosition) -> list[int]:
+async def check_deletes(
+    bk: LedgerClient, ledger_ids: Sequence[int], password: bytes | None
+) -> None:
+    """``UnauthorizedError`` unless ``delete_ledger`` would delete each of ``ledger_ids`` with
+    ``password`` (those already gone pass): asked before a log changes, so a refusal leaves
+    the log and its ledgers as they were."""
+    for ledger_id in ledger_ids:
+        try:
+            metadata = await bk.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        check_delete(ledger_id, metadata, password)
+
+
+async def truncate_log(
+    bk: LedgerClient,
+    name: str,
+    before: LogPosition,
+    password: bytes | None = None,
+    *,
+    force: bool = False,
+) -> list[int]:
     """Remove from the log every ledger wholly below ``before`` (never its last ledger, which
-    a writer may be using), by CAS, then delete those ledgers. Returns their ids."""
+    a writer may be using), by CAS, then delete those ledgers. Returns their ids. Unless
+    ``force``, every one of them must take ``password`` (``check_deletes``) before the log
+    changes."""
     store = bk.store
     for _attempt in range(bk.config.metadata_retries):
         record = await store.read_log(name)
@@ -151,6 +175,8 @@ async def truncate_log(bk: LedgerClient, name: str, before: LogPosition) -> list
         removed = record.ledgers[:keep_from]
         if not removed:
             return []
+        if not force:
+            await check_deletes(bk, removed, password)
         try:
             await store.write_log(record.with_ledgers(record.ledgers[keep_from:]))
         except MetadataVersionError:
@@ -158,6 +184,6 @@ async def truncate_log(bk: LedgerClient, name: str, before: LogPosition) -> list
             continue
         for ledger_id in removed:
             with contextlib.suppress(NoSuchLedgerError):
-                await bk.delete_ledger(ledger_id)
+                await bk.delete_ledger(ledger_id, force=True)
         return list(removed)
     raise MetadataVersionError(f"log {name!r}: truncation kept losing races")

@@ -118,7 +118,7 @@ class LogWriter:
     async def _discard(self, handle: LedgerHandle) -> None:
         try:
             await handle.close()
-            await self._bk.delete_ledger(handle.ledger_id)
+            await self._bk.delete_ledger(handle.ledger_id, self._settings.password)
         except BKError as exc:
             log.warning("log %s: could not remove unused ledger %d: %s",
                         self.name, handle.ledger_id, exc)  # fmt: skip

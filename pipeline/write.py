@@ -74,7 +74,7 @@ class Writer(DataSourceWriter):
                 # A failed attempt (its rows, the bookies or a retry of the task) leaves no
                 # ledger behind; the job's commit publishes successful attempts only.
                 with contextlib.suppress(Exception):
-                    await bk.delete_ledger(lh.ledger_id)
+                    await bk.delete_ledger(lh.ledger_id, opts.password)
                 raise
             return Written(partition, lh.ledger_id, count)
 
@@ -125,7 +125,7 @@ async def _sweep(bk: BookKeeper, job: str, first_id: int, keep: set[int]) -> Non
         try:
             metadata = await bk.store.read_ledger(ledger_id)
             if metadata.custom_metadata.get("spark_job") == token:
-                await bk.delete_ledger(ledger_id)
+                await bk.delete_ledger(ledger_id, force=True)  # the job's own, by its token
         except NoSuchLedgerError:
             continue
 

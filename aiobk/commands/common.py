@@ -288,3 +288,23 @@ password_option = click.option(
 
 
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+
+
+def delete_password_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--password`` and ``--no-password-check`` of a command that deletes ledgers (issue 18:
+    a ledger with a password is deleted only with it); the command gets ``password`` as
+    ``bytes | None`` and ``force``."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
+        return None if value is None else value.encode()
+
+    command = click.option(
+        "--no-password-check", "force", is_flag=True,
+        help="Delete without the password: for an operator whose credentials to the metadata "
+        "store allow it (etcd's roles on the prefix are the barrier there; the check only "
+        "keeps a client with a wrong password from deleting).",
+    )(command)  # fmt: skip
+    return click.option(
+        "--password", default=None, callback=check,
+        help="The ledgers' password (UTF-8); required for ledgers that have one.",
+    )(command)  # fmt: skip

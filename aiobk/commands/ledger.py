@@ -16,7 +16,8 @@ import json
 
 import click
 
-from aiobk.client.bookkeeper import BookKeeper, check_password
+from aiobk.client.bookkeeper import BookKeeper
+from aiobk.client.passwords import check_delete
 from aiobk.commands.common import (
     confirm_or_stop,
     entry_line,
@@ -177,19 +178,18 @@ def delete_command(group: click.Group) -> None:
         if password is not None and no_password_check:
             raise click.UsageError("--password and --no-password-check contradict each other")
         refuse_unless_confirmable(f"deleting ledger {ledger_id}", yes)
-        # The password the delete is checked with (None: not checked). A ledger created with
-        # the empty password needs none given.
-        secret = None if no_password_check else (password or "").encode()
+        # A ledger created with the empty password needs none given (BookKeeper.delete_ledger).
+        secret = None if password is None else password.encode()
 
         async def describe(bk: BookKeeper) -> str:
             found = await bk.store.read_ledger(ledger_id)
-            if secret is not None:  # refused before asking
+            if not no_password_check:  # refused before asking
                 if password is None and not has_empty_password(found):
                     raise click.ClickException(
                         f"ledger {ledger_id} has a password: pass --password (or "
                         "--no-password-check, as an operator the metadata store lets delete)"
                     )
-                check_password(ledger_id, found, secret)
+                check_delete(ledger_id, found, secret)
             last = found.last_entry_id
             if last is None:  # open: only its bookies know how far it goes
                 return found.state.value
@@ -202,7 +202,9 @@ def delete_command(group: click.Group) -> None:
             confirm_or_stop(
                 f"Delete ledger {ledger_id} ({summary})?", f"ledger {ledger_id} not deleted"
             )
-        run_with_client(metadata, lambda bk: bk.delete_ledger(ledger_id, secret))
+        run_with_client(
+            metadata, lambda bk: bk.delete_ledger(ledger_id, secret, force=no_password_check)
+        )
         if as_json:
             click.echo(json.dumps({"ledger_id": ledger_id, "deleted": True}))
         else:

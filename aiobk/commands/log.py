@@ -19,6 +19,7 @@ from aiobk.client.entry import Entry
 from aiobk.client.log_position import LogPosition
 from aiobk.commands.common import (
     confirm_or_stop,
+    delete_password_options,
     entry_line,
     json_option,
     metadata_option,
@@ -162,10 +163,20 @@ def log_tail(
     "--before", metavar="POSITION", callback=_position, required=True,
     help="Keep the ledger holding this position and every later one (LEDGER:ENTRY).",
 )  # fmt: skip
+@delete_password_options
 @metadata_option
 @json_option
-def log_truncate(name: str, before: LogPosition, metadata: str | None, as_json: bool) -> None:
-    deleted = run_with_client(metadata, lambda bk: bk.truncate_log(name, before))
+def log_truncate(
+    name: str,
+    before: LogPosition,
+    password: bytes | None,
+    force: bool,
+    metadata: str | None,
+    as_json: bool,
+) -> None:
+    deleted = run_with_client(
+        metadata, lambda bk: bk.truncate_log(name, before, password, force=force)
+    )
     if as_json:
         click.echo(json.dumps({"name": name, "before": str(before), "deleted_ledgers": deleted}))
     elif deleted:
@@ -177,9 +188,17 @@ def log_truncate(name: str, before: LogPosition, metadata: str | None, as_json: 
 @log_group.command("delete", help="Delete a log and all its ledgers. Asks first unless --yes.")
 @name_argument
 @yes_option
+@delete_password_options
 @metadata_option
 @json_option
-def log_delete(name: str, yes: bool, metadata: str | None, as_json: bool) -> None:
+def log_delete(
+    name: str,
+    yes: bool,
+    password: bytes | None,
+    force: bool,
+    metadata: str | None,
+    as_json: bool,
+) -> None:
     refuse_unless_confirmable(f"deleting log {name}", yes)
     if not yes:
         record = run_with_store(metadata, lambda store: store.read_log(name))
@@ -188,7 +207,7 @@ def log_delete(name: str, yes: bool, metadata: str | None, as_json: bool) -> Non
             f"Delete log {name} and its {len(record.ledgers)} ledgers ({ledgers})?",
             f"log {name} not deleted",
         )
-    deleted = run_with_client(metadata, lambda bk: bk.delete_log(name))
+    deleted = run_with_client(metadata, lambda bk: bk.delete_log(name, password, force=force))
     if as_json:
         click.echo(json.dumps({"name": name, "deleted_ledgers": deleted}))
     else:

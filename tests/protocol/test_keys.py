@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiobk.client.bookkeeper import check_password, password_digest
+from aiobk.client.passwords import check_password, password_digest
 from aiobk.metadata import Fragment, LedgerMetadata
 from aiobk.protocol.errors import UnauthorizedError
 from aiobk.protocol.keys import (
