@@ -13,22 +13,34 @@ process or client: a counter gets prometheus' ``_total`` suffix, a latency histo
 ``bookie_SERVER_STATUS`` the ``aiobk_bookie_writable`` gauge). Every figure has a one-line help
 text (``BOOKIE_HELP``, ``AUTORECOVERY_HELP``, ``CLIENT_HELP``; a test checks that none is
 missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's.
+
+The ``--metrics-port`` exporter is prometheus_client's WSGI app on a thread of its own, behind
+a router of ours (``exporter_app``): prometheus_client's answers the exposition on any path, so
+a typo in a scrape config, or a scanner, would get 200 and the figures. Ours answers
+``/metrics``, a one-line landing page at ``/`` naming the process and that path (the Prometheus
+exporters' convention: whoever opens the port by hand learns what it is; a scrape pointed at
+``/`` fails to parse instead of working by accident), and 404 everywhere else.
 """
 
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from prometheus_client import start_http_server
+from prometheus_client import make_wsgi_app
 from prometheus_client.core import (
     REGISTRY,
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
 from aiobk.autorecovery import AutoRecoveryStats
@@ -129,7 +141,9 @@ BOOKIE_HELP: dict[str, str] = {
         "[READ_ENTRY_LONG_POLL_WAIT]."
     ),
     "journal_flush_seconds": (
-        "Journal write latency, a batch written apart from its fdatasync [JOURNAL_FLUSH_LATENCY]."
+        "Journal write latency, a batch written apart from its fdatasync (an idle journal "
+        "writes and syncs a lone small record in one call, timed as a sync) "
+        "[JOURNAL_FLUSH_LATENCY]."
     ),
     "journal_sync_seconds": "Journal fdatasync latency (with the write, when one call does both) "
     "[JOURNAL_SYNC].",
@@ -296,9 +310,69 @@ def bookie_collectors(
     return [figures, DiskCollector(bookie_id, lambda: stats.directories)]
 
 
-def _serve(collectors: Iterable[Any], host: str, port: int) -> None:
+METRICS_PATH = "/metrics"
+
+
+def _text() -> list[tuple[str, str]]:
+    """Headers of a plain-text answer: a new list each time (wsgiref adds Content-Length to
+    the list it is given)."""
+    return [("Content-Type", "text/plain; charset=utf-8")]
+
+
+def exporter_app(registry: CollectorRegistry, title: str) -> WSGIApplication:
+    """prometheus_client's app for ``/metrics`` only (see the module doc); ``title`` names the
+    process on the landing page at ``/``."""
+    metrics = make_wsgi_app(registry)
+    landing = f"{title}: Prometheus metrics at {METRICS_PATH}\n".encode()
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == METRICS_PATH:
+            answer: Iterable[bytes] = metrics(environ, start_response)
+            return answer
+        if path != "/":
+            start_response("404 Not Found", _text())
+            return [f"no such path: {path}; the metrics are at {METRICS_PATH}\n".encode()]
+        if environ.get("REQUEST_METHOD") != "GET":
+            start_response("405 Method Not Allowed", [*_text(), ("Allow", "GET")])
+            return [b"use GET\n"]
+        start_response("200 OK", _text())
+        return [landing]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access line on stderr per scrape."""
+
+
+def start_exporter(
+    host: str, port: int, title: str, registry: CollectorRegistry = REGISTRY
+) -> WSGIServer:
+    """Serve ``registry`` on ``host:port`` (0: a free port, ``server_port`` says which) from a
+    daemon thread; OSError when the port cannot be bound. ``shutdown()`` then
+    ``server_close()`` stop it (a process's exporter lives as long as the process)."""
+    family, _type, _proto, _name, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+
+    class Server(ThreadingWSGIServer):
+        address_family = family  # IPv6 hosts too (socketserver binds AF_INET by default)
+
+    server = make_server(
+        str(address[0]), port, exporter_app(registry, title), Server, _QuietHandler
+    )
+    thread = threading.Thread(
+        target=server.serve_forever, name=f"metrics-exporter:{server.server_port}", daemon=True
+    )
+    thread.start()
+    return server
+
+
+def _serve(collectors: Iterable[Any], host: str, port: int, title: str) -> None:
     """Bind the exporter first: a port in use fails here (OSError) before anything registers."""
-    start_http_server(port, addr=host)
+    start_exporter(host, port, title)
     for collector in collectors:
         REGISTRY.register(collector)
 
@@ -312,7 +386,7 @@ def serve_metrics(
 ) -> None:
     """Start a bookie's exporter thread (it lives as long as the process). ``gauges`` is read
     at scrape time too (writable, bytes held, ...)."""
-    _serve(bookie_collectors(stats, bookie_id, gauges), host, port)
+    _serve(bookie_collectors(stats, bookie_id, gauges), host, port, f"aiobk bookie {bookie_id}")
 
 
 def autorecovery_collector(stats: AutoRecoveryStats, node_id: str) -> FiguresCollector:
@@ -334,7 +408,7 @@ def serve_autorecovery_metrics(
     stats: AutoRecoveryStats, node_id: str, host: str, port: int
 ) -> None:
     """Start the exporter of ``aiobk autorecovery start`` (lives as long as the process)."""
-    _serve([autorecovery_collector(stats, node_id)], host, port)
+    _serve([autorecovery_collector(stats, node_id)], host, port, f"aiobk autorecovery {node_id}")
 
 
 def client_collector(bk: BookKeeper, name: str = "aiobk") -> FiguresCollector:
@@ -376,14 +450,17 @@ __all__ = [
     "AUTORECOVERY_HELP",
     "BOOKIE_HELP",
     "CLIENT_HELP",
+    "METRICS_PATH",
     "DiskCollector",
     "FiguresCollector",
     "add_autorecovery_metrics",
     "autorecovery_collector",
     "bookie_collectors",
     "client_collector",
+    "exporter_app",
     "histogram_name",
     "register_client_metrics",
     "serve_autorecovery_metrics",
     "serve_metrics",
+    "start_exporter",
 ]

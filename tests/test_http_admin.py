@@ -1,13 +1,17 @@
 """The bookie's HTTP admin API (issue 17, ``aiobk.http_admin``): real bookies on a real etcd,
-every endpoint over loopback with aiohttp's client, every bad input, etcd paused, and the
-``aiobk bookie start --http-port`` process (the port is off without it)."""
+every endpoint over loopback with aiohttp's client, every bad input, etcd paused, the
+autorecovery endpoints against what ``aiobk autorecovery ... --json`` prints, and the
+``aiobk bookie start --http-port`` process (the port is off without it, on the bookie's host
+unless ``--http-host`` says otherwise)."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
@@ -23,6 +27,7 @@ from aiobk.client.errors import NotEnoughBookiesError
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import EtcdProcess, MetadataStore, free_port, open_store
 from aiobk.runner import make_bookie, start_http_admin
+from tests.autorecovery.test_status import seed
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
 from tests.procs import HOST_DISK_SETTINGS, BookieProcess
@@ -425,6 +430,21 @@ async def stopped(pid: int) -> None:
 
 def listening_ports(pid: int) -> set[int]:
     """The TCP ports process ``pid`` listens on (its socket inodes in /proc/net/tcp*)."""
+    return {port for _address, port in listening_addresses(pid)}
+
+
+def _proc_address(text: str) -> str:
+    """An address of /proc/net/tcp*: hex, each 32-bit word in host (little-endian) order."""
+    raw = bytes.fromhex(text)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def listening_addresses(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket process ``pid`` listens on."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -433,15 +453,16 @@ def listening_ports(pid: int) -> set[int]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
-    ports = set()
+    found = set()
     for table in ("tcp", "tcp6"):
         with open(f"/proc/{pid}/net/{table}") as lines:
             next(lines)
             for line in lines:
                 fields = line.split()
                 if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+                    address, port = fields[1].rsplit(":", 1)
+                    found.add((_proc_address(address), int(port, 16)))
+    return found
 
 
 async def test_bookie_process_serves_http_only_when_asked(
@@ -485,3 +506,105 @@ async def test_bookie_process_serves_http_only_when_asked(
     finally:
         with_http.stop()
         without.stop()
+
+
+async def test_the_api_listens_on_the_bookies_host_unless_told(tmp_path: Path) -> None:
+    """A bookie started with ``--host 127.0.0.3`` and no ``--http-host`` serves the API on
+    127.0.0.3 alone: not on 127.0.0.1, nor on every interface."""
+    host = "127.0.0.3"
+    http_port = free_port(host)
+    proc = BookieProcess(
+        tmp_path / "b", free_port(host), "--host", host, "--http-port", str(http_port)
+    )
+    try:
+        await proc.start()
+        assert proc.process is not None
+        assert listening_addresses(proc.process.pid) == {(host, proc.port), (host, http_port)}
+        http = Http(f"http://{host}:{http_port}")
+        try:
+            assert (await http.call("GET", "/heartbeat"))[:2] == (200, "OK\n")
+            status, info = await http.json("GET", "/api/v1/bookie/info")
+            assert (status, info["id"]) == (200, f"{host}:{proc.port}")
+        finally:
+            await http.close()
+        for elsewhere in ("127.0.0.1", "0.0.0.0"):  # dialled: nothing of this bookie's there
+            with pytest.raises(ConnectionRefusedError):
+                await asyncio.open_connection(elsewhere, http_port)
+        assert await asyncio.to_thread(proc.terminate) == 0
+    finally:
+        proc.stop()
+
+
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}
+
+
+async def cli_json(*args: str) -> Any:
+    """What ``aiobk ARGS --json`` prints, parsed (a child process, as an operator runs it)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiobk", *args, "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=CLI_ENV,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 20)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_autorecovery_endpoints_answer_what_the_cli_prints(
+    etcd_server: EtcdProcess, tmp_path: Path
+) -> None:
+    """For one cluster state -- empty, then marks of every kind, an elected auditor's status, a
+    bookie draining and autorecovery off (``seed``) -- ``/api/v1/autorecovery/status`` is
+    ``aiobk autorecovery status --json`` and ``list_under_replicated_ledger``'s ids are
+    ``aiobk autorecovery list-underreplicated --json``, each mark as the store holds it."""
+    uri = etcd_server.uri(unique_name("http"))
+    cluster = await start_cluster(tmp_path, 0, uri=uri, **QUIET)  # no auditor of its own
+    bookie = await cluster.add_bookie(http_port=0)
+    http_admin = await start_http_admin(bookie)
+    assert http_admin is not None
+    http = Http(http_admin.url)
+    store = open_store(uri)
+    lease = None
+    try:
+        for seeded in (False, True):
+            if seeded:
+                lease = await seed(store)
+            status, report = await http.json("GET", "/api/v1/autorecovery/status")
+            assert status == 200, report
+            assert report == await cli_json("autorecovery", "status", "--metadata", uri)
+            status, listed = await http.json(
+                "GET", "/api/v1/autorecovery/list_under_replicated_ledger"
+            )
+            assert status == 200, listed
+            ids = await cli_json("autorecovery", "list-underreplicated", "--metadata", uri)
+            assert listed["ledgers"] == ids
+            assert [mark["ledger_id"] for mark in listed["marks"]] == ids
+            for mark in listed["marks"]:
+                held = await store.autorecovery.read_mark(mark["ledger_id"])
+                assert held is not None
+                assert mark == {
+                    "ledger_id": held.ledger_id,
+                    "missing": list(held.missing),
+                    "since": held.since,
+                    "reasons": list(held.reasons),
+                    "lost": [list(r) for r in held.lost],
+                }
+            if seeded:  # the comparison was of something
+                assert ids == [10, 11, 13]
+                assert (report["auditor"], report["enabled"]) == ("auditor-1", False)
+                assert report["under_replicated_ledgers"] == 3
+                assert report["lost_ledger_count"] == 2
+                assert report["decommissioning"] == ["b3:3"]
+            else:
+                assert (ids, report["under_replicated_ledgers"]) == ([], 0)
+    finally:
+        if lease is not None:
+            await lease.close()
+        await store.close()
+        await http.close()
+        await http_admin.stop()
+        await cluster.stop()

@@ -1,6 +1,7 @@
 """The bookie's exporter (issue 17, "Metrics worth scraping"): every figure has a help text of
 its own; a bookie process serves latency histograms that fill as it works, its gauges and its
-directories' disk usage; the Grafana dashboard charts only what the exporter serves."""
+directories' disk usage, at ``/metrics`` only (a landing page at ``/``, 404 elsewhere); the
+Grafana dashboard charts only what the exporter serves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 import math
 import re
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from aiobk.metrics import (
     autorecovery_collector,
     bookie_collectors,
     histogram_name,
+    start_exporter,
 )
 from tests.conftest import BookieFactory, unique_name
 from tests.procs import BookieProcess
@@ -162,6 +165,66 @@ def _scrape(url: str) -> str:
         return bytes(answer.read()).decode()
 
 
+def _fetch(url: str, method: str = "GET") -> tuple[int, str, str]:
+    """(status, content type, body), errors included."""
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers["Content-Type"], bytes(answer.read()).decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.headers["Content-Type"], bytes(error.read()).decode()
+
+
+ELSEWHERE = [
+    "/nope",
+    "/api/x",
+    "/metrics/",
+    "/metricsx",
+    "/favicon.ico",
+    "/index.html",
+    "/metrics.txt",
+]
+
+
+def check_routes(base: str, title: str) -> None:
+    """``/metrics`` is the exposition, ``/`` a page saying so, any other path 404 (before:
+    prometheus_client's exporter answered every path with the figures)."""
+    status, kind, text = _fetch(base + "/metrics")
+    assert (status, kind.split(";")[0]) == (200, "text/plain"), text
+    assert "# TYPE aiobk_" in text
+    status, kind, landing = _fetch(base + "/")
+    assert (status, landing) == (200, f"{title}: Prometheus metrics at /metrics\n")
+    for path in ELSEWHERE:
+        for method in ("GET", "POST"):
+            status, kind, text = _fetch(base + path, method)
+            assert status == 404, (path, method, text)
+            assert kind.startswith("text/plain"), path
+            assert "aiobk_" not in text, path  # no figures
+            assert "/metrics" in text, path  # where they are
+    assert _fetch(base + "/", "POST")[0] == 405
+    assert _fetch(base + "/metrics", "POST")[0] == 405
+
+
+@pytest.mark.timeout(30)
+def test_the_exporter_serves_metrics_a_landing_page_and_404_elsewhere() -> None:
+    """The exporter itself, on a registry of its own and a free port."""
+    registry = CollectorRegistry()
+    stats = AutoRecoveryStats(ledgers_repaired=3)
+    registry.register(autorecovery_collector(stats, "ar-1"))
+    server = start_exporter("127.0.0.1", 0, "aiobk autorecovery ar-1", registry)
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        check_routes(base, "aiobk autorecovery ar-1")
+        text = _scrape(base + "/metrics")
+        assert 'aiobk_autorecovery_ledgers_repaired_total{node="ar-1"} 3.0' in text
+        with pytest.raises(OSError, match="in use"):  # a port in use fails at once
+            start_exporter("127.0.0.1", server.server_port, "again", registry)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.mark.timeout(90)
 async def test_a_bookie_process_exports_histograms_gauges_and_disk_usage(
     etcd_server: EtcdProcess, tmp_path: Path
@@ -184,6 +247,10 @@ async def test_a_bookie_process_exports_histograms_gauges_and_disk_usage(
             rh = await bk.open_ledger(lh.ledger_id)
             assert len(await rh.read(0, ADDS - 1)) == ADDS
             text = await asyncio.to_thread(_scrape, url)  # the client still connected
+        bookie_id = f"127.0.0.1:{proc.port}"
+        await asyncio.to_thread(
+            check_routes, f"http://127.0.0.1:{metrics}", f"aiobk bookie {bookie_id}"
+        )
     finally:
         proc.stop()
 
@@ -202,7 +269,11 @@ async def test_a_bookie_process_exports_histograms_gauges_and_disk_usage(
     assert dict(_buckets(samples, name))[0.16384] < count  # one waited its 0.3 s
     count, _total = check_histogram(samples, "aiobk_bookie_journal_sync_seconds")
     assert 1 <= count <= _one(samples, "aiobk_bookie_journal_syncs_total")
-    check_histogram(samples, "aiobk_bookie_journal_flush_seconds")
+    # Batches written apart from their fdatasync: a ledger's first add (its key record and the
+    # entry: two records) and batches of adds that came together.
+    count, total = check_histogram(samples, "aiobk_bookie_journal_flush_seconds")
+    assert count >= 1
+    assert total > 0
     batches, records = check_histogram(samples, "aiobk_bookie_journal_batch_entries")
     assert records >= ADDS  # the adds, and the ledger's key record
     assert 1 <= batches <= records
