@@ -415,7 +415,7 @@ async def probe_disk_full(root: Path, src: str, caps: Caps) -> Figures:
                 disk_free_mib=_mib(small.free()),
             )
             async for ledger_id in bk.list_ledgers():
-                await bk.delete_ledger(ledger_id)
+                await bk.delete_ledger(ledger_id, b"p")
             await bk.close()
             await store.close()
             conn = await RawConnection.open(x.host, x.port)

@@ -50,7 +50,7 @@ async def test_a_writer_cannot_append_to_a_ledger_gc_dropped(
         for index in range(3):
             assert await handle.append(b"before %d" % index) == index
 
-        await admin.delete_ledger(handle.ledger_id)
+        await admin.delete_ledger(handle.ledger_id, force=True)  # an operator
         conn = await connect(bookie)
         gc = await conn.call(GcRequest(conn.next_txn_id()), 30)
         assert isinstance(gc, GcResponse), gc

@@ -203,7 +203,7 @@ async def test_a_full_data_disk_turns_read_only_frees_on_gc_and_restarts(
             # Delete everything: garbage collection on the full disk frees it (its checkpoint
             # writes into the room the reserve gave back). The pass over the warning threshold
             # is forced by the bookie itself; one by hand must work too.
-            await bk.delete_ledger(handle.ledger_id)
+            await bk.delete_ledger(handle.ledger_id, b"full")
             gc = _cli("bookie", "gc", f"127.0.0.1:{x.port}", "--json")
             assert gc.returncode == 0, gc.stderr
             assert (await x.stats())["gc_bytes_freed"] > 16 * MiB
