@@ -7,10 +7,15 @@ where the digest needs no password, and written to the new bookie as a RECOVERY_
 the ledger's master key, durable before it is acknowledged. ``in_flight`` entries move at once
 (pulsar#1981: one entry at a time made 100 GB take hours) and a byte-rate throttle paces them.
 
-An entry no source has -- each answers "no such entry" or "no such ledger", or is a bookie the
-auditor already declared lost -- is lost: its range is reported, never retried (the ledger's
-other entries are still copied). An entry no source could be asked about right now (timeouts,
-a source down but not lost) fails the copy: the worker tries again later.
+An entry no source has -- each answers "no such entry" or "no such ledger", holds a copy that
+fails its digest, or is a bookie the auditor already declared lost -- is lost: its range is
+reported, never retried (the ledger's other entries are still copied). An entry no source could
+be asked about right now (timeouts, a source down but not lost) fails the copy: the worker tries
+again later. An entry whose sources answer only EIO besides those definite answers (a copy that
+fails the bookie's checksum on disk -- or a disk failing for a moment, which says the same)
+fails the copy with ``DamagedCopyError``: the worker tries again a few times, then copies with
+``damaged_is_lost`` and the entry is reported lost like one no source has (it was retried
+forever, apache/bookkeeper#4872's loop).
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ ABSENT = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 
 class CopyError(Exception):
     """The copy could not finish now (a source or the target unreachable): try again later."""
+
+
+class DamagedCopyError(CopyError):
+    """Every source of some entry answered EIO or a definite "none": its copies are damaged
+    (or their disks failing for now)."""
 
 
 @dataclass
@@ -131,6 +141,7 @@ class SlotCopy:
         timeout: float,
         in_flight: int,
         throttle: Throttle,
+        damaged_is_lost: bool = False,
     ) -> None:
         self._pool = pool
         self._ledger_id = ledger_id
@@ -147,6 +158,7 @@ class SlotCopy:
         self._timeout = timeout
         self._in_flight = in_flight
         self._throttle = throttle
+        self._damaged_is_lost = damaged_is_lost  # EIO from a source: a copy it does not have
         self._digest = (
             Digester(metadata.digest_type) if metadata.digest_type is not DigestType.MAC else None
         )
@@ -220,8 +232,9 @@ class SlotCopy:
 
     async def _read(self, entry_id: int) -> bytes | None:
         """The entry's stored bytes from some source; None when every source is sure it has
-        none (lost); CopyError when some could not be asked."""
-        unsure = False
+        none (lost); CopyError when some could not be asked; DamagedCopyError when the others
+        answered EIO (unless ``damaged_is_lost``)."""
+        unsure = damaged = False
         for bookie in self._sources(entry_id):
             if not self._usable(bookie):
                 unsure |= bookie not in self._lost
@@ -236,10 +249,14 @@ class SlotCopy:
                 if self._good(body, entry_id, bookie):
                     return body
                 continue  # a damaged copy: another source, and it counts as none
-            if response.status not in ABSENT:
-                unsure = True  # EIO, limbo: the copy may be there
+            if response.status is StatusCode.EIO:
+                damaged = True  # damaged on its disk, or the disk failing for a moment
+            elif response.status not in ABSENT:
+                unsure = True  # limbo, a refusal: the copy may be there
         if unsure:
             raise CopyError(f"entry {entry_id}: no source could be read now")
+        if damaged and not self._damaged_is_lost:
+            raise DamagedCopyError(f"entry {entry_id}: every copy read is damaged (EIO)")
         return None
 
     def _good(self, body: bytes, entry_id: int, bookie: str) -> bool:
@@ -270,4 +287,11 @@ def _ranges(entries: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-__all__ = ["CopyError", "CopyResult", "SlotCopy", "Throttle", "fetch_master_key"]
+__all__ = [
+    "CopyError",
+    "CopyResult",
+    "DamagedCopyError",
+    "SlotCopy",
+    "Throttle",
+    "fetch_master_key",
+]

@@ -138,6 +138,10 @@ class AutoRecovery:
             outcome, _lost = await asyncio.gather(audit, lost, return_exceptions=True)
             if isinstance(outcome, Exception):
                 log.warning("autorecovery %s: auditor stopped: %r", self.node_id, outcome)
+            # The gauges are the auditor's counts: a process that no longer audits shows none
+            # (its last ones stayed exported, and a sum over processes counted them twice).
+            stats = self.stats
+            stats.under_replicated_ledgers = stats.lost_ledgers = stats.lost_bookies = 0
         log.info("autorecovery %s: no longer the auditor", self.node_id)
 
 

@@ -23,7 +23,9 @@ One ledger, as the worker sees it:
    left to the next pass (its copy is orphaned and garbage collected with the ledger).
 6. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
    next pass). Entries no bookie has any more are recorded on the mark instead and the ledger
-   is not tried again for them (apache/bookkeeper#4872).
+   is not tried again for them (apache/bookkeeper#4872). So are entries whose every copy is
+   damaged: one failing its digest at once; one answered EIO (a checksum failing on disk, or
+   a disk failing for a moment) once ``DAMAGED_ATTEMPTS`` attempts met nothing else.
 
 A repair that fails (no bookie to copy to, a source or target unreachable, the store down) is
 retried after ``rereplication_retry_delay``, doubling up to 32 times it, per ledger.
@@ -50,7 +52,13 @@ from aiobk.autorecovery.fragments import (
     replace_bookie,
     slot_entries,
 )
-from aiobk.autorecovery.replicate import CopyError, SlotCopy, Throttle, fetch_master_key
+from aiobk.autorecovery.replicate import (
+    CopyError,
+    DamagedCopyError,
+    SlotCopy,
+    Throttle,
+    fetch_master_key,
+)
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
@@ -76,6 +84,10 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF_DOUBLINGS = 5
 MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgotten first)
+# Attempts at a ledger that meet only damaged copies (EIO) of some entry before the last one
+# reports such entries lost: a disk failing for a moment answers EIO too, and a report is for
+# good (the backoff puts rereplication_retry_delay, then twice that, between them).
+DAMAGED_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +148,7 @@ class ReplicationWorker:
         self._secret: bytes | None = None
         self._lease: HeldLease | None = None
         self._backoff: dict[int, tuple[int, float]] = {}  # ledger -> (failures, not before)
+        self._damaged: dict[int, int] = {}  # ledger -> attempts that met only damaged copies
         self._cursor: int | None = None  # the last ledger taken: the next pass starts after it
         loop = asyncio.get_running_loop()
         self._throttle = Throttle(config.rereplication_max_bytes_per_second, loop.time)
@@ -228,12 +241,26 @@ class ReplicationWorker:
             self._backoff[ledger_id] = (failures, now + delay)
         else:
             self._backoff.pop(ledger_id, None)
+            self._damaged.pop(ledger_id, None)
             if outcome is not Outcome.GONE:
                 self.stats.ledgers_repaired += 1
 
     async def _attempt(self, mark: UnderReplication) -> Outcome:
+        ledger_id = mark.ledger_id
+        seen = self._damaged.get(ledger_id, 0)
         try:
-            return await self.repair(mark)
+            return await self.repair(mark, damaged_is_lost=seen + 1 >= DAMAGED_ATTEMPTS)
+        except DamagedCopyError as exc:
+            self._damaged.pop(ledger_id, None)  # re-inserted last: the newest
+            self._damaged[ledger_id] = seen + 1
+            if len(self._damaged) > MAX_BACKOFF_ENTRIES:
+                del self._damaged[next(iter(self._damaged))]
+            log.warning(
+                "worker %s: ledger %d not repaired yet (attempt %d of %d before its damaged "
+                "entries are reported lost): %s",
+                self.worker_id, ledger_id, seen + 1, DAMAGED_ATTEMPTS, exc,
+            )  # fmt: skip
+            return Outcome.FAILED
         except (RepairError, CopyError, BKError) as exc:
             log.warning(
                 "worker %s: ledger %d not repaired yet: %s", self.worker_id, mark.ledger_id, exc
@@ -242,8 +269,9 @@ class ReplicationWorker:
 
     # ------------------------------------------------------------------ one ledger
 
-    async def repair(self, mark: UnderReplication) -> Outcome:
-        """Steps 2-6 of the module docstring for one claimed ledger."""
+    async def repair(self, mark: UnderReplication, *, damaged_is_lost: bool = False) -> Outcome:
+        """Steps 2-6 of the module docstring for one claimed ledger (``damaged_is_lost``: an
+        entry whose sources answer only EIO is lost, not a ``DamagedCopyError``)."""
         ledger_id, store = mark.ledger_id, self._store
         try:
             metadata = await store.read_ledger(ledger_id)
@@ -306,8 +334,9 @@ class ReplicationWorker:
 
             for job in jobs:
                 done = await self._run_job(
-                    ledger_id, metadata, job, key, writable, registered, moving, mark
-                )
+                    ledger_id, metadata, job, key, writable, registered, moving, mark,
+                    damaged_is_lost,
+                )  # fmt: skip
                 if done is None:
                     return Outcome.DEFERRED  # the ledger changed under us: look again soon
                 metadata, ranges = done
@@ -429,6 +458,7 @@ class ReplicationWorker:
         registered: set[str],
         moving: set[str],
         mark: UnderReplication,
+        damaged_is_lost: bool,
     ) -> tuple[LedgerMetadata, list[tuple[int, int]]] | None:
         """Copy one slot to a new bookie and swap it in (or fill a bookie's gaps in place): the
         metadata as it now is and the entry ranges found lost; None when the fragment changed
@@ -455,6 +485,7 @@ class ReplicationWorker:
             timeout=ctx.config.add_timeout,
             in_flight=self._config.rereplication_entries_in_flight,
             throttle=self._throttle,
+            damaged_is_lost=damaged_is_lost,
         )
         result = await copy.run()
         if job.fill is None:
@@ -502,4 +533,4 @@ class ReplicationWorker:
         return None
 
 
-__all__ = ["Outcome", "RepairError", "ReplicationWorker", "WorkerSwitches"]
+__all__ = ["DAMAGED_ATTEMPTS", "Outcome", "RepairError", "ReplicationWorker", "WorkerSwitches"]
