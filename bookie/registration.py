@@ -73,10 +73,23 @@ class Registry:
             self._reregister_task = asyncio.get_running_loop().create_task(self._reregister())
 
     async def _reregister(self) -> None:
-        """Keep trying to register again; clients cannot pick this bookie meanwhile."""
+        """Keep trying to register again; clients cannot pick this bookie meanwhile. Not once
+        its cookie in the metadata is gone or names another instance: while the lease was
+        lost (a process paused, a partition) an operator decommissioned this bookie, or a
+        replacement took its id; registering again would offer clients a bookie the cluster
+        let go (it stays out of the registry until restarted, where boot checks the cookie)."""
         try:
             while self._running():
                 try:
+                    if not await self._cookie_is_ours():
+                        log.error(
+                            "bookie %s: its cookie in the metadata is gone or belongs to "
+                            "another instance (decommissioned, or replaced) while its "
+                            "registration was lost: not registering again; restart it to "
+                            "check its cookies",
+                            self._owner(),
+                        )
+                        return
                     await self.register(self._replaced)
                     log.info("bookie %s registered again", self._owner())
                     return
@@ -85,6 +98,11 @@ class Registry:
                 await asyncio.sleep(REREGISTER_INTERVAL)
         finally:
             self._reregister_task = None
+
+    async def _cookie_is_ours(self) -> bool:
+        cookie = await self.store.read_cookie(self._owner())
+        instance = self.identity.instance_id
+        return cookie is not None and (not instance or cookie.instance_id == instance)
 
     def _owner(self) -> str:
         return self.identity.bookie_id

@@ -466,8 +466,12 @@ class Bookie:
     async def _gc_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.gc_interval)
+            if not self._running:
+                return  # stopping: the stop cancels this task, maybe a moment after this wakes
             try:
                 result = await self.collect_garbage()
+            except BookieStateError:
+                return  # the stop began during the pass
             except OSError:
                 log.exception("garbage collection failed; trying again next time")
                 continue

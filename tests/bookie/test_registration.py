@@ -69,3 +69,35 @@ async def test_crashed_bookie_vanishes_after_its_ttl_and_lost_lease_reregisters(
         await asyncio.sleep(0.05)
     assert await store.list_bookies() == []
     await store.close()
+
+
+@pytest.mark.timeout(30)
+async def test_a_bookie_whose_cookie_went_while_its_lease_was_lost_stays_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bookie paused past its lease (SIGSTOP, a partition) and decommissioned meanwhile --
+    its cookie deleted -- must not register again when it wakes: clients would place new
+    ledgers on a bookie the cluster let go. Its lease is revoked behind its back while the
+    cookie is deleted; it stays out of the registry. The same with a cookie that names
+    another instance (a replacement took the id)."""
+    uri = f"memory://{unique_name('retired')}"
+    store = open_store(uri)
+    bookie = Bookie(BookieConfig(data_dir=str(tmp_path / "b"), port=0, metadata_uri=uri))
+    await bookie.start()
+    try:
+        cookie = await store.read_cookie(bookie.bookie_id)
+        assert cookie is not None
+        await store.delete_cookie(bookie.bookie_id, cookie.version)
+        registration = bookie.registration
+        assert registration is not None
+        await store.kv.revoke_lease(registration.lease)
+        for _ in range(200):
+            if any("not registering again" in r.getMessage() for r in caplog.records):
+                break
+            await asyncio.sleep(0.02)
+        assert any("not registering again" in r.getMessage() for r in caplog.records)
+        await asyncio.sleep(0.2)  # a re-registration would have happened by now
+        assert await store.list_bookies() == []
+    finally:
+        await bookie.stop()
+        await store.close()
