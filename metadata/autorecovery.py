@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from aiobk.metadata.keys import KeyLayout
 from aiobk.metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMismatchError
+from aiobk.metadata.listing import walk_ids
 from aiobk.metadata.model import MetadataFormatError
 from aiobk.protocol.errors import MetadataVersionError
 
@@ -229,31 +230,32 @@ class AutoRecoveryStore:
     async def marks(
         self, page_size: int = 500, after_ledger: int | None = None
     ) -> AsyncGenerator[UnderReplication, None]:
-        """Every mark in ledger id order (those after ``after_ledger``), a page at a time."""
-        prefix = self._keys.underreplicated_prefix
-        after = None if after_ledger is None else self._keys.underreplicated(after_ledger)
-        while True:
-            page, _rev = await self._kv.range(prefix, after, page_size)
-            for item in page:
+        """Every mark in ledger id order (those after ``after_ledger``), a page at a time,
+        through windows of ids (``metadata.listing``: etcd counts a limited range to its end,
+        so paging by limit alone counted every mark left for every page)."""
+        keys = self._keys
+        walk = walk_ids(
+            self._kv,
+            keys.underreplicated_prefix,
+            keys.underreplicated,
+            page_size,
+            keys_only=False,
+            after=after_ledger,
+        )
+        async with contextlib.aclosing(walk) as items:  # workers stop at the first mark free
+            async for item in items:
                 try:
                     yield UnderReplication.from_json(item.value, item.mod_revision)
                 except MetadataFormatError:
                     continue  # a damaged mark is not work anyone can do; skipped
-            if len(page) < page_size:
-                return
-            after = page[-1].key
 
     async def marked_ids(self, page_size: int = 1000) -> AsyncIterator[int]:
-        """The marked ledgers' ids (keys only), in order."""
+        """The marked ledgers' ids (keys only), in order, as ``marks`` walks them."""
         prefix = self._keys.underreplicated_prefix
-        after: bytes | None = None
-        while True:
-            page, _rev = await self._kv.range(prefix, after, page_size, keys_only=True)
-            for item in page:
+        walk = walk_ids(self._kv, prefix, self._keys.underreplicated, page_size, keys_only=True)
+        async with contextlib.aclosing(walk) as items:
+            async for item in items:
                 yield self._keys.ledger_id_of(prefix, item.key)
-            if len(page) < page_size:
-                return
-            after = page[-1].key
 
     # ------------------------------------------------------------------ claims
 

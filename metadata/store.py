@@ -22,6 +22,7 @@ from aiobk.metadata.kv import (
     Watch,
     WatchCompactedError,
 )
+from aiobk.metadata.listing import walk_ids
 from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
 from aiobk.metadata.records import BookieServiceInfo, Cookie, LogRecord
 from aiobk.metadata.registration import Registration
@@ -134,9 +135,10 @@ class MetadataStore:
             ) from None
 
     async def list_ledgers(self, page_size: int = 1000) -> AsyncIterator[int]:
-        """Every ledger id in ascending order, fetched a page at a time (keys only)."""
+        """Every ledger id in ascending order, fetched a page at a time (keys only), through
+        windows of ids (``metadata.listing``: etcd counts a limited range to its end)."""
         keys = self.keys
-        async for item in self._walk_ledgers(page_size, keys_only=True):
+        async for item in walk_ids(self.kv, keys.ledgers, keys.ledger, page_size, keys_only=True):
             yield keys.ledger_id(item.key)
 
     async def scan_ledgers(
@@ -145,7 +147,7 @@ class MetadataStore:
         """Every ledger with its metadata, ascending, a page at a time (the auditor's walk);
         None for metadata this version cannot read (the walk goes on past it)."""
         keys = self.keys
-        async for item in self._walk_ledgers(page_size, keys_only=False):
+        async for item in walk_ids(self.kv, keys.ledgers, keys.ledger, page_size, keys_only=False):
             try:
                 metadata: LedgerMetadata | None = LedgerMetadata.from_json(
                     item.value, item.mod_revision
@@ -153,54 +155,6 @@ class MetadataStore:
             except MetadataFormatError:
                 metadata = None
             yield keys.ledger_id(item.key), metadata
-
-    async def _walk_ledgers(self, page_size: int, *, keys_only: bool) -> AsyncIterator[KeyValue]:
-        """The ledger keys in order, a page at a time.
-
-        etcd counts every key of a range to its end even when a limit cuts the answer short
-        (3.4 gathers them all first), so paging a million ledgers by limit alone costs a million
-        keys a page (a GC pass's listing took minutes). Ids are etcd revisions
-        (``allocate_ledger_id``), none past the store's revision read first: the walk goes
-        through windows of ids from 0 up to it, each range ending at its window. A window that
-        comes back sparse doubles the next one (a long stretch of unused ids costs a few empty
-        calls). One that fills a page was too wide for the ids there: the walk goes on right
-        after the page's last key with the width that page took, so a dense run is not counted
-        again page after page. Then one last range takes any ledger past the revision (made
-        with a chosen id).
-
-        What a single call counts is bounded by the keys in its window: a page or so where
-        the ids are evenly spread; more once, where the walk, widened over a long sparse
-        stretch, meets a dense run (etcd cannot find the first key of a range without counting
-        the range). Over the whole walk a key is counted a few times (two to three in
-        ``tests/metadata/test_listing_cost.py``), not once for every page before it."""
-        keys = self.keys
-        _idgen, revision = await self.kv.get(keys.idgen)
-        sparse = max(1, page_size // 4)  # fewer keys than this in a window: widen the next
-        low, window = 0, page_size
-        after: bytes | None = None
-        while low <= revision:
-            high = min(low + window, revision + 1)
-            page, _rev = await self.kv.range(
-                keys.ledgers, after, page_size, keys_only=keys_only, end=keys.ledger(high)
-            )
-            for item in page:
-                yield item
-            if len(page) == page_size:  # more in this window: on from the page's last key
-                last = keys.ledger_id(page[-1].key)
-                window = last + 1 - low  # >= page_size: ids are unique
-                low = last + 1
-            else:
-                low = high
-                if len(page) < sparse:
-                    window *= 2
-            after = keys.ledger(low - 1) if low > 0 else None
-        while True:  # ledgers with ids past the revision (created with an id of their choice)
-            page, _rev = await self.kv.range(keys.ledgers, after, page_size, keys_only=keys_only)
-            for item in page:
-                yield item
-            if len(page) < page_size:
-                return
-            after = page[-1].key
 
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
         """The ledger's metadata now, then after every change (None once deleted)."""
