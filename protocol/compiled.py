@@ -35,10 +35,13 @@ def _dict_ok(item: dict[Any, Any]) -> bool:
     )
 
 
-def compile_message(cls: Any, names: tuple[str, ...], error: type[Exception]) -> None:
+def compile_message(
+    cls: Any, names: tuple[str, ...], error: type[Exception], *, converts: bool
+) -> None:
     """Give ``cls`` its generated ``_new``, ``to_wire`` and ``_decode`` (module docstring).
     ``names`` are its fields in wire order (``txn_id`` first); ``error`` is
-    ``MalformedMessageError``."""
+    ``MalformedMessageError``; ``converts``: its ``from_values`` builds it (enums from
+    ints), else ``_new`` does."""
     slots: dict[str, Any] = {}
     for klass in cls.__mro__:
         for name in getattr(klass, "__slots__", ()):
@@ -98,9 +101,6 @@ def compile_message(cls: Any, names: tuple[str, ...], error: type[Exception]) ->
                 f"    if type({value}) is dict and not _dict_ok({value}):",
                 f"        raise _Error('{where}: want str -> int', txn_id, tag)",
             ]
-    converts = "from_values" in cls.__dict__ or any(
-        "from_values" in klass.__dict__ for klass in cls.__mro__[1:-1] if klass.__name__ != "Message"
-    )
     if converts:
         env["_from_values"] = cls.from_values
         lines += [
@@ -112,7 +112,7 @@ def compile_message(cls: Any, names: tuple[str, ...], error: type[Exception]) ->
         ]
     else:
         lines.append(f"    return _new(txn_id{''.join(', ' + v for v in values)})")
-    exec("\n".join(lines), env)  # noqa: S102 - our own source, built from our own classes
+    exec("\n".join(lines), env)
     cls._new = staticmethod(env["_new"])
     cls.to_wire = env["to_wire"]
     cls._decode = staticmethod(env["_decode"])
