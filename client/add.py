@@ -287,7 +287,7 @@ class AddPipeline:
         body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
         txn_id = next(self._pool.txn_ids)
         mode = self._mode
-        request = AddRequest(
+        request = AddRequest.from_fields(
             txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
         )
         return txn_id, encode(request)

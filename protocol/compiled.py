@@ -6,14 +6,14 @@ about 6 us to decode an ADD response here against 0.3 us for msgpack to unpack i
 message class this module writes, as ``dataclasses`` writes ``__init__``, three plain
 functions with the fields unrolled:
 
-- ``_new(txn_id, field, ...)``: the message built by setting its slots directly (the frozen
+- ``from_fields(txn_id, field, ...)``: the message built by setting its slots directly (the frozen
   dataclass's ``__setattr__`` is bypassed, as its own ``__init__`` bypasses it); every field
   given, no defaults, no checks: for values already checked;
 - ``to_wire(self)``: ``[tag, txn_id, field, ...]``;
 - ``_decode(value, txn_id, tag)``: the checks ``codec`` made -- the array's length, each
   field's exact Python type from ``_wire``, 64-bit range for ints, ``str -> int`` for dicts --
   with the same errors, then ``from_values`` when the class converts fields (enums), else
-  ``_new``.
+  ``from_fields``.
 
 Nothing here is protocol: the rules stay in ``messages`` (``_wire``) and ``codec``; a test
 checks that every message decodes and re-encodes as the generic path did.
@@ -38,10 +38,10 @@ def _dict_ok(item: dict[Any, Any]) -> bool:
 def compile_message(
     cls: Any, names: tuple[str, ...], error: type[Exception], *, converts: bool
 ) -> None:
-    """Give ``cls`` its generated ``_new``, ``to_wire`` and ``_decode`` (module docstring).
+    """Give ``cls`` its generated ``from_fields``, ``to_wire`` and ``_decode`` (module docstring).
     ``names`` are its fields in wire order (``txn_id`` first); ``error`` is
     ``MalformedMessageError``; ``converts``: its ``from_values`` builds it (enums from
-    ints), else ``_new`` does."""
+    ints), else ``from_fields`` does."""
     slots: dict[str, Any] = {}
     for klass in cls.__mro__:
         for name in getattr(klass, "__slots__", ()):
@@ -56,7 +56,7 @@ def compile_message(
         "_dict_ok": _dict_ok,
         "_tag": cls.tag,
     }
-    lines = [f"def _new({args}):", "    self = _object_new(_cls)"]
+    lines = [f"def from_fields({args}):", "    self = _object_new(_cls)"]
     for index, name in enumerate(names):
         env[f"_set{index}"] = slots[name].__set__
         lines.append(f"    _set{index}(self, {name})")
@@ -111,9 +111,9 @@ def compile_message(
             "        raise",
         ]
     else:
-        lines.append(f"    return _new(txn_id{''.join(', ' + v for v in values)})")
+        lines.append(f"    return from_fields(txn_id{''.join(', ' + v for v in values)})")
     exec("\n".join(lines), env)
-    cls._new = staticmethod(env["_new"])
+    cls.from_fields = staticmethod(env["from_fields"])
     cls.to_wire = env["to_wire"]
     cls._decode = staticmethod(env["_decode"])
 
