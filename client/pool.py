@@ -90,7 +90,10 @@ class BookiePool:
             return conn
         return None
 
-    async def get(self, bookie_id: str) -> BookieConnection:
+    async def get(self, bookie_id: str, patience: float = 0.0) -> BookieConnection:
+        """The connection to ``bookie_id``, made if need be. A bookie whose last connection
+        failed is not tried again until its backoff ends: ``BookieUnavailableError`` at once,
+        unless the backoff ends within ``patience`` seconds, which are waited out first."""
         conn = self.get_nowait(bookie_id)
         if conn is not None:
             return conn
@@ -98,7 +101,14 @@ class BookiePool:
             raise BookieUnavailableError("client is closed")
         loop = asyncio.get_running_loop()
         down_until = self._down_until.get(bookie_id, 0.0)
-        if loop.time() < down_until:
+        if 0 < down_until - loop.time() <= patience:
+            await asyncio.sleep(down_until - loop.time())
+            conn = self.get_nowait(bookie_id)  # another request may have connected meanwhile
+            if conn is not None:
+                return conn
+            if self._closed:
+                raise BookieUnavailableError("client is closed")
+        elif loop.time() < down_until:
             raise BookieUnavailableError(
                 f"bookie {bookie_id} failed recently; retrying in {down_until - loop.time():.2f}s"
             )
@@ -164,6 +174,9 @@ class BookiePool:
                 await asyncio.wait([pending], timeout=self._config.connect_timeout)
 
 
+SEND_PATIENCE = 0.5  # seconds of a bookie's reconnect backoff a send waits out (Sender)
+
+
 class Sender(Generic[T]):
     """The sends of one owner (a ledger's add pipeline) to the pool's bookies, in order per
     bookie.
@@ -213,7 +226,10 @@ class Sender(Generic[T]):
 
     async def _after_connect(self, bookie: str) -> None:
         try:
-            conn = await self._pool.get(bookie)
+            # A backoff about to end, set by another request's failed connect (a bookie that
+            # was restarting a moment ago), is waited out: failing these sends at once would
+            # change the ledger's ensemble away from a bookie that is back.
+            conn = await self._pool.get(bookie, patience=SEND_PATIENCE)
         except BKError as exc:
             for _txn_id, _frame, callback, _tag in self._end_backlog(bookie):
                 callback(exc)
