@@ -12,11 +12,17 @@ PYTEST_ARGS ?=
 
 setup: system-packages $(VENV)/.installed
 
+# A server binary on PATH or in /usr/sbin (Debian puts nats-server there, off a user's PATH);
+# aiobk bench peers runs nats-server and redis-server.
+have = { command -v $(1) >/dev/null 2>&1 || test -x /usr/sbin/$(1); }
+
 system-packages:
 	@need=""; \
 	command -v etcd >/dev/null 2>&1 || need="$$need etcd-server"; \
 	command -v java >/dev/null 2>&1 || need="$$need openjdk-17-jre-headless"; \
 	command -v systemd-analyze >/dev/null 2>&1 || need="$$need systemd"; \
+	$(call have,nats-server) || need="$$need nats-server"; \
+	$(call have,redis-server) || need="$$need redis-server"; \
 	if [ -n "$$need" ]; then \
 		echo "installing system packages:$$need"; \
 		$(SUDO) apt-get update -q && \
@@ -24,7 +30,10 @@ system-packages:
 	fi; \
 	command -v etcd >/dev/null 2>&1 || { echo "etcd still not on PATH after install" >&2; exit 1; }; \
 	command -v systemd-analyze >/dev/null 2>&1 || \
-		{ echo "systemd-analyze still not on PATH after install" >&2; exit 1; }
+		{ echo "systemd-analyze still not on PATH after install" >&2; exit 1; }; \
+	for server in nats-server redis-server; do \
+		$(call have,$$server) || { echo "$$server still not installed after install" >&2; exit 1; }; \
+	done
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +67,7 @@ bench: setup
 	$(PY) -m aiobk.bench.metadata
 	$(PY) -m aiobk.bench.add
 	$(PY) -m aiobk.bench.autorecovery
+	$(PY) -m aiobk.bench.peers
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.bench.spark
 
 # Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim

@@ -87,6 +87,7 @@ class _BenchGroup(click.Group):
         "index": "aiobk.bench.index_engines",
         "journal": "aiobk.bench.journal",
         "metadata": "aiobk.bench.metadata",
+        "peers": "aiobk.bench.peers",
         "scale": "aiobk.bench.scale",
         "spark": "aiobk.bench.spark",
     }

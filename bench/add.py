@@ -171,9 +171,7 @@ def measure(
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        sync = fdatasync_floor(base, 2000)
-        rtt = loopback_rtt_floor(3000)
-        quorum = quorum_fdatasync_floor(base, writers=3, kth=2, count=1500)
+        floors = measure_floors(base)
         results: list[Level] = []
         for index, mode in enumerate(modes):
             extra: tuple[str, ...] = ()
@@ -197,12 +195,19 @@ def measure(
         stop_bookies(procs)
         etcd.stop()
         shutil.rmtree(base, ignore_errors=True)
-    floors = Floors(
+    return floors, results
+
+
+def measure_floors(directory: str) -> Floors:
+    """The three floors, with data on ``directory``'s disk (``aiobk bench peers`` too)."""
+    sync = fdatasync_floor(directory, 2000)
+    rtt = loopback_rtt_floor(3000)
+    quorum = quorum_fdatasync_floor(directory, writers=3, kth=2, count=1500)
+    return Floors(
         sync.get_value_at_percentile(50),
         rtt.get_value_at_percentile(50),
         quorum.get_value_at_percentile(50),
     )
-    return floors, results
 
 
 def _tls_setup(directory: str) -> tuple[tuple[str, ...], ssl.SSLContext]:

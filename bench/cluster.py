@@ -46,7 +46,11 @@ def start_bookie(
         env=env, cwd=source or None,
     )  # fmt: skip
     assert process.stdout is not None
-    line = process.stdout.readline()
+    try:
+        line = process.stdout.readline()
+    except BaseException:  # Ctrl-C while it starts: it is not the caller's to stop yet
+        stop_bookies([process])
+        raise
     if b"serving on" not in line:
         stop_bookies([process])
         raise RuntimeError(f"a bookie did not start: {line!r}")

@@ -205,14 +205,18 @@ def copy_floor(source: str, directory: str, size: int, chunk: int) -> float:
     return offset / MB / elapsed if elapsed > 0 else 0.0
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+def process_cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far; with
+    ``children``, also those of its children it has waited for (a forked AOF rewrite)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / CPU_TICKS
+    ticks = int(fields[11]) + int(fields[12])
+    if children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CPU_TICKS
 
 
 def own_cpu_seconds() -> float:

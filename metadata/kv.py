@@ -70,6 +70,14 @@ class EtcdTLS:
         return load(self.ca), load(self.key), load(self.cert)
 
 
+class WatchCompactedError(MetadataStoreError):
+    """A watch asked for changes the store has compacted away (it started, or its broken
+    stream resumed, below the compacted revision). Its owner reads the key again and watches
+    on from that read (``MetadataStore``'s watches do)."""
+
+    default_message = "the watched changes were compacted away"
+
+
 class MetadataAuthError(MetadataStoreError):
     """etcd refused who we are, or we refused etcd: wrong user or password, a user missing
     where etcd has auth enabled, an etcd certificate the client does not trust (or a client
@@ -198,7 +206,8 @@ class KV(abc.ABC):
     async def compact(self, revision: int) -> None:
         """Forget the history of changes before ``revision`` (etcd's compaction): watches can no
         longer start earlier (they fail with MetadataStoreError). Compacting to a revision at
-        or below one already compacted does nothing."""
+        or below one already compacted does nothing. A watch that needs history before it
+        fails with ``WatchCompactedError``."""
 
     @abc.abstractmethod
     async def grant_lease(self, ttl: float) -> tuple[int, float]:

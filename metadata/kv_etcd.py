@@ -60,6 +60,7 @@ from aiobk.metadata.kv import (
     MetadataPermissionError,
     RevisionMismatchError,
     Watch,
+    WatchCompactedError,
     WatchEvent,
     prefix_end,
 )
@@ -121,7 +122,7 @@ class _EtcdWatch(Watch):
             except asyncio.CancelledError:
                 raise
             except etcd_errors.RevisionCompactedError as exc:
-                self._push(MetadataStoreError(f"watch of {self._key!r} fell behind: {exc}"))
+                self._push(WatchCompactedError(f"watch of {self._key!r} fell behind: {exc}"))
                 return
             except MetadataAuthError as exc:  # retrying cannot help: its owner hears of it
                 self._push(exc)
@@ -495,12 +496,14 @@ class EtcdKV(KV):
         end: bytes | None = None,
     ) -> tuple[list[KeyValue], int]:
         start = after + b"\x00" if after is not None else prefix
+        # No sort order: etcd answers a range in key order by itself, and a request that asks
+        # for any sort makes it drop the limit -- it reads the whole range, values and all,
+        # sorts it and then cuts it (etcd's apply.go: "fetch everything; sort and truncate
+        # afterwards"): a page of one key under a million cost a million reads.
         request = rpc.RangeRequest(
             key=start,
             range_end=end if end is not None else prefix_end(prefix),
             limit=limit,
-            sort_order=rpc.RangeRequest.ASCEND,
-            sort_target=rpc.RangeRequest.KEY,
             keys_only=keys_only,
         )
         response = await self._call(

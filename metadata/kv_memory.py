@@ -19,9 +19,9 @@ from aiobk.metadata.kv import (
     KeyValue,
     RevisionMismatchError,
     Watch,
+    WatchCompactedError,
     WatchEvent,
 )
-from aiobk.protocol.errors import MetadataStoreError
 
 WriteHook = Callable[[str, bytes], Awaitable[None]]
 
@@ -181,7 +181,7 @@ class MemoryKV(KV):
         if start_revision < self._compacted:
             # As etcd: the changes asked for are gone, the watcher must read again.
             watch._push(
-                MetadataStoreError(
+                WatchCompactedError(
                     f"watch of {key!r} from revision {start_revision}: compacted to "
                     f"{self._compacted}"
                 )

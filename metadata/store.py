@@ -8,7 +8,8 @@ loop with a retry budget). The client and the bookie use only this class: neithe
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Collection
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 
 from aiobk.metadata.autorecovery import AutoRecoveryStore
 from aiobk.metadata.keys import KeyLayout
@@ -19,6 +20,7 @@ from aiobk.metadata.kv import (
     KeyValue,
     RevisionMismatchError,
     Watch,
+    WatchCompactedError,
 )
 from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
 from aiobk.metadata.records import BookieServiceInfo, Cookie, LogRecord
@@ -155,39 +157,43 @@ class MetadataStore:
     async def _walk_ledgers(self, page_size: int, *, keys_only: bool) -> AsyncIterator[KeyValue]:
         """The ledger keys in order, a page at a time.
 
-        etcd 3.4 walks a range to its end to count it even when a limit cuts the answer short,
-        so paging a million ledgers by limit alone costs a million keys a page (a GC pass's
-        listing took minutes). Ids are etcd revisions (``allocate_ledger_id``), none past the
-        revision the first answer carries: pages walk windows of ids up to it, each range ending
-        at its window (widened while windows come back sparse, narrowed when one overflows a
-        page), then one last range takes any ledger past it (made with a chosen id)."""
+        etcd counts every key of a range to its end even when a limit cuts the answer short
+        (3.4 gathers them all first), so paging a million ledgers by limit alone costs a million
+        keys a page (a GC pass's listing took minutes). Ids are etcd revisions
+        (``allocate_ledger_id``), none past the store's revision read first: the walk goes
+        through windows of ids from 0 up to it, each range ending at its window. A window that
+        comes back sparse doubles the next one (a long stretch of unused ids costs a few empty
+        calls). One that fills a page was too wide for the ids there: the walk goes on right
+        after the page's last key with the width that page took, so a dense run is not counted
+        again page after page. Then one last range takes any ledger past the revision (made
+        with a chosen id).
+
+        What a single call counts is bounded by the keys in its window: a page or so where
+        the ids are evenly spread; more once, where the walk, widened over a long sparse
+        stretch, meets a dense run (etcd cannot find the first key of a range without counting
+        the range). Over the whole walk a key is counted a few times (two to three in
+        ``tests/metadata/test_listing_cost.py``), not once for every page before it."""
         keys = self.keys
-        first, revision = await self.kv.range(keys.ledgers, None, 1, keys_only=True)
-        if not first:
-            return
-        low, window = keys.ledger_id(first[0].key), page_size
+        _idgen, revision = await self.kv.get(keys.idgen)
+        sparse = max(1, page_size // 4)  # fewer keys than this in a window: widen the next
+        low, window = 0, page_size
         after: bytes | None = None
         while low <= revision:
             high = min(low + window, revision + 1)
-            found, pages = 0, 0
-            while True:
-                page, _rev = await self.kv.range(
-                    keys.ledgers, after, page_size, keys_only=keys_only, end=keys.ledger(high)
-                )
-                pages += 1
-                found += len(page)
-                for item in page:
-                    yield item
-                if page:
-                    after = page[-1].key
-                if len(page) < page_size:
-                    break
-            if pages > 1:
-                window = max(page_size, window // 2)
-            elif found < page_size // 4:
-                window *= 2
-            low = high
-            after = keys.ledger(high - 1)
+            page, _rev = await self.kv.range(
+                keys.ledgers, after, page_size, keys_only=keys_only, end=keys.ledger(high)
+            )
+            for item in page:
+                yield item
+            if len(page) == page_size:  # more in this window: on from the page's last key
+                last = keys.ledger_id(page[-1].key)
+                window = last + 1 - low  # >= page_size: ids are unique
+                low = last + 1
+            else:
+                low = high
+                if len(page) < sparse:
+                    window *= 2
+            after = keys.ledger(low - 1) if low > 0 else None
         while True:  # ledgers with ids past the revision (created with an id of their choice)
             page, _rev = await self.kv.range(keys.ledgers, after, page_size, keys_only=keys_only)
             for item in page:
@@ -198,22 +204,46 @@ class MetadataStore:
 
     async def watch_ledger(self, ledger_id: int) -> AsyncIterator[LedgerMetadata | None]:
         """The ledger's metadata now, then after every change (None once deleted)."""
-        key = self.keys.ledger(ledger_id)
+        async with contextlib.aclosing(self._follow(self.keys.ledger(ledger_id))) as states:
+            async for found in states:
+                yield (
+                    None
+                    if found is None
+                    else LedgerMetadata.from_json(found.value, found.mod_revision)
+                )
+
+    async def _follow(self, key: bytes) -> AsyncGenerator[KeyValue | None, None]:
+        """The key now (None: absent), then after every change.
+
+        A watch that falls behind the store's compaction (its stream broke, and the changes it
+        missed were compacted meanwhile: ``WatchCompactedError``) cannot resume where it was:
+        the key is read again, yielded if it is not the state last yielded, and watched on
+        from that read. The owner may then miss states in between, never the latest one."""
         found, revision = await self.kv.get(key)
-        watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
-        self._watches.add(watch)
-        try:
-            yield (
-                None if found is None else LedgerMetadata.from_json(found.value, found.mod_revision)
-            )
-            async for event in watch:
-                if event.value is None:
-                    yield None
-                else:
-                    yield LedgerMetadata.from_json(event.value, event.revision)
-        finally:
-            self._watches.discard(watch)
-            await watch.close()
+        last: int | None = -1  # mod revision of the state last yielded (None: absent)
+        while True:
+            watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
+            self._watches.add(watch)
+            try:
+                now = found.mod_revision if found is not None else None
+                if now != last:
+                    last = now
+                    yield found
+                async for event in watch:
+                    found = (
+                        None
+                        if event.value is None
+                        else KeyValue(event.key, event.value, event.revision)
+                    )
+                    last = event.revision if found is not None else None
+                    yield found
+                return  # closed with the store
+            except WatchCompactedError:
+                pass
+            finally:
+                self._watches.discard(watch)
+                await watch.close()
+            found, revision = await self.kv.get(key)
 
     # ------------------------------------------------------------------ bookies
 
@@ -285,24 +315,31 @@ class MetadataStore:
             after = page[-1].key
 
     async def watch_bookies(self) -> AsyncIterator[list[BookieServiceInfo]]:
-        """The registered bookies now, then the whole set again after every change."""
-        current: dict[bytes, BookieServiceInfo] = {}
-        page, revision = await self.kv.range(self.keys.bookies, None, 100_000)
-        for item in page:
-            current[item.key] = BookieServiceInfo.from_json(item.value, item.mod_revision)
-        watch = await self.kv.watch(self.keys.bookies, prefix=True, start_revision=revision + 1)
-        self._watches.add(watch)
-        try:
-            yield sorted(current.values(), key=lambda b: b.bookie_id)
-            async for event in watch:
-                if event.value is None:
-                    current.pop(event.key, None)
-                else:
-                    current[event.key] = BookieServiceInfo.from_json(event.value, event.revision)
+        """The registered bookies now, then the whole set again after every change (read
+        afresh when the watch falls behind the store's compaction)."""
+        while True:
+            current: dict[bytes, BookieServiceInfo] = {}
+            page, revision = await self.kv.range(self.keys.bookies, None, 100_000)
+            for item in page:
+                current[item.key] = BookieServiceInfo.from_json(item.value, item.mod_revision)
+            watch = await self.kv.watch(self.keys.bookies, prefix=True, start_revision=revision + 1)
+            self._watches.add(watch)
+            try:
                 yield sorted(current.values(), key=lambda b: b.bookie_id)
-        finally:
-            self._watches.discard(watch)
-            await watch.close()
+                async for event in watch:
+                    if event.value is None:
+                        current.pop(event.key, None)
+                    else:
+                        current[event.key] = BookieServiceInfo.from_json(
+                            event.value, event.revision
+                        )
+                    yield sorted(current.values(), key=lambda b: b.bookie_id)
+                return  # closed (the store is closing)
+            except WatchCompactedError:
+                pass
+            finally:
+                self._watches.discard(watch)
+                await watch.close()
 
     # ------------------------------------------------------------------ cookies
 
@@ -385,18 +422,8 @@ class MetadataStore:
 
     async def watch_log(self, name: str) -> AsyncIterator[LogRecord | None]:
         """The log record now, then after every change (None once deleted)."""
-        key = self.keys.log(name)
-        found, revision = await self.kv.get(key)
-        watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
-        self._watches.add(watch)
-        try:
-            yield None if found is None else LogRecord.from_json(found.value, found.mod_revision)
-            async for event in watch:
+        async with contextlib.aclosing(self._follow(self.keys.log(name))) as states:
+            async for found in states:
                 yield (
-                    None
-                    if event.value is None
-                    else LogRecord.from_json(event.value, event.revision)
+                    None if found is None else LogRecord.from_json(found.value, found.mod_revision)
                 )
-        finally:
-            self._watches.discard(watch)
-            await watch.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,10 @@ EXPECTED_OPTIONS = {
         "--log-level",
     },
     "metadata": {"--count", "--json", "--log-level"},
+    "peers": {
+        "--seconds", "--entry-size", "--in-flight", "--rates", "--rate-of-nats", "--systems",
+        "--json", "--plot", "--fail-on-miss", "--log-level",
+    },
     "spark": {"--records", "--size", "--json", "--log-level"},
 }  # fmt: skip
 
@@ -163,3 +169,101 @@ def test_the_rereplication_benchmark_runs_and_copies_every_entry(tmp_path: Path)
         "the target was met",
         "1 of 1 target missed (a benchmark reports, it does not fail)",
     )
+
+
+@pytest.mark.timeout(150)
+def test_the_peers_comparison_runs_every_system_and_writes_json_and_a_plot(
+    tmp_path: Path,
+) -> None:
+    """A short run of ``aiobk bench peers``: every server is started and stopped by the
+    benchmark, every system has figures in the closed and the open loop, and the result and
+    the plot are written."""
+    result = subprocess.run(
+        [sys.executable, "-m", "aiobk", "bench", "peers", "--seconds", "0.5", "--in-flight",
+         "1,8", "--rates", "100", "--rate-of-nats", "", "--json", str(tmp_path / "p.json"),
+         "--plot", str(tmp_path / "p.png")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=140, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    systems = {s["key"] for s in report["systems"]}
+    assert systems == {"nats", "aiobk-persistent", "aiobk-volatile", "etcd-3", "etcd-1", "redis"}
+    for key in systems:
+        closed = {r["in_flight"]: r for r in report["runs"] if r["system"] == key
+                  and r["loop"] == "closed"}  # fmt: skip
+        (opened,) = [r for r in report["runs"] if r["system"] == key and r["loop"] == "open"]
+        assert sorted(closed) == [1, 8], key
+        for run in [*closed.values(), opened]:
+            assert run["ops"] > 0, (key, run)
+            assert run["errors"] == 0, (key, run)
+            assert run["p50_us"] > 0, (key, run)
+            assert run["cdf"], (key, run)
+        assert closed[8]["cpu_client_us"] > 0, key
+        assert closed[8]["cpu_servers_us"] > 0, key
+        assert opened["offered_per_s"] == 100, key
+        assert opened["unfinished"] == 0, key
+    assert report["floors"]["quorum_floor_us"] > 0
+    assert [c["target"] for c in report["checks"]] == [
+        "1 in flight: aiobk persistent p50 <= 1.2x quorum floor",
+        "1 in flight: aiobk volatile p50 <= 0.8x NATS p50",
+    ]
+    assert list((tmp_path).glob("aiobk-bench-*")) == []  # the temporary directories are gone
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_peers_stops_every_server_on_ctrl_c_and_sigterm(tmp_path: Path, signum: int) -> None:
+    """Interrupted while etcd and three bookies run (SIGTERM as Ctrl-C: an exception raised
+    in a signal handler could land in a transport callback and be swallowed there), the
+    benchmark stops them all and removes its directory before it exits."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiobk", "bench", "peers", "--systems", "aiobk-persistent",
+         "--seconds", "30", "--in-flight", "1", "--rates", "", "--rate-of-nats", ""],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        servers: set[int] = set()
+        while len(servers) < 4 and time.monotonic() < deadline:  # etcd and 3 bookies
+            servers = {pid for pid in _children(proc.pid) if _alive(pid)}
+            time.sleep(0.2)
+        assert len(servers) >= 4, servers
+        time.sleep(4)  # the last bookie serving, the warm-up done: in the measured level
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    left = {pid: _cmdline(pid) for pid in servers if _alive(pid)}
+    assert left == {}, err
+    assert list(tmp_path.glob("aiobk-bench-*")) == []

@@ -479,9 +479,9 @@ async def test_a_force_does_not_overtake_adds_waiting_for_a_connection(world) ->
     pool, handed_over = writer.pool, Gate()
     get = pool.get
 
-    async def get_late_for_early_callers(bookie_id: str) -> BookieConnection:
+    async def get_late_for_early_callers(bookie_id: str, patience: float = 0.0) -> BookieConnection:
         early = bookie_id == slow_id and pool.get_nowait(bookie_id) is None
-        conn = await get(bookie_id)
+        conn = await get(bookie_id, patience)
         if early:
             await handed_over._open.wait()
         return conn
