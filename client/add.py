@@ -159,6 +159,8 @@ class AddPipeline:
         self._key = master_key
         self._digest = digest
         self.e, self.wq = metadata.ensemble_size, metadata.write_quorum
+        # Entry e's slots are those of e mod E: E write sets, computed once (issue 19).
+        self._write_sets = [tuple(write_set(i, self.e, self.wq)) for i in range(self.e)]
         self.ensemble = list(metadata.ensemble)
         self._pool = ctx.pool
         self._config = config = ctx.config
@@ -274,7 +276,7 @@ class AddPipeline:
             op.queued = True
             self._queued.append(op)
         else:
-            self._send(op, write_set(entry_id, self.e, self.wq))
+            self._send(op, self._write_sets[entry_id % self.e])
         return op
 
     def _frame(self, op: PendingAdd) -> tuple[int, bytes]:
@@ -285,12 +287,12 @@ class AddPipeline:
         body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
         txn_id = next(self._pool.txn_ids)
         mode = self._mode
-        request = AddRequest(
+        request = AddRequest.from_fields(
             txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
         )
         return txn_id, encode(request)
 
-    def _send(self, op: PendingAdd, slots: list[int]) -> None:
+    def _send(self, op: PendingAdd, slots: Sequence[int]) -> None:
         txn_id, frame = self._frame(op)
         alone = len(self._tracker.pending) == 1  # nothing else in flight: send now
         op.inflight += len(slots)  # each send's callback runs exactly once
@@ -312,7 +314,8 @@ class AddPipeline:
     def _callback(
         self, op: PendingAdd, slot: int, bookie: str
     ) -> Callable[[Response | BKError], None]:
-        return lambda result: self._on_response(op, slot, bookie, result)
+        # A partial, not a lambda: one Python frame less per answer (issue 19).
+        return functools.partial(self._on_response, op, slot, bookie)
 
     # ------------------------------------------------------------------ responses
 
@@ -484,7 +487,7 @@ class AddPipeline:
         for op in list(self._tracker.pending):
             if op.queued:
                 continue
-            slots = [s for s in write_set(op.entry_id, self.e, self.wq) if s in failed]
+            slots = [s for s in self._write_sets[op.entry_id % self.e] if s in failed]
             if slots:
                 self._send(op, slots)
 
@@ -503,7 +506,7 @@ class AddPipeline:
         for op in queued:
             op.queued = False
             if not op.done:
-                self._send(op, write_set(op.entry_id, self.e, self.wq))
+                self._send(op, self._write_sets[op.entry_id % self.e])
 
     async def close(self) -> None:
         if self._explicit is not None:

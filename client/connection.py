@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import cast
 
@@ -68,6 +69,12 @@ class BookieConnection(asyncio.Protocol):
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame = max_frame_size
         self._pending: dict[int, tuple[float, Callback]] = {}
+        # txn ids in the order sent, one queue per timeout: deadlines in a queue only grow,
+        # so a sweep looks at the head of each and stops at the first that is still due
+        # (answered ones leave from the head as it reaches them): O(1) per request, where a
+        # scan of every pending request every SWEEP_INTERVAL cost 5% of the client's CPU at
+        # 512 appends in flight (issue 19).
+        self._by_timeout: dict[float, deque[int]] = {}
         self._txn_ids = txn_ids if txn_ids is not None else itertools.count(1)
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -133,6 +140,10 @@ class BookieConnection(asyncio.Protocol):
             self._loop.call_soon(callback, self._closed_error)
             return
         self._pending[txn_id] = (self._loop.time() + timeout, callback)
+        queue = self._by_timeout.get(timeout)
+        if queue is None:
+            queue = self._by_timeout[timeout] = deque()
+        queue.append(txn_id)
         self._out.append(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -175,14 +186,27 @@ class BookieConnection(asyncio.Protocol):
     def _sweep(self) -> None:
         self._sweeper = None
         now = self._loop.time()
-        expired = [txn for txn, (deadline, _cb) in self._pending.items() if deadline <= now]
+        pending = self._pending
+        expired = []
+        for timeout, queue in list(self._by_timeout.items()):
+            while queue:
+                entry = pending.get(queue[0])
+                if entry is not None and entry[0] > now:
+                    break  # the rest of this queue is due later still
+                txn = queue.popleft()
+                if entry is not None:
+                    expired.append(txn)
+            if not queue:
+                del self._by_timeout[timeout]
         for txn in expired:
             # A callback may close the connection, which fails (and removes) the rest.
-            entry = self._pending.pop(txn, None)
+            entry = pending.pop(txn, None)
             if entry is not None:
                 entry[1](OperationTimeoutError(f"bookie {self.address} did not answer in time"))
         if self._pending and self._closed_error is None:
             self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
+        elif not self._pending:
+            self._by_timeout.clear()  # only answered ones were left in them
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -245,6 +269,7 @@ class BookieConnection(asyncio.Protocol):
             self._sweeper.cancel()
             self._sweeper = None
         pending, self._pending = self._pending, {}
+        self._by_timeout = {}
         for _deadline, callback in pending.values():
             callback(error)
 

@@ -62,32 +62,7 @@ def _build(types: dict[int, Any], value: Any) -> Any:
     cls = types.get(tag)
     if cls is None:
         raise MalformedMessageError(f"unknown message tag {tag}", txn_id, tag)
-    wire = cls._wire
-    if len(value) != len(wire) + 2:
-        raise MalformedMessageError(
-            f"{cls.__name__} takes {len(wire)} fields, got {len(value) - 2}", txn_id, tag
-        )
-    for index, (item, allowed) in enumerate(zip(value[2:], wire, strict=True)):
-        kind = type(item)
-        if kind not in allowed:
-            name = cls._names[index + 1]
-            raise MalformedMessageError(
-                f"{cls.__name__}.{name}: {kind.__name__} not allowed", txn_id, tag
-            )
-        if kind is int and not INT64_MIN <= item <= INT64_MAX:
-            name = cls._names[index + 1]
-            raise MalformedMessageError(f"{cls.__name__}.{name} out of range", txn_id, tag)
-        if kind is dict and not all(
-            type(k) is str and type(v) is int and INT64_MIN <= v <= INT64_MAX
-            for k, v in item.items()
-        ):
-            name = cls._names[index + 1]
-            raise MalformedMessageError(f"{cls.__name__}.{name}: want str -> int", txn_id, tag)
-    try:
-        return cls.from_values(value[1:])
-    except MalformedMessageError as exc:
-        exc.op = tag
-        raise
+    return cls._decode(value, txn_id, tag)
 
 
 def decode_request(data: bytes, max_size: int = DEFAULT_MAX_FRAME_SIZE) -> Request:

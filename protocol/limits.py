@@ -35,8 +35,11 @@ from aiobk.protocol.messages import (
 MAX_LEDGER_ID = INT64_MAX
 # One below the int64 maximum, so that "the next entry" (id + 1) always fits.
 MAX_ENTRY_ID = INT64_MAX - 1
-_ADD_FLAGS = int(AddFlag.RECOVERY_ADD)
-_READ_FLAGS = int(ReadFlag.FENCE | ReadFlag.LONG_POLL)
+# Bits no flag names, as plain ints: tested with int's own ``&`` (an IntFlag's ``&`` goes through
+# the enum machinery, 4% of a bookie's CPU per add; issue 19).
+_ADD_UNKNOWN = ~int(AddFlag.RECOVERY_ADD)
+_READ_UNKNOWN = ~int(ReadFlag.FENCE | ReadFlag.LONG_POLL)
+_bits = int.__and__
 
 
 def _refuse(request: Request, why: str) -> MalformedMessageError:
@@ -66,13 +69,13 @@ def check_request(request: Request) -> None:
         _ledger(request, request.ledger_id)
         if not 0 <= request.entry_id <= MAX_ENTRY_ID:
             raise _refuse(request, f"entry id {request.entry_id} is out of range")
-        if request.flags & ~_ADD_FLAGS:
+        if _bits(request.flags, _ADD_UNKNOWN):
             raise _refuse(request, f"unknown flags {int(request.flags):#x}")
         _key(request, request.master_key, required=True)
     elif isinstance(request, ReadRequest):
         _ledger(request, request.ledger_id)
         _lac(request, "entry id", request.entry_id)
-        if request.flags & ~_READ_FLAGS:
+        if _bits(request.flags, _READ_UNKNOWN):
             raise _refuse(request, f"unknown flags {int(request.flags):#x}")
         _key(request, request.master_key, required=bool(request.flags & ReadFlag.FENCE))
         if request.flags & ReadFlag.LONG_POLL:

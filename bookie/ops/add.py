@@ -145,7 +145,9 @@ def _store(
         if started is not None:
             flow.add_done(size)
             status = StatusCode.EIO if error is not None else StatusCode.EOK
-            conn.reply(AddResponse(txn_id, status, ledger_id, entry_id, cursor.last_add_synced))
+            conn.reply(
+                AddResponse.from_fields(txn_id, status, ledger_id, entry_id, cursor.last_add_synced)
+            )
             figures = flow.stats
             figures.histograms.add_entry_request.record(figures.clock() - started)
             started = None

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
     from aiobk.bookie.ledger import LedgerState
 
+# ReadFlag's bits tested with int's own ``&`` (an IntFlag's goes through the enum machinery).
+_FENCE = int(ReadFlag.FENCE)
+_LONG_POLL = int(ReadFlag.LONG_POLL)
+_bits = int.__and__
+
 
 class LongPoll:
     """One long poll waiting for its ledger's LAC to pass ``previous_lac``: an entry in the
@@ -117,7 +122,7 @@ def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None
     stats = ctx.stats
     stats.reads += 1
     started = stats.clock()
-    if request.flags & ReadFlag.FENCE:
+    if _bits(request.flags, _FENCE):
         held = ctx.ledgers.get(request.ledger_id)
         if held is None or not held.master_key:
             _admit_fence(ctx, request, conn, started)
@@ -127,7 +132,7 @@ def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None
     state = ctx.ledgers.get(request.ledger_id)
     if state is None:
         _reply(ctx, conn, _answer(request, None, StatusCode.ENOLEDGER), started)
-    elif request.flags & ReadFlag.LONG_POLL:
+    elif _bits(request.flags, _LONG_POLL):
         _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
         _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
@@ -190,7 +195,7 @@ async def _fenced_read(
         return
     if await ledgers.fence(state) is not None:
         _reply(ctx, conn, _answer(request, state, StatusCode.EIO), started)
-    elif request.flags & ReadFlag.LONG_POLL:
+    elif _bits(request.flags, _LONG_POLL):
         _long_poll(ctx, request, conn, state)
     elif request.entry_id == LAC_ENTRY_ID:
         _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
@@ -220,7 +225,7 @@ async def _fetch(
             return
         if body is None:
             ctx.stats.read_misses += 1
-            if request.flags & ReadFlag.LONG_POLL:
+            if _bits(request.flags, _LONG_POLL):
                 _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
             else:
                 _reply(ctx, conn, _answer(request, state, _missing(state)), started)

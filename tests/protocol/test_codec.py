@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -239,3 +240,17 @@ def test_protocol_package_imports_no_io() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{path.name} imports {name}"
+
+
+@given(st.one_of(requests, responses))
+def test_the_generated_paths_match_the_dataclass(message: Any) -> None:
+    """protocol.compiled writes to_wire, from_fields and _decode per class: they must agree with the
+    dataclass itself (its fields in order, its equality, its frozenness)."""
+    names = [f.name for f in dataclasses.fields(message)]
+    wire = [message.tag, *[getattr(message, name) for name in names]]
+    assert message.to_wire() == wire
+    rebuilt = type(message).from_values(wire[1:])
+    assert rebuilt == message
+    assert type(message).from_fields(*wire[1:]) == message
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rebuilt.txn_id = 1
