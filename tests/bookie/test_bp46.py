@@ -215,7 +215,9 @@ async def test_scenario_2_recovery_truncates_an_acknowledged_entry(tmp_path: Pat
     cluster = await _cluster(tmp_path, protect)
     c1_net = DroppingConnector()
     c2_net = DroppingConnector()
-    config = ClientConfig(add_timeout=60.0, read_timeout=1.0)
+    # B3's answer is dropped and times out; B1's and B2's must come first: 2 s leaves room for
+    # a loaded machine (1 s did not, with the suite run on two workers).
+    config = ClientConfig(add_timeout=60.0, read_timeout=2.0)
     try:
         c1 = await BookKeeper.connect(cluster.uri, config, connector=c1_net)
         lh = await c1.create_ledger(3, 3, 2)
