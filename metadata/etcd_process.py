@@ -320,8 +320,10 @@ class EtcdProcess:
                     f"{self.endpoint} answers as etcd member {answered_as!r}, not the "
                     f"{self.name!r} started here: another etcd holds the port"
                 )
+            last = self._log_tail()
             raise RuntimeError(
                 f"etcd did not start within {self.startup_timeout}s; see {self.log_path}"
+                + (f": {last[-1].strip()}" if last else "")
             )
         except BaseException:
             self.stop(remove_data=False)
@@ -388,10 +390,7 @@ class EtcdProcess:
 
     def _exit_error(self) -> RuntimeError:
         assert self.process is not None
-        lines = []
-        with contextlib.suppress(OSError), open(self.log_path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(self.log_path) - 8192))
-            lines = handle.read().decode(errors="replace").splitlines()
+        lines = self._log_tail()
         for line in reversed(lines):
             if "address already in use" in line:
                 where = line.split("listen tcp ", 1)[-1].split(": bind", 1)[0]
@@ -400,6 +399,13 @@ class EtcdProcess:
             f"etcd exited with {self.process.returncode}; see {self.log_path}"
             + (f": {lines[-1].strip()}" if lines else "")
         )
+
+    def _log_tail(self) -> list[str]:
+        """The last lines of this member's log (none when it cannot be read)."""
+        with contextlib.suppress(OSError), open(self.log_path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(self.log_path) - 8192))
+            return [line for line in handle.read().decode(errors="replace").splitlines() if line]
+        return []
 
     def _write_pidfile(self) -> None:
         assert self.process is not None

@@ -218,8 +218,12 @@ async def test_scenario_2_recovery_truncates_an_acknowledged_entry(tmp_path: Pat
     # B3's answer is dropped and times out; B1's and B2's must come first: 2 s leaves room for
     # a loaded machine (1 s did not, with the suite run on two workers).
     config = ClientConfig(add_timeout=60.0, read_timeout=2.0)
+    # C1 sends no explicit LAC: the scenario has no bookie knowing E0 is confirmed. With it
+    # (0.1 s after the add) B3 knew LAC 0, and when B3's fence answer was among the first two,
+    # recovery rightly started at E0 and needed B3's copy (a CI failure, 1 run in ~10).
+    writer = ClientConfig(add_timeout=60.0, read_timeout=2.0, explicit_lac_delay=0)
     try:
-        c1 = await BookKeeper.connect(cluster.uri, config, connector=c1_net)
+        c1 = await BookKeeper.connect(cluster.uri, writer, connector=c1_net)
         lh = await c1.create_ledger(3, 3, 2)
         b1, b2, b3 = (cluster.by_id(bid) for bid in lh.metadata.ensemble)
         c1_net.rules.append(_is_add(b2.bookie_id, 0))  # B2 fails to respond
