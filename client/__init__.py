@@ -7,7 +7,8 @@ from aiobk.client.connection import BookieConnection
 from aiobk.client.digest import Digester
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.log_format import ENVELOPE, RAW, RecordFormatError
+from aiobk.client.log_position import LogEntry, LogPosition, LogRecord
 from aiobk.client.log_reader import LogReader
 from aiobk.client.log_writer import LogWriter, LogWriterSettings
 from aiobk.client.net import AsyncioConnector, Connector
@@ -23,14 +24,18 @@ __all__ = [
     "DigestType",
     "Digester",
     "Durability",
+    "ENVELOPE",
     "Entry",
     "LedgerHandle",
     "LogEntry",
     "LogPosition",
+    "LogRecord",
     "LogReader",
     "LogWriter",
     "LogWriterSettings",
     "ProtocolSwitches",
+    "RAW",
     "ReadHandle",
+    "RecordFormatError",
     "errors",
 ]

@@ -15,6 +15,7 @@ from aiobk.client.digest import Digester
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_position import LogPosition
 from aiobk.client.log_reader import LogReader, check_deletes, truncate_log
+from aiobk.client.log_time import position_at_time
 from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.net import Connector, TlsConnector
@@ -252,13 +253,18 @@ class BookKeeper:
         roll_bytes: int = 256 * 1024 * 1024,
         roll_seconds: float | None = None,
         create: bool = True,
+        record_format: str | None = None,
     ) -> LogWriter:
         """Become the log's writer: fence the previous one, start a new ledger (protocol.md
         "Opening a log"). The ledger rolls over past ``roll_bytes`` of payload or after
-        ``roll_seconds``. Every writer of one log must use the same password."""
+        ``roll_seconds``. Every writer of one log must use the same password.
+
+        ``record_format`` (``"raw"`` or ``"envelope"``: records with a key, headers and a
+        timestamp) is the format a new log is created with (None: raw); an existing log keeps
+        its own, and asking for another is ValueError."""
         settings = LogWriterSettings(
             ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
-            roll_seconds, create,
+            roll_seconds, create, record_format,
         )  # fmt: skip
         return await open_log_writer(self, name, settings)
 
@@ -280,6 +286,14 @@ class BookKeeper:
         else:
             await reader.find_end()
         return reader
+
+    async def log_position_at_time(
+        self, name: str, timestamp: int, password: bytes = b""
+    ) -> LogPosition | None:
+        """In a log of envelope records, the position of the first record stamped at or after
+        ``timestamp`` (ms since the epoch), found by binary search (``client.log_time``);
+        None when every record is older."""
+        return await position_at_time(self, name, timestamp, password)
 
     async def truncate_log(
         self,

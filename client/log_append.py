@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Sequence
 
 from aiobk.client.ledger_client import LedgerClient
+from aiobk.client.log_format import RAW, check_format
 from aiobk.metadata import LogRecord
 from aiobk.protocol.errors import (
     LogExistsError,
@@ -31,10 +32,17 @@ from aiobk.protocol.errors import (
 
 
 async def take_log(
-    bk: LedgerClient, name: str, password: bytes, *, create: bool = True
+    bk: LedgerClient,
+    name: str,
+    password: bytes,
+    *,
+    create: bool = True,
+    record_format: str | None = None,
 ) -> LogRecord:
     """Read (or, with ``create``, create) the log and fence its last two ledgers; the record
-    read, whose version a compare-and-set must then match."""
+    read, whose version a compare-and-set must then match. A log is created with
+    ``record_format`` (raw when None); a log in another format than a ``record_format`` asked
+    for, or in one this client does not know, is ``ValueError`` before anything is fenced."""
     store = bk.store
     try:
         record = await store.read_log(name)
@@ -42,9 +50,15 @@ async def take_log(
         if not create:
             raise
         try:
-            record = await store.create_log(name)
+            record = await store.create_log(name, check_format(record_format or RAW))
         except LogExistsError:
             record = await store.read_log(name)
+    check_format(record.record_format)
+    if record_format is not None and record.record_format != record_format:
+        raise ValueError(
+            f"log {name!r} holds {record.record_format} records, not {record_format}: a log's "
+            "format is fixed when it is created"
+        )
     for ledger_id in record.ledgers[-2:]:
         with contextlib.suppress(NoSuchLedgerError):  # truncated away meanwhile
             await bk.open_ledger(ledger_id, password, recovery=True)
@@ -52,19 +66,25 @@ async def take_log(
 
 
 async def append_ledgers_to_log(
-    bk: LedgerClient, name: str, ledger_ids: Sequence[int], password: bytes = b""
+    bk: LedgerClient,
+    name: str,
+    ledger_ids: Sequence[int],
+    password: bytes = b"",
+    *,
+    record_format: str | None = None,
 ) -> LogRecord:
     """Take the log as its writer and append ``ledger_ids`` (closed ledgers, strictly
     ascending) with one compare-and-set, retried on a concurrent change up to the client's
     ``metadata_retries``. Raises ``ValueError`` for ids out of order and ``LogFencedError``
     when the log already holds a ledger at or after the first of them (a writer added one
-    meanwhile: appending would break the order of positions)."""
+    meanwhile: appending would break the order of positions). ``record_format``: the format
+    the ledgers' entries are in (``take_log``: a new log gets it, another is ValueError)."""
     ids = tuple(ledger_ids)
     if any(later <= earlier for earlier, later in itertools.pairwise(ids)):
         raise ValueError(f"log {name!r}: ledgers to append must be strictly ascending: {ids}")
     store = bk.store
     for _attempt in range(bk.config.metadata_retries):
-        record = await take_log(bk, name, password)
+        record = await take_log(bk, name, password, record_format=record_format)
         if not ids:
             return record
         if record.ledgers and ids[0] <= record.ledgers[-1]:

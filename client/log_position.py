@@ -10,8 +10,11 @@ in decimal, e.g. ``12:0`` for the first record of ledger 12, and ``earliest`` fo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar
+
+from aiobk.client.log_format import RAW, RecordFormatError, decode
 
 _TEXT = re.compile(r"([0-9]+):([0-9]+)", re.ASCII)
 
@@ -49,7 +52,27 @@ LogPosition.EARLIEST = LogPosition(-1, -1)
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One record read from a log."""
+    """One record read from a log. ``key``, ``headers`` and ``timestamp`` (ms since the
+    epoch) are those the writer gave, in a log of envelope records; in a raw log they are
+    None, empty and None."""
 
     position: LogPosition
     data: bytes
+    key: bytes | None = None
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+    timestamp: int | None = None
+
+
+LogRecord = LogEntry  # the name the Spark-facing API uses for a record read from a log
+
+
+def log_entry(position: LogPosition, body: bytes, record_format: str) -> LogEntry:
+    """The record stored as ``body`` in a log of ``record_format``; in an envelope log,
+    RecordFormatError naming the position when ``body`` is no envelope."""
+    if record_format == RAW:
+        return LogEntry(position, body)
+    try:
+        record = decode(body)
+    except RecordFormatError as exc:
+        raise RecordFormatError(f"the record at {position}: {exc}") from None
+    return LogEntry(position, record.data, record.key, record.headers, record.timestamp)

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Sequence
 
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_client import LedgerClient
-from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.log_format import RAW, check_format
+from aiobk.client.log_position import LogEntry, LogPosition, log_entry
 from aiobk.client.passwords import check_delete
 from aiobk.client.read_handle import ReadHandle
 from aiobk.metadata import LogRecord
@@ -45,6 +46,7 @@ class LogReader:
         self.end: LogPosition | None = None
         self._ledgers: tuple[int, ...] | None = None
         self._end_handle: ReadHandle | None = None
+        self.record_format: str | None = None  # the log's, once its record was read
 
     def __aiter__(self) -> AsyncIterator[LogEntry]:
         return self._records() if self.follow else self._to_end()
@@ -54,6 +56,7 @@ class LogReader:
         None when there is none at or after its position. Runs at the first iteration unless
         called before (``open_log_reader(follow=False)`` calls it). Raises NoSuchLogError."""
         record = await self._bk.store.read_log(self.name)
+        self.record_format = check_format(record.record_format)
         self._ledgers = tuple(i for i in record.ledgers if i >= self.position.ledger_id)
         self.end = None
         self._end_handle = None
@@ -90,8 +93,10 @@ class LogReader:
                     stream = handle.read_iter(max(first, 0), last)
                     async with contextlib.aclosing(stream):
                         async for entry in stream:
-                            self.position = LogPosition(ledger_id, entry.entry_id + 1)
-                            yield LogEntry(LogPosition(ledger_id, entry.entry_id), entry.data)
+                            at = LogPosition(ledger_id, entry.entry_id)
+                            record = log_entry(at, entry.data, self.record_format or RAW)
+                            self.position = at.next()
+                            yield record
             except NoSuchLedgerError:
                 pass  # truncated away under the reader
             if ledger_id < end.ledger_id:  # the end's ledger may grow: resume inside it
@@ -105,14 +110,17 @@ class LogReader:
             while True:
                 if record is None:
                     raise NoSuchLogError(f"log {self.name!r} does not exist")
+                fmt = self.record_format = check_format(record.record_format)
                 ledger_id = self._next_ledger(record)
                 if ledger_id is None:
                     record = await anext(watch)  # wait for a writer to add a ledger
                     continue
                 first = self.position.entry_id if ledger_id == self.position.ledger_id else 0
                 async for entry in self._ledger(ledger_id, max(first, 0)):
-                    self.position = LogPosition(ledger_id, entry.entry_id + 1)
-                    yield LogEntry(LogPosition(ledger_id, entry.entry_id), entry.data)
+                    at = LogPosition(ledger_id, entry.entry_id)
+                    entry_record = log_entry(at, entry.data, fmt)
+                    self.position = at.next()
+                    yield entry_record
                 # Done with this ledger (closed and read, or truncated away).
                 self.position = LogPosition(ledger_id + 1, 0)
                 record = await store.read_log(self.name)

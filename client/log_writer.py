@@ -21,12 +21,14 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_append import take_log
+from aiobk.client.log_format import ENVELOPE, RAW, encode
 from aiobk.client.log_position import LogPosition
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.metadata import LogRecord
@@ -54,6 +56,10 @@ class LogWriterSettings:
     roll_bytes: int = 256 * 1024 * 1024  # start a new ledger past this many payload bytes
     roll_seconds: float | None = None  # ... or once the ledger is this old (None: never)
     create: bool = True  # create the log if it does not exist
+    # The log's record format (log_format): a new log is created with it (None: raw); an
+    # existing log in another format is refused. None takes an existing log's.
+    record_format: str | None = None
+    clock: Callable[[], float] = time.time  # stamps envelope records (seconds; stored in ms)
 
 
 class LogWriter:
@@ -68,12 +74,16 @@ class LogWriter:
         self._failed_ledgers: dict[int, asyncio.Future[int]] = {}  # ledger -> recovered end
         self._error: BKError | None = None
         self._closed = False
+        self.record_format = RAW  # the log's, once opened
 
     # ------------------------------------------------------------------ opening
 
     async def _open(self) -> None:
         s = self._settings
-        record = await take_log(self._bk, self.name, s.password, create=s.create)
+        record = await take_log(
+            self._bk, self.name, s.password, create=s.create, record_format=s.record_format
+        )
+        self.record_format = record.record_format
         await self._add_ledger(record)
 
     async def _add_ledger(self, record: LogRecord) -> None:
@@ -130,9 +140,29 @@ class LogWriter:
         """The ledger appends go to now."""
         return self._handle.ledger_id if self._handle is not None else -1
 
-    async def append(self, data: bytes) -> LogPosition:
+    async def append(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: int | None = None,
+    ) -> LogPosition:
         """Append ``data``; its position once it (and everything before it in its ledger) is
-        durable. Raises ``LogFencedError`` once another writer has taken the log."""
+        durable. Raises ``LogFencedError`` once another writer has taken the log.
+
+        A log of ``"envelope"`` records stores ``key``, ``headers`` and ``timestamp``
+        (milliseconds since the epoch; default the writer's clock now) with the data; a raw
+        log stores the data alone and refuses them (ValueError)."""
+        if self.record_format == ENVELOPE:
+            if timestamp is None:
+                timestamp = int(self._settings.clock() * 1000)
+            data = encode(data, timestamp, key, headers)
+        elif key is not None or headers or timestamp is not None:
+            raise ValueError(
+                f"log {self.name!r} holds raw records: a key, headers or a timestamp need a "
+                "log created with record_format='envelope'"
+            )
         for _attempt in range(FAILOVER_ATTEMPTS):
             handle = await self._ready()
             try:

@@ -138,14 +138,21 @@ class Cookie:
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """A named log: its ledgers in order (protocol.md "Opening a log")."""
+    """A named log: its ledgers in order (protocol.md "Opening a log"), and how its entries hold
+    its records (``record_format``: ``"raw"``, the default and what a record without the field
+    means, or ``"envelope"``; ``aiobk.client.log_format`` defines both). The format is fixed
+    when the log is created; stored only when not raw, so older code reads such records."""
 
     name: str
     ledgers: tuple[int, ...] = ()
     version: int = field(default=-1, compare=False)
+    record_format: str = "raw"
 
     def to_json(self) -> bytes:
-        return _dump({"name": self.name, "ledgers": list(self.ledgers)})
+        fields: dict[str, Any] = {"name": self.name, "ledgers": list(self.ledgers)}
+        if self.record_format != "raw":
+            fields["record_format"] = self.record_format
+        return _dump(fields)
 
     @classmethod
     def from_json(cls, data: bytes, version: int = -1) -> LogRecord:
@@ -154,7 +161,10 @@ class LogRecord:
             ledgers = tuple(d["ledgers"])
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in ledgers):
                 raise TypeError("ledger ids must be integers")
-            return cls(str(d["name"]), ledgers, version)
+            record_format = d.get("record_format", "raw")
+            if not isinstance(record_format, str):
+                raise TypeError("the record format must be a string")
+            return cls(str(d["name"]), ledgers, version, record_format)
         except (KeyError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 

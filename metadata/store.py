@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
 
 from aiobk.metadata.autorecovery import AutoRecoveryStore
@@ -328,13 +329,13 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ logs
 
-    async def create_log(self, name: str) -> LogRecord:
-        record = LogRecord(name)
+    async def create_log(self, name: str, record_format: str = "raw") -> LogRecord:
+        record = LogRecord(name, record_format=record_format)
         try:
             version = await self.kv.create(self.keys.log(name), record.to_json())
         except KeyExistsError:
             raise LogExistsError(f"log {name!r} already exists") from None
-        return LogRecord(name, (), version)
+        return dataclasses.replace(record, version=version)
 
     async def read_log(self, name: str) -> LogRecord:
         found, _revision = await self.kv.get(self.keys.log(name))
@@ -354,7 +355,7 @@ class MetadataStore:
             raise MetadataVersionError(
                 f"log {record.name!r} changed: at version {exc.actual}, not {record.version}"
             ) from None
-        return LogRecord(record.name, record.ledgers, version)
+        return dataclasses.replace(record, version=version)
 
     async def delete_log(self, name: str, version: int | None = None) -> None:
         try:

@@ -1,62 +1,72 @@
-"""Batch and streaming reads of a log (or of given ledgers).
+"""Batch reads of logs (or of given ledgers), and the rows every read task produces.
 
 Reading never fences or recovers anything: an open ledger is read up to its LAC, so a batch
-read or a micro-batch sees exactly what was acknowledged when it was planned.
+read sees exactly what was acknowledged when it was planned. Which logs, from where and to
+where: ``aiobk.pipeline.positions``.
 
-Streaming offsets are log positions ``{"ledger": L, "entry": E}`` -- the next record to read.
-A micro-batch covers exactly the records between two offsets, so replaying it after a restart
-from the checkpoint reads the same records again: with an idempotent or transactional sink,
-exactly once.
+A row: ``log, ledger_id, entry_id, data, key, headers, timestamp, position``. In a log of
+envelope records ``key``, ``headers`` and ``timestamp`` are the writer's (``timestamp`` as a
+Spark timestamp, from the record's milliseconds); in a raw log, and in ledgers read by id,
+they are null.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from aiobk.client import BookKeeper
+from aiobk.client.log_format import ENVELOPE, RAW, RecordFormatError, decode
 from aiobk.pipeline.options import Options
+from aiobk.pipeline.positions import (
+    LedgerRange,
+    checked_start,
+    resolve,
+    select_logs,
+    split_ranges,
+    view,
+)
 from aiobk.protocol.errors import NoSuchLedgerError
 
 READ_BATCH = 1000  # entries per read request of a task
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-class LedgerRange(InputPartition):
-    """Entries first..last (inclusive) of one ledger: one read task."""
-
-    def __init__(self, ledger_id: int, first: int, last: int) -> None:
-        super().__init__((ledger_id, first, last))
-        self.ledger_id = ledger_id
-        self.first = first
-        self.last = last
-
-    def __repr__(self) -> str:
-        return f"LedgerRange({self.ledger_id}, {self.first}..{self.last})"
+def spark_time(milliseconds: int) -> datetime.datetime | None:
+    """A record's time as Spark's timestamp takes it (None past the years 1-9999 it holds)."""
+    try:
+        return EPOCH + datetime.timedelta(milliseconds=milliseconds)
+    except OverflowError:
+        return None
 
 
-async def readable_ends(bk: BookKeeper, opts: Options, ledger_ids: Sequence[int]) -> dict[int, int]:
-    """Each ledger's readable end: its last entry if closed, else its LAC (never fenced);
-    ledgers truncated away are left out."""
-    ends: dict[int, int] = {}
-    for ledger_id in ledger_ids:
+def rows_of(part: LedgerRange, entries: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``entries`` (``Entry`` objects) read from ``part``."""
+    name, ledger_id = part.log, part.ledger_id
+    if part.record_format == RAW:
+        return [
+            (name, ledger_id, e.entry_id, e.data, None, None, None, f"{ledger_id}:{e.entry_id}")
+            for e in entries
+        ]
+    assert part.record_format == ENVELOPE
+    rows = []
+    for e in entries:
         try:
-            handle = await bk.open_ledger(ledger_id, opts.password, recovery=False)
-        except NoSuchLedgerError:
-            continue
-        ends[ledger_id] = handle.last_add_confirmed
-    return ends
-
-
-async def log_ledgers(bk: BookKeeper, opts: Options) -> tuple[int, ...]:
-    return (await bk.store.read_log(opts.log)).ledgers
-
-
-def split_range(ledger_id: int, first: int, last: int, size: int) -> list[LedgerRange]:
-    return [
-        LedgerRange(ledger_id, lo, min(last, lo + size - 1)) for lo in range(first, last + 1, size)
-    ]
+            record = decode(e.data)
+        except RecordFormatError as exc:
+            raise RecordFormatError(
+                f"log {name!r}: the record at {ledger_id}:{e.entry_id}: {exc}"
+            ) from None
+        rows.append(
+            (
+                name, ledger_id, e.entry_id, record.data, record.key, dict(record.headers),
+                spark_time(record.timestamp), f"{ledger_id}:{e.entry_id}",
+            )
+        )  # fmt: skip
+    return rows
 
 
 def read_range(opts: Options, part: LedgerRange) -> Iterator[tuple[Any, ...]]:
@@ -64,15 +74,37 @@ def read_range(opts: Options, part: LedgerRange) -> Iterator[tuple[Any, ...]]:
 
     async def fetch(bk: BookKeeper) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
-        name = opts.log or None
         handle = await bk.open_ledger(part.ledger_id, opts.password, recovery=False)
         for lo in range(part.first, part.last + 1, READ_BATCH):
             entries = await handle.read_unconfirmed(lo, min(part.last, lo + READ_BATCH - 1))
-            rows.extend((name, part.ledger_id, e.entry_id, bytes(e.data)) for e in entries)
+            rows += rows_of(part, entries)
         return rows
 
     if part.last >= part.first:
         yield from opts.run(fetch)
+
+
+async def plan_batch(bk: BookKeeper, opts: Options) -> list[LedgerRange]:
+    """The ranges a batch read covers (see ``positions``)."""
+    ranges: list[LedgerRange] = []
+    if opts.ledgers:
+        for ledger_id in opts.ledgers:
+            try:
+                handle = await bk.open_ledger(ledger_id, opts.password, recovery=False)
+            except NoSuchLedgerError:
+                continue
+            ranges.append(LedgerRange(None, ledger_id, 0, handle.last_add_confirmed, RAW))
+            await handle.close()
+    else:
+        for name in await select_logs(bk, opts):
+            log_view = await view(bk, opts, name)
+            bound = opts.start_positions.get(name, opts.start)
+            start = await resolve(bk, opts, log_view, bound, opts.start_time)
+            start = checked_start(log_view, start, opts.fail_on_data_loss)
+            bound = opts.end_positions.get(name, opts.end)
+            end = await resolve(bk, opts, log_view, bound, opts.end_time)
+            ranges += log_view.ranges(start, end)
+    return split_ranges(ranges, opts.split, opts.min_partitions)
 
 
 class BatchReader(DataSourceReader):
@@ -81,81 +113,11 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-
-        async def plan(bk: BookKeeper) -> list[LedgerRange]:
-            ledger_ids = opts.ledgers or await log_ledgers(bk, opts)
-            ends = await readable_ends(bk, opts, ledger_ids)
-            parts: list[LedgerRange] = []
-            for ledger_id in ledger_ids:
-                if ledger_id in ends:
-                    parts += split_range(ledger_id, 0, ends[ledger_id], opts.split)
-            return parts
-
-        return opts.run(plan) or [LedgerRange(-1, 0, -1)]
+        return opts.run(lambda bk: plan_batch(bk, opts)) or [LedgerRange(None, -1, 0, -1, RAW)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, LedgerRange)
         return read_range(self.opts, partition)
 
 
-def _offset(ledger_id: int, entry_id: int) -> dict[str, int]:
-    return {"ledger": ledger_id, "entry": entry_id}
-
-
-class StreamReader(DataSourceStreamReader):
-    def __init__(self, opts: Options) -> None:
-        self.opts = opts
-
-    def initialOffset(self) -> dict[str, int]:
-        if self.opts.start == "latest":
-            return self._latest()
-        return _offset(-1, 0)
-
-    def latestOffset(
-        self, start: dict[str, int] | None = None, limit: object = None
-    ) -> dict[str, int]:
-        return self._latest()
-
-    def _latest(self) -> dict[str, int]:
-        opts = self.opts
-
-        async def latest(bk: BookKeeper) -> dict[str, int]:
-            ledgers = await log_ledgers(bk, opts)
-            if not ledgers:
-                return _offset(-1, 0)
-            last = ledgers[-1]
-            end = (await readable_ends(bk, opts, [last])).get(last, -1)
-            return _offset(last, end + 1)
-
-        return opts.run(latest)
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        opts = self.opts
-        lo = (start["ledger"], start["entry"])
-        hi = (end["ledger"], end["entry"])
-        if lo >= hi:
-            return []
-
-        async def plan(bk: BookKeeper) -> list[LedgerRange]:
-            ledgers = [lid for lid in await log_ledgers(bk, opts) if lo[0] <= lid <= hi[0]]
-            inner = [lid for lid in ledgers if lid != hi[0]]
-            ends = await readable_ends(bk, opts, inner)  # earlier ledgers are closed
-            parts: list[LedgerRange] = []
-            for ledger_id in ledgers:
-                first = lo[1] if ledger_id == lo[0] else 0
-                last = hi[1] - 1 if ledger_id == hi[0] else ends.get(ledger_id, -1)
-                if last >= first:
-                    parts += split_range(ledger_id, first, last, opts.split)
-            return parts
-
-        return opts.run(plan)
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        assert isinstance(partition, LedgerRange)
-        return read_range(self.opts, partition)
-
-    def commit(self, end: dict[str, int]) -> None:
-        return None
-
-
-__all__ = ["BatchReader", "LedgerRange", "StreamReader"]
+__all__ = ["BatchReader", "LedgerRange", "plan_batch", "read_range", "rows_of", "spark_time"]

@@ -1,9 +1,10 @@
 """The ``aiobk`` PySpark data source (Spark 4 ``pyspark.sql.datasource``): batch and streaming
-reads of a log, batch appends to it.
+reads of logs, batch appends to them.
 
 Its parts: ``aiobk.pipeline.options`` (the options, and the one place it connects),
-``aiobk.pipeline.read`` (batch and streaming reads) and ``aiobk.pipeline.write`` (appends, whose
-commit is the client's ``append_ledgers_to_log``).
+``aiobk.pipeline.positions`` (which logs, from where to where), ``aiobk.pipeline.read`` (batch
+reads and the rows), ``aiobk.pipeline.stream`` (streaming reads, admission control) and
+``aiobk.pipeline.write`` (appends, whose commit is the client's ``append_ledgers_to_log``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from aiobk.pipeline.options import SCHEMA, Options
-from aiobk.pipeline.read import BatchReader, StreamReader
+from aiobk.pipeline.read import BatchReader
+from aiobk.pipeline.stream import StreamReader
 from aiobk.pipeline.write import Writer
 
 
@@ -39,16 +41,18 @@ class AiobkDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = Options.parse(self.options)
-        if not opts.log:
-            raise ValueError("streaming reads need .option('log', NAME)")
+        if opts.ledgers:
+            raise ValueError("streaming reads need 'log', 'logs' or 'logPattern', not 'ledgers'")
+        if opts.end_positions or opts.end_time is not None or "endingPosition" in self.options:
+            raise ValueError("'endingPosition' and 'endingTimestamp' are for batch reads only")
         return StreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        opts = Options.parse(self.options)
+        opts = Options.parse(self.options, writing=True)
         if overwrite:
             raise ValueError("the aiobk data source only appends: use mode('append')")
-        if not opts.log:
-            raise ValueError("writes need .option('log', NAME)")
+        if opts.pattern or opts.ledgers or len(opts.logs) > 1:
+            raise ValueError("writes take one .option('log', NAME) or a 'log' column")
         return Writer(opts, schema)
 
 

@@ -1,19 +1,35 @@
-"""Batch appends to a log.
+"""Batch appends to logs.
 
-Each task writes its partition's rows (column ``data``, binary or string) into a ledger of its
-own and closes it; the job's commit then appends those ledgers to the log as its writer would
+Columns: ``data`` (binary or string, required), and optionally ``key`` (binary or string),
+``headers`` (a map of string to binary or string), ``timestamp`` (a timestamp, or a long of
+milliseconds since the epoch) and ``log`` (the log each row goes to; rows without one go to
+``.option('log', NAME)``). Other columns are ignored.
+
+Each task writes its partition's rows into a ledger of its own per log and closes them; the
+job's commit then appends those ledgers to each log as its writer would
 (``aiobk.client.log_append``: fence the log's last two ledgers, one compare-and-set), in
-ascending ledger id order -- the order positions in a log follow. A failed or aborted job
-leaves the log unchanged and deletes its ledgers.
+ascending ledger id order -- the order positions in a log follow.
+
+Delivery: each log's part of a job is published all or nothing (one compare-and-set), exactly
+once for a job that commits. Across logs a commit is not atomic: the logs are published one by
+one in name order, and a failure in the middle (etcd down, another writer that took a log)
+leaves the logs before it published and the rest unchanged; the commit then raises, naming
+them. A failed or aborted job leaves every log unchanged and deletes its ledgers.
+
+Formats: a log that exists keeps its own format (a key, headers or a timestamp for a log of
+raw records is refused); a log the job creates gets ``.option('recordFormat', ...)``, or, when
+not given, ``envelope`` if the DataFrame has a ``key``, ``headers`` or ``timestamp`` column and
+``raw`` otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark import TaskContext
@@ -22,23 +38,157 @@ from pyspark.sql.types import StructType
 
 from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.client.log_append import append_ledgers_to_log
+from aiobk.client.log_format import ENVELOPE, RAW, check_format, encode
 from aiobk.pipeline.options import Options
-from aiobk.protocol.errors import NoSuchLedgerError
+from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
 
 PENDING_PER_TASK = 1000  # appends a task has in flight
+RECORD_COLUMNS = ("key", "headers", "timestamp")
 
 
 @dataclass
 class Written(WriterCommitMessage):
+    """A ledger a task wrote (``log``: the log it goes to; empty: the ``log`` option's)."""
+
     partition: int
     ledger_id: int
     count: int
+    log: str = ""
+    record_format: str = RAW
+
+
+@dataclass
+class TaskWritten(WriterCommitMessage):
+    """Everything one task wrote: a ledger per log it had rows for."""
+
+    partition: int
+    written: list[Written] = field(default_factory=list)
+
+
+def _flatten(messages: Sequence[WriterCommitMessage | None]) -> list[Written]:
+    out: list[Written] = []
+    for m in messages:
+        if isinstance(m, Written):
+            out.append(m)
+        elif isinstance(m, TaskWritten):
+            out += m.written
+    return out
 
 
 def publish_order(messages: Sequence[WriterCommitMessage | None]) -> list[int]:
     """The ledgers a commit appends: those of the tasks that wrote rows, in ascending id order
     (a log's positions follow ledger order; tasks create their ledgers in any order)."""
-    return sorted(m.ledger_id for m in messages if isinstance(m, Written) and m.count)
+    return sorted(w.ledger_id for w in _flatten(messages) if w.count)
+
+
+def publish_plan(
+    messages: Sequence[WriterCommitMessage | None], default_log: str
+) -> dict[str, tuple[str, list[int]]]:
+    """log -> (record format, its ledgers in ascending order), for the ledgers with rows."""
+    plan: dict[str, tuple[str, list[int]]] = {}
+    for w in _flatten(messages):
+        if w.count:
+            name = w.log or default_log
+            plan.setdefault(name, (w.record_format, []))[1].append(w.ledger_id)
+    return {name: (fmt, sorted(ids)) for name, (fmt, ids) in sorted(plan.items())}
+
+
+def _bytes(value: Any, column: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise ValueError(f"column {column!r} must be binary or string, not {type(value).__name__}")
+
+
+def _millis(value: Any) -> int:
+    if isinstance(value, datetime.datetime):
+        return round(value.timestamp() * 1000)  # naive: the session's local time, as Spark's
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"column 'timestamp' must be a timestamp or a long (ms), not {value!r}")
+
+
+class _Task:
+    """One task's ledgers, a ledger per log as rows for it come."""
+
+    def __init__(self, writer: Writer, bk: BookKeeper, partition: int) -> None:
+        self.writer = writer
+        self.bk = bk
+        self.partition = partition
+        self.handles: dict[str, LedgerHandle] = {}
+        self.formats: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+        self.pending: list[asyncio.Future[int]] = []
+
+    async def ledger(self, name: str) -> tuple[LedgerHandle, str]:
+        handle = self.handles.get(name)
+        if handle is None:
+            opts = self.writer.opts
+            try:
+                fmt = check_format((await self.bk.store.read_log(name)).record_format)
+            except NoSuchLogError:
+                fmt = self.writer.new_log_format
+            handle = await self.bk.create_ledger(
+                password=opts.password,
+                custom_metadata={
+                    "log": name.encode(),
+                    "spark": b"pending",
+                    "spark_job": self.writer.job.encode(),
+                },
+            )
+            self.handles[name], self.formats[name], self.counts[name] = handle, fmt, 0
+        return handle, self.formats[name]
+
+    async def write(self, row: Any) -> None:
+        fields = self.writer.fields
+        name = (row["log"] if "log" in fields else None) or self.writer.opts.log
+        if not name:
+            raise ValueError("a row has no log: give .option('log', NAME) or a 'log' value")
+        handle, fmt = await self.ledger(name)
+        data = _bytes(row["data"], "data")
+        key = row["key"] if "key" in fields else None
+        headers = row["headers"] if "headers" in fields else None
+        stamp = row["timestamp"] if "timestamp" in fields else None
+        if fmt == ENVELOPE:
+            data = encode(
+                data,
+                _millis(stamp) if stamp is not None else self.writer.clock_ms(),
+                None if key is None else _bytes(key, "key"),
+                None if not headers else _headers(headers),
+            )
+        elif key is not None or headers or stamp is not None:
+            raise ValueError(
+                f"log {name!r} holds raw records: a row with a key, headers or a timestamp "
+                "needs a log of envelope records"
+            )
+        _entry, done = await handle.submit(data)
+        self.pending.append(done)
+        self.counts[name] += 1
+        if len(self.pending) >= PENDING_PER_TASK:
+            await asyncio.gather(*self.pending)
+            self.pending.clear()
+
+    async def finish(self) -> TaskWritten:
+        await asyncio.gather(*self.pending)
+        for handle in self.handles.values():
+            await handle.close()
+        return TaskWritten(
+            self.partition,
+            [
+                Written(self.partition, h.ledger_id, self.counts[n], n, self.formats[n])
+                for n, h in self.handles.items()
+            ],
+        )
+
+    async def discard(self) -> None:
+        for handle in self.handles.values():
+            with contextlib.suppress(Exception):
+                await self.bk.delete_ledger(handle.ledger_id, self.writer.opts.password)
+
+
+def _headers(headers: Mapping[str, Any]) -> dict[str, bytes]:
+    return {str(k): _bytes(v, "headers") for k, v in headers.items()}
 
 
 class Writer(DataSourceWriter):
@@ -48,67 +198,61 @@ class Writer(DataSourceWriter):
 
     def __init__(self, opts: Options, schema: StructType) -> None:
         self.opts = opts
-        if "data" not in schema.fieldNames():
+        self.fields = tuple(schema.fieldNames())
+        if "data" not in self.fields:
             raise ValueError("writing to aiobk needs a 'data' column (binary or string)")
+        if not opts.log and "log" not in self.fields:
+            raise ValueError("writing to aiobk needs .option('log', NAME) or a 'log' column")
+        has_record_columns = any(c in self.fields for c in RECORD_COLUMNS)
+        self.new_log_format = opts.record_format or (ENVELOPE if has_record_columns else RAW)
         self.job = os.urandom(8).hex()
         self.first_id = opts.run(_allocate_id)  # the job's ledgers all come after it
+
+    @staticmethod
+    def clock_ms() -> int:
+        """A record's default time: the task's clock when it is written, in ms."""
+        return round(datetime.datetime.now(datetime.UTC).timestamp() * 1000)
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        opts = self.opts
 
-        async def store(bk: BookKeeper) -> Written:
-            lh = await bk.create_ledger(
-                password=opts.password,
-                custom_metadata={
-                    "log": opts.log.encode(),
-                    "spark": b"pending",
-                    "spark_job": self.job.encode(),
-                },
-            )
+        async def store(bk: BookKeeper) -> TaskWritten:
+            task = _Task(self, bk, partition)
             try:
-                count = await _write_rows(lh, iterator)
-                await lh.close()
+                for row in iterator:
+                    await task.write(row)
+                return await task.finish()
             except BaseException:
                 # A failed attempt (its rows, the bookies or a retry of the task) leaves no
                 # ledger behind; the job's commit publishes successful attempts only.
-                with contextlib.suppress(Exception):
-                    await bk.delete_ledger(lh.ledger_id, opts.password)
+                await task.discard()
                 raise
-            return Written(partition, lh.ledger_id, count)
 
-        return opts.run(store)
+        return self.opts.run(store)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        published = publish_order(messages)
+        plan = publish_plan(messages, self.opts.log)
         opts = self.opts
 
         async def publish(bk: BookKeeper) -> None:
-            if published:
-                await append_ledgers_to_log(bk, opts.log, published, opts.password)
-            await _sweep(bk, self.job, self.first_id, keep=set(published))
+            published: set[int] = set()
+            try:
+                for name, (fmt, ids) in plan.items():
+                    await append_ledgers_to_log(bk, name, ids, opts.password, record_format=fmt)
+                    published.update(ids)
+            except Exception as exc:
+                done = sorted({n for n, (_f, ids) in plan.items() if published.issuperset(ids)})
+                raise RuntimeError(
+                    f"aiobk write: published to {done or 'no log'}, then failed: {exc}"
+                ) from exc
+            finally:
+                await _sweep(bk, self.job, self.first_id, keep=published)
 
         opts.run(publish)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self.opts.run(lambda bk: _sweep(bk, self.job, self.first_id, keep=set()))
-
-
-async def _write_rows(lh: LedgerHandle, rows: Iterator[Any]) -> int:
-    pending: list[asyncio.Future[int]] = []
-    count = 0
-    for row in rows:
-        value = row["data"]
-        data = value.encode() if isinstance(value, str) else bytes(value)
-        _entry, done = await lh.submit(data)
-        pending.append(done)
-        count += 1
-        if len(pending) >= PENDING_PER_TASK:
-            await asyncio.gather(*pending)
-            pending.clear()
-    await asyncio.gather(*pending)
-    return count
 
 
 async def _allocate_id(bk: BookKeeper) -> int:
@@ -130,4 +274,4 @@ async def _sweep(bk: BookKeeper, job: str, first_id: int, keep: set[int]) -> Non
             continue
 
 
-__all__ = ["Writer", "Written", "publish_order"]
+__all__ = ["TaskWritten", "Writer", "Written", "publish_order", "publish_plan"]

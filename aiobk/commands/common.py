@@ -267,9 +267,12 @@ def confirm_or_stop(question: str, refused: str) -> None:
         raise click.ClickException(refused)
 
 
-def entry_line(entry: Entry, as_json: bool, position: str | None = None) -> str:
+def entry_line(
+    entry: Entry, as_json: bool, position: str | None = None, extra: dict[str, Any] | None = None
+) -> str:
     """One entry as printed: ``ID<TAB>DATA`` (UTF-8, other bytes escaped), or a JSON object
-    with the data in base64; ``position`` (a log's ``LEDGER:ENTRY``) replaces the id."""
+    with the data in base64 (and ``extra``'s fields); ``position`` (a log's ``LEDGER:ENTRY``)
+    replaces the id."""
     if as_json:
         document: dict[str, Any] = {}
         if position is not None:
@@ -277,6 +280,7 @@ def entry_line(entry: Entry, as_json: bool, position: str | None = None) -> str:
             document["ledger_id"] = entry.ledger_id
         document["entry_id"] = entry.entry_id
         document["data_base64"] = base64.b64encode(entry.data).decode()
+        document.update(extra or {})
         return json.dumps(document)
     data = entry.data.decode("utf-8", errors="backslashreplace")
     return f"{entry.entry_id if position is None else position}\t{data}"

@@ -8,6 +8,7 @@ fences: reading a log never disturbs its writer.
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from typing import Any
@@ -16,7 +17,7 @@ import click
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.entry import Entry
-from aiobk.client.log_position import LogPosition
+from aiobk.client.log_position import LogEntry, LogPosition
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,
@@ -91,7 +92,12 @@ async def _log_document(store: MetadataStore, record: LogRecord) -> dict[str, An
                 "length": found.length,
             }
         )
-    return {"name": record.name, "version": record.version, "ledgers": ledgers}
+    return {
+        "name": record.name,
+        "version": record.version,
+        "record_format": record.record_format,
+        "ledgers": ledgers,
+    }
 
 
 @log_group.command("show", help="Show a log's ledgers (metadata only: no bookie is asked).")
@@ -106,7 +112,9 @@ def log_show(name: str, metadata: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(document))
         return
-    click.echo(f"log {name}: {len(document['ledgers'])} ledgers")
+    click.echo(
+        f"log {name}: {len(document['ledgers'])} ledgers, {document['record_format']} records"
+    )
     for ledger in document["ledgers"]:
         if ledger["state"] == "CLOSED":
             count = ledger["last_entry_id"] + 1
@@ -115,6 +123,17 @@ def log_show(name: str, metadata: str | None, as_json: bool) -> None:
             )
         else:
             click.echo(f"  {ledger['ledger_id']}\t{ledger['state']}")
+
+
+def _record_fields(record: LogEntry) -> dict[str, Any] | None:
+    """An envelope record's key, headers and time for ``tail --json`` (bytes in base64)."""
+    if record.timestamp is None:
+        return None
+    return {
+        "key_base64": None if record.key is None else base64.b64encode(record.key).decode(),
+        "headers_base64": {k: base64.b64encode(v).decode() for k, v in record.headers.items()},
+        "timestamp": record.timestamp,
+    }
 
 
 @log_group.command(
@@ -140,7 +159,7 @@ def log_tail(
         async for record in reader:
             position = record.position
             entry = Entry(position.ledger_id, position.entry_id, record.data)
-            click.echo(entry_line(entry, as_json, str(position)))
+            click.echo(entry_line(entry, as_json, str(position), _record_fields(record)))
             if follow:
                 sys.stdout.flush()  # live: each record as it comes, not a buffer later
 

@@ -51,7 +51,22 @@ async def test_log_commands(etcd_cluster: Cluster) -> None:
             "OPEN"
         ]
         table = await aiobk("log", "show", "orders", "--metadata", uri)
-        assert table.stdout.startswith(f"log orders: {len(ledgers)} ledgers\n")
+        assert table.stdout.startswith(f"log orders: {len(ledgers)} ledgers, raw records\n")
+        assert document["record_format"] == "raw"
+
+        # A log of envelope records: tail --json carries each record's key, headers and time.
+        async with await bk.open_log_writer("events", record_format="envelope") as events:
+            at = await events.append(b"e", key=b"k", headers={"h": b"v"}, timestamp=5)
+        evented = await aiobk("log", "tail", "events", "--metadata", uri, "--json")
+        assert json.loads(evented.stdout) == {
+            "position": str(at), "ledger_id": at.ledger_id, "entry_id": at.entry_id,
+            "data_base64": base64.b64encode(b"e").decode(),
+            "key_base64": base64.b64encode(b"k").decode(),
+            "headers_base64": {"h": base64.b64encode(b"v").decode()}, "timestamp": 5,
+        }  # fmt: skip
+        plain = await aiobk("log", "tail", "events", "--metadata", uri)
+        assert plain.stdout == f"{at}\te\n"
+        await bk.delete_log("events")
 
         # tail without --follow: to the end seen at the start, then exit; the writer is live.
         tail = await aiobk("log", "tail", "orders", "--metadata", uri)

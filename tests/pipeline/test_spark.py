@@ -5,45 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiobk.client import BookKeeper
-from aiobk.metadata import EtcdProcess
-from aiobk.pipeline import local_session
 from aiobk.pipeline.source import SCHEMA
-from tests.procs import BookieProcess
 
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def cluster_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("spark-cluster")
-    etcd = EtcdProcess(data_dir=str(root / "etcd")).start()
-    uri = etcd.uri("spark")
-    bookies = [BookieProcess(root / f"bookie{i}", None, "--metadata", uri) for i in range(3)]
-    try:
-        asyncio.run(_start(bookies))
-        yield uri
-    finally:
-        for bookie in bookies:
-            bookie.stop()
-        etcd.stop()
-
-
-async def _start(bookies: list[BookieProcess]) -> None:
-    await asyncio.gather(*(b.start() for b in bookies))
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = local_session("aiobk-tests")
-    yield session
-    session.stop()
 
 
 def append(uri: str, log: str, values: list[bytes]) -> None:
@@ -64,11 +34,15 @@ def test_batch_write_then_read_10000_records(spark: Any, cluster_uri: str) -> No
     ).save()
     read = spark.read.format("aiobk").option("metadata", cluster_uri).option("log", "batch")
     out = read.option("split", "1500").load()
-    assert out.columns == ["log", "ledger_id", "entry_id", "data"]
+    assert out.columns == [
+        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position"
+    ]  # fmt: skip
     rows = out.collect()
     assert len(rows) == 10_000
     assert sorted(bytes(r.data) for r in rows) == values
     assert {r.log for r in rows} == {"batch"}
+    assert {(r.key, r.headers, r.timestamp) for r in rows} == {(None, None, None)}  # raw
+    assert all(r.position == f"{r.ledger_id}:{r.entry_id}" for r in rows)
     assert len({(r.ledger_id, r.entry_id) for r in rows}) == 10_000
     assert len({r.ledger_id for r in rows}) == 4  # one ledger per written partition
     one = rows[0].ledger_id

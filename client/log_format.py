@@ -1,0 +1,165 @@
+"""How a log's records are stored in its ledgers' entries: raw, or in the record envelope.
+
+A log says its format in its metadata record (``LogRecord.record_format``), fixed when the log
+is created. Logs created before formats existed, and logs created with ``"raw"``, hold each
+record's bytes as the entry's payload, nothing more. A log created with ``"envelope"`` holds
+each record in this envelope (all integers big-endian), part of the storage contract as the
+entry format is:
+
+====================  =====================================================================
+bytes                 field
+====================  =====================================================================
+1                     ``0xE1``: envelope version 1 (any other first byte: not an envelope)
+8                     timestamp, signed milliseconds since the Unix epoch
+4                     key length, signed; -1: no key (an empty key is 0)
+key length            key
+2                     header count
+per header: 2         name length, then the name in UTF-8
+per header: 4         value length, then the value
+the rest              the record's data
+====================  =====================================================================
+
+Header names are unique (a map, as Spark's ``map<string,binary>`` column reads them). The data
+is the entry's tail, so an envelope costs 15 bytes plus its key and headers. The codec is pure:
+no clock here, the writer stamps the time.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+RAW: Final = "raw"
+ENVELOPE: Final = "envelope"
+FORMATS: Final = (RAW, ENVELOPE)
+
+VERSION_1: Final = 0xE1
+_HEAD = struct.Struct(">BqiH")  # the smallest envelope: version, timestamp, key length, count
+_KEY = struct.Struct(">Bqi")
+_COUNT = struct.Struct(">H")
+_NAME = struct.Struct(">H")
+_VALUE = struct.Struct(">I")
+_EMPTY: Final[Mapping[str, bytes]] = {}
+MAX_HEADERS: Final = 0xFFFF
+MAX_NAME: Final = 0xFFFF
+MIN_TIMESTAMP: Final = -(2**63)
+MAX_TIMESTAMP: Final = 2**63 - 1
+
+
+class RecordFormatError(ValueError):
+    """An entry that is not a well-formed record envelope, or a record that cannot be put in
+    one (a header name too long, a timestamp out of range)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A record as the envelope holds it."""
+
+    data: bytes
+    timestamp: int
+    key: bytes | None = None
+    headers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def check_format(name: str) -> str:
+    """``name`` if it is a record format, else ValueError naming the formats."""
+    if name not in FORMATS:
+        raise ValueError(f"unknown log record format {name!r}: one of {', '.join(FORMATS)}")
+    return name
+
+
+def encode(
+    data: bytes,
+    timestamp: int,
+    key: bytes | None = None,
+    headers: Mapping[str, bytes] | None = None,
+) -> bytes:
+    """The envelope of one record."""
+    if not MIN_TIMESTAMP <= timestamp <= MAX_TIMESTAMP:
+        raise RecordFormatError(f"timestamp {timestamp} does not fit in 64 bits")
+    headers = headers or _EMPTY
+    if not headers:
+        if key is None:
+            return b"".join((_KEY.pack(VERSION_1, timestamp, -1), b"\0\0", data))
+        return b"".join((_KEY.pack(VERSION_1, timestamp, len(key)), key, b"\0\0", data))
+    if len(headers) > MAX_HEADERS:
+        raise RecordFormatError(f"{len(headers)} headers: at most {MAX_HEADERS}")
+    parts = [_KEY.pack(VERSION_1, timestamp, -1 if key is None else len(key))]
+    if key is not None:
+        parts.append(key)
+    parts.append(_COUNT.pack(len(headers)))
+    for name, value in headers.items():
+        encoded = name.encode()
+        if len(encoded) > MAX_NAME:
+            raise RecordFormatError(f"header name of {len(encoded)} bytes: at most {MAX_NAME}")
+        parts += (_NAME.pack(len(encoded)), encoded, _VALUE.pack(len(value)), value)
+    parts.append(data)
+    return b"".join(parts)
+
+
+def decode(body: bytes) -> Envelope:
+    """The record in ``body``; RecordFormatError naming what is wrong when it is not an
+    envelope (truncated, a bad version, lengths past the end, a name that is not UTF-8)."""
+    size = len(body)
+    if size < _HEAD.size:
+        raise RecordFormatError(f"{size} bytes: shorter than an envelope's {_HEAD.size}")
+    version, timestamp, key_length = _KEY.unpack_from(body)
+    if version != VERSION_1:
+        raise RecordFormatError(f"envelope version byte {version:#04x}, not {VERSION_1:#04x}")
+    offset = _KEY.size
+    key: bytes | None = None
+    if key_length >= 0:
+        if offset + key_length + _COUNT.size > size:
+            raise RecordFormatError(f"key of {key_length} bytes runs past the record's end")
+        key = body[offset : offset + key_length]
+        offset += key_length
+    elif key_length != -1:
+        raise RecordFormatError(f"key length {key_length}")
+    (count,) = _COUNT.unpack_from(body, offset)
+    offset += _COUNT.size
+    if not count:
+        return Envelope(body[offset:], timestamp, key, _EMPTY)
+    headers: dict[str, bytes] = {}
+    try:
+        for _ in range(count):
+            (length,) = _NAME.unpack_from(body, offset)
+            offset += _NAME.size
+            if offset + length > size:
+                raise RecordFormatError("a header name runs past the record's end")
+            name = body[offset : offset + length].decode()
+            offset += length
+            (length,) = _VALUE.unpack_from(body, offset)
+            offset += _VALUE.size
+            if offset + length > size:
+                raise RecordFormatError("a header value runs past the record's end")
+            headers[name] = body[offset : offset + length]
+            offset += length
+    except struct.error:
+        raise RecordFormatError("a header runs past the record's end") from None
+    except UnicodeDecodeError:
+        raise RecordFormatError("a header name is not UTF-8") from None
+    if len(headers) != count:
+        raise RecordFormatError("a header name appears twice")
+    return Envelope(body[offset:], timestamp, key, headers)
+
+
+def timestamp_of(body: bytes) -> int:
+    """Only the timestamp of an envelope (the time search reads nothing else)."""
+    if len(body) < _HEAD.size or body[0] != VERSION_1:
+        raise RecordFormatError("not a record envelope")
+    return int(_KEY.unpack_from(body)[1])
+
+
+__all__ = [
+    "ENVELOPE",
+    "FORMATS",
+    "RAW",
+    "Envelope",
+    "RecordFormatError",
+    "check_format",
+    "decode",
+    "encode",
+    "timestamp_of",
+]

@@ -1,0 +1,214 @@
+"""Issue 20: the Spark source's records (key, headers, time), its choice of logs, positions
+and times, data loss, partitions and admission control, on a local[2] session against a real
+cluster (tests/pipeline/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+
+from aiobk.client import ENVELOPE, BookKeeper, LogPosition
+from aiobk.pipeline.options import Options
+from aiobk.pipeline.positions import DataLossError
+from aiobk.pipeline.stream import StreamReader
+
+pytestmark = pytest.mark.timeout(600)
+UTC = datetime.UTC
+
+
+def source(spark: Any, uri: str, **options: str) -> Any:
+    reader = spark.read.format("aiobk").option("metadata", uri)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def write_timed(uri: str, log: str, ledgers: int, per_ledger: int) -> list[tuple[LogPosition, int]]:
+    """``ledgers`` ledgers of envelope records stamped 1000, 1010, ... ms; (position, stamp)."""
+
+    async def run() -> list[tuple[LogPosition, int]]:
+        out = []
+        async with await BookKeeper.connect(uri) as bk:
+            for ledger in range(ledgers):
+                async with await bk.open_log_writer(log, record_format=ENVELOPE) as writer:
+                    for i in range(per_ledger):
+                        stamp = 1000 + 10 * (ledger * per_ledger + i)
+                        out.append((await writer.append(b"%d" % stamp, timestamp=stamp), stamp))
+        return out
+
+    return asyncio.run(run())
+
+
+def epoch_ms(value: datetime.datetime) -> int:
+    return round(value.timestamp() * 1000)  # collect() gives the session's local time
+
+
+def test_records_with_keys_headers_and_times_routed_to_logs(spark: Any, cluster_uri: str) -> None:
+    base = datetime.datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        (f"k{i % 3}", {"n": str(i).encode()}, base + datetime.timedelta(seconds=i),
+         f"d{i}".encode(), "east" if i % 2 else "west")
+        for i in range(200)
+    ]  # fmt: skip
+    schema = "key string, headers map<string,binary>, timestamp timestamp, data binary, log string"
+    df = spark.createDataFrame(rows, schema).repartition(3)
+    df.write.format("aiobk").option("metadata", cluster_uri).mode("append").save()
+
+    out = source(spark, cluster_uri, logs="east,west")
+    assert out.columns == [
+        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position"
+    ]  # fmt: skip
+    got = {bytes(r.data): r for r in out.collect()}
+    assert len(got) == 200
+    for i in range(200):
+        r = got[f"d{i}".encode()]
+        assert r.log == ("east" if i % 2 else "west")
+        assert bytes(r.key) == f"k{i % 3}".encode()
+        assert {k: bytes(v) for k, v in r.headers.items()} == {"n": str(i).encode()}
+        assert epoch_ms(r.timestamp) == epoch_ms(base) + 1000 * i
+        assert r.position == f"{r.ledger_id}:{r.entry_id}"
+    # The job created both logs with envelope records (it has key/headers/timestamp columns).
+    assert source(spark, cluster_uri, logPattern="(ea|we)st").count() == 200
+    assert source(spark, cluster_uri, logPattern="ea.*").count() == 100
+
+    # Rows without a time are stamped with the task's clock; rows with no log and no
+    # option are refused; a raw log refuses keys.
+    before = time.time() * 1000
+    spark.createDataFrame([(b"now", "east")], "data binary, log string").write.format(
+        "aiobk"
+    ).option("metadata", cluster_uri).mode("append").save()
+    (now,) = source(spark, cluster_uri, log="east").where("data = X'6E6F77'").collect()
+    assert before - 1000 <= epoch_ms(now.timestamp) <= time.time() * 1000 + 1000
+    with pytest.raises(Exception, match="a row has no log"):
+        spark.createDataFrame([(b"x", None)], "data binary, log string").write.format(
+            "aiobk"
+        ).option("metadata", cluster_uri).mode("append").save()
+    spark.createDataFrame([(b"r",)], "data binary").write.format("aiobk").option(
+        "metadata", cluster_uri
+    ).option("log", "rawlog").mode("append").save()
+    with pytest.raises(Exception, match="holds raw records"):
+        spark.createDataFrame([(b"x", "k")], "data binary, key string").write.format(
+            "aiobk"
+        ).option("metadata", cluster_uri).option("log", "rawlog").mode("append").save()
+    assert [bytes(r.data) for r in source(spark, cluster_uri, log="rawlog").collect()] == [b"r"]
+
+
+def test_positions_times_partitions_and_data_loss(spark: Any, cluster_uri: str) -> None:
+    stamps = write_timed(cluster_uri, "timed", ledgers=3, per_ledger=100)
+    pos = [p for p, _s in stamps]
+
+    def data(df: Any) -> list[int]:
+        return sorted(int(bytes(r.data)) for r in df.collect())
+
+    everything = [s for _p, s in stamps]
+    assert data(source(spark, cluster_uri, log="timed")) == everything
+    # Times: the first record at or after startingTimestamp, up to endingTimestamp (exclusive).
+    assert data(source(spark, cluster_uri, log="timed", startingTimestamp="1505")) == [
+        s for s in everything if s >= 1505
+    ]
+    assert data(
+        source(spark, cluster_uri, log="timed", startingTimestamp="2000", endingTimestamp="3500")
+    ) == [s for s in everything if 2000 <= s < 3500]
+    assert source(spark, cluster_uri, log="timed", startingTimestamp="999999").count() == 0
+    # Positions: JSON per log, and earliest / latest.
+    start = json.dumps({"timed": str(pos[50])})
+    end = json.dumps({"timed": {"ledger": pos[250].ledger_id, "entry": pos[250].entry_id}})
+    window = source(spark, cluster_uri, log="timed", startingPosition=start, endingPosition=end)
+    assert data(window) == everything[50:250]
+    assert source(spark, cluster_uri, log="timed", startingPosition="latest").count() == 0
+    assert source(spark, cluster_uri, log="timed", endingPosition="earliest").count() == 0
+    # Partitions: split and minPartitions cut ledgers into ranges.
+    assert source(spark, cluster_uri, log="timed").rdd.getNumPartitions() == 3
+    assert source(spark, cluster_uri, log="timed", minPartitions="10").rdd.getNumPartitions() >= 10
+    assert source(spark, cluster_uri, log="timed", split="40").rdd.getNumPartitions() == 9
+
+    # Data loss: the first ledger is truncated away under a start inside it.
+    async def truncate() -> None:
+        async with await BookKeeper.connect(cluster_uri) as bk:
+            await bk.truncate_log("timed", before=pos[100])
+
+    asyncio.run(truncate())
+    inside = json.dumps({"timed": str(pos[5])})
+    with pytest.raises(Exception, match="truncated away before they were read"):
+        source(spark, cluster_uri, log="timed", startingPosition=inside).count()
+    skipped = source(
+        spark, cluster_uri, log="timed", startingPosition=inside, failOnDataLoss="false"
+    )
+    assert data(skipped) == everything[100:]
+
+
+def test_streams_in_bounded_batches_and_available_now_stops(
+    spark: Any, cluster_uri: str, tmp_path: Path
+) -> None:
+    write_timed(cluster_uri, "bounded", ledgers=2, per_ledger=225)
+
+    def run(name: str, **options: str) -> list[int]:
+        stream = spark.readStream.format("aiobk").option("metadata", cluster_uri)
+        stream = stream.option("log", "bounded")
+        for key, value in options.items():
+            stream = stream.option(key, value)
+        query = (
+            stream.load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / name))
+            .option("checkpointLocation", str(tmp_path / f"{name}-cp"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(240)  # AvailableNow ends by itself
+        rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        assert spark.read.parquet(str(tmp_path / name)).count() == 450
+        return rows
+
+    assert run("records", maxRecordsPerTrigger="100") == [100, 100, 100, 100, 50]
+    # Each record is 15 bytes of envelope and 4 of data: 1,900 bytes are about 100 records.
+    by_bytes = run("bytes", maxBytesPerTrigger="1900")
+    assert len(by_bytes) >= 4
+    assert max(by_bytes) <= 110
+    assert run("all") == [450]
+
+
+def test_min_records_wait_for_max_trigger_delay(cluster_uri: str) -> None:
+    """Admission on the driver (what Spark asks of the source between batches)."""
+    write_timed(cluster_uri, "trickle", ledgers=1, per_ledger=50)
+    opts = Options.parse(
+        {"metadata": cluster_uri, "log": "trickle", "minRecordsPerTrigger": "100",
+         "maxTriggerDelay": "2s"}
+    )  # fmt: skip
+    reader = StreamReader(opts)
+    assert reader.getDefaultReadLimit() == ReadMinRows(100)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadMinRows(100)) == start  # 50 < 100: wait
+    full = reader.latestOffset(start, ReadAllAvailable())  # the engine's "everything"
+    assert full != start
+    time.sleep(2.2)
+    assert reader.latestOffset(start, ReadMinRows(100)) == full  # the delay passed
+
+    # A checkpointed offset inside a truncated ledger: DataLossError, or a skip.
+    write_timed(cluster_uri, "trickle", ledgers=1, per_ledger=10)
+
+    async def truncate() -> list[int]:
+        async with await BookKeeper.connect(cluster_uri) as bk:
+            ledgers = (await bk.store.read_log("trickle")).ledgers
+            await bk.truncate_log("trickle", before=LogPosition(ledgers[-1], 0))
+            return list(ledgers)
+
+    first, last = asyncio.run(truncate())
+    lost = {"logs": {"trickle": {"ledger": first, "entry": 20}}}
+    with pytest.raises(DataLossError, match="truncated away"):
+        reader.latestOffset(lost, ReadAllAvailable())
+    lenient = StreamReader(Options.parse({**opts_dict(cluster_uri), "failOnDataLoss": "false"}))
+    skipped = lenient.latestOffset(lost, ReadAllAvailable())
+    assert skipped == {"logs": {"trickle": {"ledger": last, "entry": 10}}}
+    assert [p.ledger_id for p in lenient.partitions(lost, skipped)] == [last]
+
+
+def opts_dict(uri: str) -> dict[str, str]:
+    return {"metadata": uri, "log": "trickle"}
