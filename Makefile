@@ -63,7 +63,7 @@ TEST_WORKERS ?= 2
 PYTEST_RUN = PYTHONHASHSEED=0 PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) \
 	$(PY) -m pytest -q tests --ignore=tests/protocol
 test: lint unit-protocol
-	$(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The long tests: etcd's database over 100,000 ledgers churned (issue 15).
 soak: setup
