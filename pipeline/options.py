@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from aiobk.client import BookKeeper, LogPosition
 from aiobk.client.log_format import ENVELOPE, RAW
+from aiobk.client.tls_files import TlsFilesError, client_context, from_environment
 
 SCHEMA = (
     "log string, ledger_id long, entry_id long, data binary, key binary, "
@@ -124,6 +125,9 @@ class Options:
     min_records: int | None = None
     max_trigger_delay: float = DEFAULT_MAX_TRIGGER_DELAY
     record_format: str | None = None  # writes: the format of logs the job creates
+    # TLS to the bookies (tlsCa/tlsCert/tlsKey, else AIOBK_TLS_* where the job is planned):
+    # file paths every executor must be able to read.
+    tls_files: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, writing: bool = False) -> Options:
@@ -160,6 +164,15 @@ class Options:
         if record_format is not None and record_format not in (RAW, ENVELOPE):
             raise ValueError(f"option 'recordFormat' must be {RAW} or {ENVELOPE}")
         delay = options.get("maxTriggerDelay")
+        tls_files = {
+            kind: options[name]
+            for kind, name in (("ca", "tlsCa"), ("cert", "tlsCert"), ("key", "tlsKey"))
+            if options.get(name)
+        } or from_environment()
+        try:
+            client_context(**tls_files)  # bad files fail the job where it is planned
+        except TlsFilesError as exc:
+            raise ValueError(f"options tlsCa/tlsCert/tlsKey: {exc}") from None
         return cls(
             metadata=metadata,
             log=named[0] if named else "",
@@ -183,14 +196,17 @@ class Options:
                 DEFAULT_MAX_TRIGGER_DELAY if delay is None else duration(delay, "maxTriggerDelay")
             ),
             record_format=record_format,
+            tls_files=tls_files,
         )
 
     def run(self, action: Callable[[BookKeeper], Awaitable[T]]) -> T:
         """Connect, run ``action`` and close, from Spark's synchronous callbacks (driver or
         executor): every piece of work the source does goes through here, one connection each."""
 
+        tls = client_context(**self.tls_files)
+
         async def main() -> T:
-            async with await BookKeeper.connect(self.metadata) as bk:
+            async with await BookKeeper.connect(self.metadata, tls=tls) as bk:
                 return await action(bk)
 
         return asyncio.run(main())

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -209,7 +210,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         return opts.run(plan)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LedgerRange)
         return read_range(self.opts, partition)
 

@@ -32,8 +32,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from aiobk.client import BookKeeper, LedgerHandle
@@ -42,7 +43,7 @@ from aiobk.client.log_format import ENVELOPE, RAW, check_format, encode
 from aiobk.pipeline.options import Options
 from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
 
-PENDING_PER_TASK = 1000  # appends a task has in flight
+PENDING_CHECK = 4096  # appends between looks at which of them failed
 RECORD_COLUMNS = ("key", "headers", "timestamp")
 
 
@@ -101,12 +102,15 @@ def _bytes(value: Any, column: str) -> bytes:
     raise ValueError(f"column {column!r} must be binary or string, not {type(value).__name__}")
 
 
-def _millis(value: Any) -> int:
-    if isinstance(value, datetime.datetime):
-        return round(value.timestamp() * 1000)  # naive: the session's local time, as Spark's
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ValueError(f"column 'timestamp' must be a timestamp or a long (ms), not {value!r}")
+def _stamps(column: Any) -> list[int | None]:
+    """A ``timestamp`` column as ms since the epoch: a Spark timestamp (Arrow: microseconds)
+    or a long of ms."""
+    if pa.types.is_timestamp(column.type):
+        micros = column.cast(pa.int64()).to_pylist()
+        return [None if m is None else m // 1000 for m in micros]
+    if pa.types.is_integer(column.type):
+        return list(column.to_pylist())
+    raise ValueError(f"column 'timestamp' must be a timestamp or a long (ms), not {column.type}")
 
 
 class _Task:
@@ -140,20 +144,24 @@ class _Task:
             self.handles[name], self.formats[name], self.counts[name] = handle, fmt, 0
         return handle, self.formats[name]
 
-    async def write(self, row: Any) -> None:
-        fields = self.writer.fields
-        name = (row["log"] if "log" in fields else None) or self.writer.opts.log
+    async def add(
+        self,
+        log: str | None,
+        data: Any,
+        key: Any = None,
+        headers: Any = None,
+        stamp: int | None = None,
+    ) -> None:
+        """Append one row (``stamp`` in ms, None: now) to its log's ledger."""
+        name = log or self.writer.opts.log
         if not name:
             raise ValueError("a row has no log: give .option('log', NAME) or a 'log' value")
         handle, fmt = await self.ledger(name)
-        data = _bytes(row["data"], "data")
-        key = row["key"] if "key" in fields else None
-        headers = row["headers"] if "headers" in fields else None
-        stamp = row["timestamp"] if "timestamp" in fields else None
+        payload = _bytes(data, "data")
         if fmt == ENVELOPE:
-            data = encode(
-                data,
-                _millis(stamp) if stamp is not None else self.writer.clock_ms(),
+            payload = encode(
+                payload,
+                stamp if stamp is not None else self.writer.clock_ms(),
                 None if key is None else _bytes(key, "key"),
                 None if not headers else _headers(headers),
             )
@@ -162,12 +170,29 @@ class _Task:
                 f"log {name!r} holds raw records: a row with a key, headers or a timestamp "
                 "needs a log of envelope records"
             )
-        _entry, done = await handle.submit(data)
+        # submit waits for the client's budget (backpressure): adds stay pipelined, memory
+        # bounded by ClientConfig.max_outstanding_bytes.
+        _entry, done = await handle.submit(payload)
         self.pending.append(done)
         self.counts[name] += 1
-        if len(self.pending) >= PENDING_PER_TASK:
-            await asyncio.gather(*self.pending)
-            self.pending.clear()
+        if len(self.pending) >= PENDING_CHECK:
+            for future in self.pending:
+                if future.done():
+                    future.result()  # a failed add fails the task now
+            self.pending = [f for f in self.pending if not f.done()]
+
+    async def write_batch(self, batch: Any) -> None:
+        """The rows of one Arrow batch (columns as the module docstring lists them)."""
+        names = batch.schema.names
+        count = batch.num_rows
+        data = batch.column(names.index("data")).to_pylist()
+        none: list[Any] = [None] * count
+        logs = batch.column(names.index("log")).to_pylist() if "log" in names else none
+        keys = batch.column(names.index("key")).to_pylist() if "key" in names else none
+        heads = batch.column(names.index("headers")).to_pylist() if "headers" in names else none
+        stamps = _stamps(batch.column(names.index("timestamp"))) if "timestamp" in names else none
+        for i in range(count):
+            await self.add(logs[i], data[i], keys[i], heads[i], stamps[i])
 
     async def finish(self) -> TaskWritten:
         await asyncio.gather(*self.pending)
@@ -187,11 +212,12 @@ class _Task:
                 await self.bk.delete_ledger(handle.ledger_id, self.writer.opts.password)
 
 
-def _headers(headers: Mapping[str, Any]) -> dict[str, bytes]:
-    return {str(k): _bytes(v, "headers") for k, v in headers.items()}
+def _headers(headers: Mapping[str, Any] | list[tuple[str, Any]]) -> dict[str, bytes]:
+    pairs = headers.items() if isinstance(headers, Mapping) else headers  # Arrow: (key, value)s
+    return {str(k): _bytes(v, "headers") for k, v in pairs}
 
 
-class Writer(DataSourceWriter):
+class Writer(DataSourceArrowWriter):
     """One per job, made on the driver and shipped to the tasks. Every ledger a task creates
     carries the job's token; ``commit`` and ``abort`` delete the job's ledgers that are not
     published, including those of task attempts that were killed before they could clean up."""
@@ -220,8 +246,8 @@ class Writer(DataSourceWriter):
         async def store(bk: BookKeeper) -> TaskWritten:
             task = _Task(self, bk, partition)
             try:
-                for row in iterator:
-                    await task.write(row)
+                for batch in iterator:
+                    await task.write_batch(batch)
                 return await task.finish()
             except BaseException:
                 # A failed attempt (its rows, the bookies or a retry of the task) leaves no

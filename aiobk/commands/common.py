@@ -23,6 +23,7 @@ from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig
 from aiobk.client.entry import Entry
 from aiobk.client.net import Connector, TlsConnector
+from aiobk.client.tls_files import TlsFilesError, client_context
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import (
     LedgerMetadata,
@@ -144,22 +145,12 @@ def client_tls() -> ssl.SSLContext | None:
         for flag, env, _text in TLS_OPTIONS:
             if os.environ.get(env):
                 given[flag[2:].replace("-", "_")] = os.environ[env]
-    if not given:
-        return None
-    ca, cert, key = given.get("tls_ca"), given.get("tls_cert"), given.get("tls_key")
-    if key and not cert:
+    if given.get("tls_key") and not given.get("tls_cert"):
         raise click.UsageError("--tls-key needs --tls-cert")
     try:
-        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        if cert:
-            context.load_cert_chain(cert, key)
-    except FileNotFoundError as exc:
-        raise click.UsageError(f"TLS file {exc.filename} does not exist") from None
-    except (ssl.SSLError, OSError) as exc:
-        files = ", ".join(f for f in (ca, cert, key) if f)
-        raise click.UsageError(f"TLS files {files} cannot be used: {exc}") from None
-    return context
+        return client_context(given.get("tls_ca"), given.get("tls_cert"), given.get("tls_key"))
+    except TlsFilesError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def client_connector() -> Connector | None:
