@@ -25,6 +25,7 @@ not given, ``envelope`` if the DataFrame has a ``key``, ``headers`` or ``timesta
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import os
@@ -43,7 +44,7 @@ from aiobk.client.log_format import ENVELOPE, RAW, check_format, encode
 from aiobk.pipeline.options import Options
 from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
 
-PENDING_CHECK = 4096  # appends between looks at which of them failed
+WINDOW = 1024  # appends a task keeps in flight
 RECORD_COLUMNS = ("key", "headers", "timestamp")
 
 
@@ -123,7 +124,7 @@ class _Task:
         self.handles: dict[str, LedgerHandle] = {}
         self.formats: dict[str, str] = {}
         self.counts: dict[str, int] = {}
-        self.pending: list[asyncio.Future[int]] = []
+        self.pending: collections.deque[asyncio.Future[int]] = collections.deque()
 
     async def ledger(self, name: str) -> tuple[LedgerHandle, str]:
         handle = self.handles.get(name)
@@ -170,16 +171,15 @@ class _Task:
                 f"log {name!r} holds raw records: a row with a key, headers or a timestamp "
                 "needs a log of envelope records"
             )
-        # submit waits for the client's budget (backpressure): adds stay pipelined, memory
-        # bounded by ClientConfig.max_outstanding_bytes.
+        # A sliding window of adds in flight: past WINDOW, wait for the oldest (adds complete
+        # in order), so the pipeline never drains and a failed add fails the task at once.
+        # (Waiting for a whole thousand at a time drained it each time; an unbounded window
+        # kept tens of thousands of futures to look through.)
+        if len(self.pending) >= WINDOW:
+            await self.pending.popleft()
         _entry, done = await handle.submit(payload)
         self.pending.append(done)
         self.counts[name] += 1
-        if len(self.pending) >= PENDING_CHECK:
-            for future in self.pending:
-                if future.done():
-                    future.result()  # a failed add fails the task now
-            self.pending = [f for f in self.pending if not f.done()]
 
     async def write_batch(self, batch: Any) -> None:
         """The rows of one Arrow batch (columns as the module docstring lists them)."""
