@@ -85,14 +85,21 @@ class ReadHandle:
                 entries.append(entry)
         return entries
 
-    def read_iter(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+    def read_iter(
+        self, first: int, last: int, *, unconfirmed: bool = False
+    ) -> AsyncGenerator[Entry, None]:
         """Entries first..last (inclusive, at or below the LAC), in order, one at a time.
 
         Fetches ahead of the consumer within ``read_concurrency`` entries and about
         ``read_ahead_bytes`` bytes, so memory stays flat whatever the range. The range is
-        checked at the call, before the first entry is asked for. Leaving the loop early:
-        ``aclose()`` it (or use ``contextlib.aclosing``) to stop the fetches ahead at once."""
-        self._check_confirmed(first, last)
+        checked at the call, before the first entry is asked for (``unconfirmed``: only that
+        it is a range, as ``read_unconfirmed`` does, for a reader that learnt the LAC
+        elsewhere). Leaving the loop early: ``aclose()`` it (or use ``contextlib.aclosing``)
+        to stop the fetches ahead at once."""
+        if not unconfirmed:
+            self._check_confirmed(first, last)
+        elif first < 0 or last < first:
+            raise ValueError(f"bad range {first}..{last}")
         return self._reader.iter_range(self.metadata, first, last)
 
     async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:

@@ -12,6 +12,7 @@ in a raw log, and in ledgers read by id, they are null. Tasks hand Spark Arrow b
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -103,10 +104,20 @@ def read_range(opts: Options, part: LedgerRange) -> Iterator[pa.RecordBatch]:
     """One task: the rows of ``part``, a batch per ``READ_BATCH`` entries."""
 
     async def fetch(bk: BookKeeper) -> list[pa.RecordBatch]:
+        # One stream over the range (reads kept in flight ahead of the consumer, within the
+        # client's read window), cut into batches: reading a thousand, then the next thousand,
+        # let the reads drain at every boundary.
         batches: list[pa.RecordBatch] = []
         handle = await bk.open_ledger(part.ledger_id, opts.password, recovery=False)
-        for lo in range(part.first, part.last + 1, READ_BATCH):
-            entries = await handle.read_unconfirmed(lo, min(part.last, lo + READ_BATCH - 1))
+        entries: list[Any] = []
+        stream = handle.read_iter(part.first, part.last, unconfirmed=True)  # planned from a LAC
+        async with contextlib.aclosing(stream):
+            async for entry in stream:
+                entries.append(entry)
+                if len(entries) == READ_BATCH:
+                    batches.append(batch_of(part, entries))
+                    entries = []
+        if entries:
             batches.append(batch_of(part, entries))
         return batches
 

@@ -171,21 +171,34 @@ class _Task:
                 f"log {name!r} holds raw records: a row with a key, headers or a timestamp "
                 "needs a log of envelope records"
             )
-        # A sliding window of adds in flight: past WINDOW, wait for the oldest (adds complete
-        # in order), so the pipeline never drains and a failed add fails the task at once.
-        # (Waiting for a whole thousand at a time drained it each time; an unbounded window
-        # kept tens of thousands of futures to look through.)
+        await self.submit(handle, payload)
+        self.counts[name] += 1
+
+    async def submit(self, handle: LedgerHandle, payload: bytes) -> None:
+        """A sliding window of adds in flight: past WINDOW, wait for the oldest (adds complete
+        in order), so the pipeline never drains and a failed add fails the task at once.
+        (Waiting for a whole thousand at a time drained it each time; an unbounded window kept
+        tens of thousands of futures to look through.)"""
         if len(self.pending) >= WINDOW:
             await self.pending.popleft()
         _entry, done = await handle.submit(payload)
         self.pending.append(done)
-        self.counts[name] += 1
 
     async def write_batch(self, batch: Any) -> None:
         """The rows of one Arrow batch (columns as the module docstring lists them)."""
         names = batch.schema.names
         count = batch.num_rows
         data = batch.column(names.index("data")).to_pylist()
+        if not any(c in names for c in ("log", *RECORD_COLUMNS)):
+            # Only data, for the one log: no per-row routing or envelope fields to look at.
+            handle, fmt = await self.ledger(self.writer.opts.log)
+            if fmt == RAW:
+                for value in data:
+                    await self.submit(
+                        handle, value if type(value) is bytes else _bytes(value, "data")
+                    )
+                self.counts[self.writer.opts.log] += count
+                return
         none: list[Any] = [None] * count
         logs = batch.column(names.index("log")).to_pylist() if "log" in names else none
         keys = batch.column(names.index("key")).to_pylist() if "key" in names else none
