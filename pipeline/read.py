@@ -13,7 +13,6 @@ in a raw log, and in ledgers read by id, they are null. Tasks hand Spark Arrow b
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -34,7 +33,6 @@ from aiobk.pipeline.positions import (
 from aiobk.protocol.errors import NoSuchLedgerError
 
 READ_BATCH = 1000  # entries per read request of a task, and rows per Arrow batch
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 MIN_MS = -62_135_596_800_000  # 0001-01-01, the first instant Spark's timestamps hold
 MAX_MS = 253_402_300_799_999  # 9999-12-31 23:59:59.999
 HEADERS = pa.map_(pa.string(), pa.binary())
@@ -46,13 +44,6 @@ ARROW_SCHEMA = pa.schema(
         ("timestamp", TIMESTAMP), ("position", pa.string()),
     ]
 )  # fmt: skip
-
-
-def spark_time(milliseconds: int) -> datetime.datetime | None:
-    """A record's time as Spark's timestamp takes it (None past the years 1-9999 it holds)."""
-    if not MIN_MS <= milliseconds <= MAX_MS:
-        return None
-    return EPOCH + datetime.timedelta(milliseconds=milliseconds)
 
 
 def _micros(milliseconds: int) -> int | None:
@@ -168,5 +159,4 @@ __all__ = [
     "batch_of",
     "plan_batch",
     "read_range",
-    "spark_time",
 ]
