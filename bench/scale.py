@@ -30,6 +30,7 @@ A benchmark reports a missed target; it does not fail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -39,7 +40,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import uvloop
@@ -67,8 +68,10 @@ from aiobk.protocol import (
     pack_entry,
     pack_header,
 )
+from aiobk.protocol.errors import LedgerExistsError, MetadataStoreError
 
 KEY = master_key(b"")
+T = TypeVar("T")
 ADD_TURNS = 3  # windows of adds on the loaded and the empty bookie, alternating
 MIB = 1024 * 1024
 
@@ -85,13 +88,27 @@ async def _gather_bounded(count: int, limit: int, make: Callable[[int], Awaitabl
     await asyncio.gather(*(worker() for _ in range(min(limit, count))))
 
 
+async def _retried(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, again after a timeout or an unreachable store (an etcd stalled for seconds
+    by the machine's other tenants must not end a load of many minutes), at most five times."""
+    for attempt in range(5):
+        try:
+            return await call()
+        except MetadataStoreError:
+            if attempt == 4:
+                raise
+            await asyncio.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 async def create_ledgers(store: MetadataStore, bookie_id: str, count: int) -> list[int]:
     metadata = LedgerMetadata(1, 1, 1, (Fragment(0, (bookie_id,)),))
     ids: list[int] = []
 
     async def one(_index: int) -> None:
-        ledger_id = await store.allocate_ledger_id()
-        await store.create_ledger(ledger_id, metadata)
+        ledger_id = await _retried(store.allocate_ledger_id)
+        with contextlib.suppress(LedgerExistsError):  # a create that timed out went through
+            await _retried(lambda: store.create_ledger(ledger_id, metadata))
         ids.append(ledger_id)
 
     await _gather_bounded(count, 256, one)
