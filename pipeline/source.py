@@ -18,6 +18,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
@@ -54,6 +55,12 @@ class AiobkDataSource(DataSource):
         if opts.pattern or opts.ledgers or len(opts.logs) > 1:
             raise ValueError("writes take one .option('log', NAME) or a 'log' column")
         return Writer(opts, schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        raise ValueError(
+            "the aiobk source has no streaming sink: write each micro-batch with foreachBatch "
+            "and the batch writer (df.write.format('aiobk')...mode('append').save())"
+        )
 
 
 def register(spark: Any) -> None:

@@ -10,14 +10,18 @@ once. Logs that ``logPattern`` matches later join at their earliest record.
 Admission control (``getDefaultReadLimit`` tells Spark a limit is in force; the options decide
 it): at most ``maxRecordsPerTrigger`` records and about ``maxBytesPerTrigger`` bytes a batch,
 shared among the logs in proportion to what each has waiting (bytes are estimated from each
-ledger's average record size: its metadata's length once closed, a record's size while open);
-no batch with fewer than ``minRecordsPerTrigger`` records waiting until ``maxTriggerDelay`` has
-passed since the last one. ``Trigger.AvailableNow`` reads what the logs held when the query
-started, in batches within those limits, then stops.
+ledger's average record size: its metadata's length once closed; while open, the average of the
+log's closed ledgers, or its first waiting record's size when none is closed); no batch with
+fewer than ``minRecordsPerTrigger`` records waiting until ``maxTriggerDelay`` has passed since
+the last one (the query's first batch never waits, as Kafka's source). ``Trigger.AvailableNow``
+reads what the logs held when the query started, in batches within the maximums, then stops:
+the minimum does not hold a batch back there (the last records may be fewer, and waiting for
+more would only delay the end).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -80,7 +84,7 @@ def _cut(ranges: Sequence[LedgerRange], records: int) -> LogPosition | None:
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: Options) -> None:
         self.opts = opts
-        self._last_batch = time.monotonic()  # maxTriggerDelay counts from here
+        self._last_batch: float | None = None  # maxTriggerDelay counts from the last batch
         self._target: dict[str, LogPosition] | None = None  # Trigger.AvailableNow's end
 
     # ------------------------------------------------------------------ offsets
@@ -162,9 +166,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begins = {name: b for name, (b, _e, _v) in waiting.items()}
         if total == 0:
             return begins
-        waited = time.monotonic() - self._last_batch
         few = opts.min_records is not None and total < opts.min_records
-        if few and waited < opts.max_trigger_delay:
+        waited = math.inf if self._last_batch is None else time.monotonic() - self._last_batch
+        if few and self._target is None and waited < opts.max_trigger_delay:
             return begins
         share = 1.0
         if opts.max_records is not None:

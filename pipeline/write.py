@@ -77,12 +77,6 @@ def _flatten(messages: Sequence[WriterCommitMessage | None]) -> list[Written]:
     return out
 
 
-def publish_order(messages: Sequence[WriterCommitMessage | None]) -> list[int]:
-    """The ledgers a commit appends: those of the tasks that wrote rows, in ascending id order
-    (a log's positions follow ledger order; tasks create their ledgers in any order)."""
-    return sorted(w.ledger_id for w in _flatten(messages) if w.count)
-
-
 def publish_plan(
     messages: Sequence[WriterCommitMessage | None], default_log: str
 ) -> dict[str, tuple[str, list[int]]]:
@@ -313,4 +307,4 @@ async def _sweep(bk: BookKeeper, job: str, first_id: int, keep: set[int]) -> Non
             continue
 
 
-__all__ = ["TaskWritten", "Writer", "Written", "publish_order", "publish_plan"]
+__all__ = ["TaskWritten", "Writer", "Written", "publish_plan"]

@@ -11,7 +11,7 @@ import pytest
 from aiobk.client import BookKeeper
 from aiobk.client.errors import LedgerFencedError, LogFencedError
 from aiobk.client.log_append import append_ledgers_to_log
-from aiobk.pipeline.write import Written, publish_order
+from aiobk.pipeline.write import TaskWritten, Written, publish_plan
 from tests.cluster import Cluster, forget, start_cluster
 
 
@@ -67,7 +67,17 @@ async def test_out_of_order_ledgers_are_refused_and_the_log_is_unchanged(
         assert (await bk.store.read_log("ordered")).ledgers == before.ledgers
 
 
-def test_a_spark_commit_publishes_in_ascending_ledger_order() -> None:
-    """Tasks create their ledgers in any order; partition 0 may hold the highest id."""
-    messages = [Written(0, 30, 5), Written(1, 10, 5), None, Written(2, 20, 0), Written(3, 15, 1)]
-    assert publish_order(messages) == [10, 15, 30]  # empty partitions publish nothing
+def test_a_spark_commit_publishes_each_log_in_ascending_ledger_order() -> None:
+    """Tasks create their ledgers in any order; partition 0 may hold the highest id. Rows
+    routed by a ``log`` column give a ledger per log per task; empty ones publish nothing."""
+    messages = [
+        Written(0, 30, 5), Written(1, 10, 5), None, Written(2, 20, 0), Written(3, 15, 1),
+        TaskWritten(4, [Written(4, 42, 3, "east", "envelope"), Written(4, 41, 0, "west")]),
+        TaskWritten(5, [Written(5, 40, 1, "east", "envelope"), Written(5, 12, 2, "west")]),
+    ]  # fmt: skip
+    assert publish_plan(messages, "default") == {
+        "default": ("raw", [10, 15, 30]),
+        "east": ("envelope", [40, 42]),
+        "west": ("raw", [12]),
+    }
+    assert list(publish_plan(messages, "default")) == ["default", "east", "west"]  # name order

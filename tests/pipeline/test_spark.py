@@ -77,7 +77,7 @@ def _wait_for(spark: Any, path: Path, count: int, timeout: float = 180.0) -> int
     seen = 0
     while time.monotonic() < deadline:
         if any(path.glob("*.parquet")):
-            seen = spark.read.schema(SCHEMA).parquet(str(path)).count()
+            seen = int(spark.read.schema(SCHEMA).parquet(str(path)).count())
             if seen >= count:
                 return seen
         time.sleep(1.0)

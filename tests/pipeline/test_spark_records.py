@@ -7,16 +7,17 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from aiobk.client import ENVELOPE, BookKeeper, LogPosition
 from aiobk.pipeline.options import Options
-from aiobk.pipeline.positions import DataLossError
+from aiobk.pipeline.positions import DataLossError, LedgerRange
 from aiobk.pipeline.stream import StreamReader
 
 pytestmark = pytest.mark.timeout(600)
@@ -175,7 +176,9 @@ def test_streams_in_bounded_batches_and_available_now_stops(
     assert run("all") == [450]
 
 
-def test_min_records_wait_for_max_trigger_delay(cluster_uri: str) -> None:
+def test_min_records_wait_for_max_trigger_delay(
+    cluster_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Admission on the driver (what Spark asks of the source between batches)."""
     write_timed(cluster_uri, "trickle", ledgers=1, per_ledger=50)
     opts = Options.parse(
@@ -185,13 +188,17 @@ def test_min_records_wait_for_max_trigger_delay(cluster_uri: str) -> None:
     reader = StreamReader(opts)
     assert reader.getDefaultReadLimit() == ReadMinRows(100)
     start = reader.initialOffset()
-    assert reader.latestOffset(start, ReadMinRows(100)) == start  # 50 < 100: wait
-    full = reader.latestOffset(start, ReadAllAvailable())  # the engine's "everything"
-    assert full != start
+    first = reader.latestOffset(start, ReadMinRows(100))  # the first batch never waits
+    assert count(reader, start, first) == 50
+    write_timed(cluster_uri, "trickle", ledgers=1, per_ledger=50)
+    held = reader.latestOffset(first, ReadMinRows(100))  # 50 < 100: wait
+    assert count(reader, first, held) == 0
+    full = reader.latestOffset(first, ReadAllAvailable())  # the engine's "everything"
+    assert count(reader, first, full) == 50
     time.sleep(2.2)
-    assert reader.latestOffset(start, ReadMinRows(100)) == full  # the delay passed
+    assert reader.latestOffset(first, ReadMinRows(100)) == full  # the delay passed
 
-    # A checkpointed offset inside a truncated ledger: DataLossError, or a skip.
+    # A checkpointed offset inside a truncated ledger: DataLossError, or a skip said in the log.
     write_timed(cluster_uri, "trickle", ledgers=1, per_ledger=10)
 
     async def truncate() -> list[int]:
@@ -200,14 +207,60 @@ def test_min_records_wait_for_max_trigger_delay(cluster_uri: str) -> None:
             await bk.truncate_log("trickle", before=LogPosition(ledgers[-1], 0))
             return list(ledgers)
 
-    first, last = asyncio.run(truncate())
-    lost = {"logs": {"trickle": {"ledger": first, "entry": 20}}}
+    ledgers = asyncio.run(truncate())
+    lost = {"logs": {"trickle": {"ledger": ledgers[0], "entry": 20}}}
     with pytest.raises(DataLossError, match="truncated away"):
         reader.latestOffset(lost, ReadAllAvailable())
     lenient = StreamReader(Options.parse({**opts_dict(cluster_uri), "failOnDataLoss": "false"}))
-    skipped = lenient.latestOffset(lost, ReadAllAvailable())
-    assert skipped == {"logs": {"trickle": {"ledger": last, "entry": 10}}}
-    assert [p.ledger_id for p in lenient.partitions(lost, skipped)] == [last]
+    with caplog.at_level(logging.WARNING, logger="aiobk.pipeline.positions"):
+        skipped = lenient.latestOffset(lost, ReadAllAvailable())
+    assert skipped == {"logs": {"trickle": {"ledger": ledgers[-1], "entry": 10}}}
+    assert [p.ledger_id for p in ranges(lenient, lost, skipped)] == [ledgers[-1]]
+    said = f"up to {LogPosition(ledgers[-1], 0)} were truncated away before they were read"
+    assert said in caplog.text
+    assert "skipping to" in caplog.text
+
+
+def test_available_now_reads_what_was_there_and_no_minimum_holds_it_back(
+    cluster_uri: str,
+) -> None:
+    """Trigger.AvailableNow on the driver: batches end where the log ended when the query
+    started (records appended later wait for the next query), and the last batch, smaller than
+    ``minRecordsPerTrigger``, is not held back for ``maxTriggerDelay``; without AvailableNow it
+    is."""
+    write_timed(cluster_uri, "cutoff", ledgers=1, per_ledger=30)
+    options = {"metadata": cluster_uri, "log": "cutoff", "maxRecordsPerTrigger": "10",
+               "minRecordsPerTrigger": "15", "maxTriggerDelay": "1h"}  # fmt: skip
+    now = StreamReader(Options.parse(options))
+    start = now.initialOffset()
+    now.prepareForTriggerAvailableNow()
+    write_timed(cluster_uri, "cutoff", ledgers=1, per_ledger=20)  # after the query started
+    assert batches(now, start) == [10, 10, 10]
+    streaming = StreamReader(Options.parse(options))
+    # 50 records: batches of 10 while 15 or more wait, then the last 10 wait for the delay.
+    assert batches(streaming, start) == [10, 10, 10, 10]
+
+
+def batches(reader: StreamReader, offset: dict[str, Any]) -> list[int]:
+    """The records of each batch the reader admits from ``offset`` until it admits none."""
+    sizes = []
+    for _ in range(20):
+        end = reader.latestOffset(offset, ReadMaxRows(10))
+        if end == offset:
+            break
+        sizes.append(count(reader, offset, end))
+        offset = end
+    return sizes
+
+
+def ranges(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[LedgerRange]:
+    parts = reader.partitions(start, end)
+    assert all(isinstance(part, LedgerRange) for part in parts)
+    return [part for part in parts if isinstance(part, LedgerRange)]
+
+
+def count(reader: StreamReader, start: dict[str, Any], end: dict[str, Any]) -> int:
+    return sum(part.count for part in ranges(reader, start, end))
 
 
 def opts_dict(uri: str) -> dict[str, str]:
