@@ -4,12 +4,18 @@ the write columns' other shapes (a long time, binary keys, string headers, recor
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
+from aiobk.client import ENVELOPE, BookKeeper
+from aiobk.pipeline.options import Options
+from aiobk.pipeline.write import TaskWritten, Writer, Written
+from aiobk.protocol.errors import NoSuchLedgerError
 from tests.pipeline.test_spark_records import source, write_timed
 
 pytestmark = pytest.mark.timeout(600)
@@ -141,3 +147,38 @@ def test_write_columns_in_their_other_shapes(spark: Any, cluster_uri: str) -> No
     (raw,) = source(spark, cluster_uri, log="made-raw").collect()
     assert raw.timestamp is None
     assert bytes(raw.data) == b"p"
+
+
+def test_a_commit_failing_midway_says_which_logs_it_published(cluster_uri: str) -> None:
+    """Logs are published one by one in name order: a failure at the second leaves the first
+    published, says so, and deletes the job's ledger that was not published."""
+    schema = StructType([StructField("data", BinaryType()), StructField("log", StringType())])
+    writer = Writer(Options.parse({"metadata": cluster_uri}, writing=True), schema)
+
+    async def ledgers() -> list[int]:
+        ids = []
+        async with await BookKeeper.connect(cluster_uri) as bk:
+            await bk.store.create_log("mid-b", ENVELOPE)  # the job's ledger for it is raw
+            for _ in range(2):
+                tag = {"spark_job": writer.job.encode()}
+                async with await bk.create_ledger(custom_metadata=tag) as handle:
+                    await handle.append(b"row")
+                    ids.append(handle.ledger_id)
+        return ids
+
+    first, second = asyncio.run(ledgers())
+    done = [TaskWritten(0, [Written(0, first, 1, "mid-a"), Written(0, second, 1, "mid-b")])]
+    with pytest.raises(RuntimeError, match=r"published to \['mid-a'\], then failed: .*envelope"):
+        writer.commit(list(done))
+
+    async def after() -> tuple[tuple[int, ...], tuple[int, ...], bool]:
+        async with await BookKeeper.connect(cluster_uri) as bk:
+            a = (await bk.store.read_log("mid-a")).ledgers
+            b = (await bk.store.read_log("mid-b")).ledgers
+            try:
+                await bk.store.read_ledger(second)
+            except NoSuchLedgerError:
+                return tuple(a), tuple(b), True
+            return tuple(a), tuple(b), False
+
+    assert asyncio.run(after()) == ((first,), (), True)
