@@ -94,3 +94,25 @@ async def test_an_append_that_never_returns_is_cut_off_in_the_closed_loop() -> N
 
     result = await closed_loop(append, b"x", in_flight=3, seconds=0.05, grace=0.05)
     assert (result.ops, result.unfinished) == (0, 3)
+
+
+async def test_a_cancel_while_the_closed_loop_winds_down_is_not_swallowed() -> None:
+    """Ctrl-C reaches a benchmark as a cancellation of its main task; one landing while the
+    loop waits for its cancelled workers must still end the benchmark (it once returned a
+    result instead, and `bench peers` went on to exit 0 after a SIGINT)."""
+    winding_down = asyncio.Event()
+
+    async def append(_payload: bytes) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            winding_down.set()
+            await asyncio.sleep(0.2)  # a worker slow to stop
+            raise
+
+    task = asyncio.ensure_future(closed_loop(append, b"x", in_flight=2, seconds=0.02, grace=0.02))
+    await asyncio.wait_for(winding_down.wait(), 5)
+    task.cancel()
+    done, _pending = await asyncio.wait([task], timeout=5)
+    assert done
+    assert task.cancelled()
