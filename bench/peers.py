@@ -185,6 +185,9 @@ def measure(settings: Settings, console: Console) -> tuple[Floors, list[Run]]:
     """The floors, then each chosen system on servers of its own, started and stopped here."""
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     previous = signal.signal(signal.SIGTERM, _interrupted)
+    # SIGTERM becomes a SIGINT, and a SIGINT ignored since the start (a process started in the
+    # background, or by one that ignores it) would swallow both: Ctrl-C's handler it is.
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     runs: list[Run] = []
     try:
         with console.status("measuring the floors"):
@@ -213,6 +216,7 @@ def measure(settings: Settings, console: Console) -> tuple[Floors, list[Run]]:
                 console.print(f"{system.title}: done")
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         shutil.rmtree(base, ignore_errors=True)
     return floors, runs
 

@@ -239,6 +239,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _ignored_signals(pid: int) -> list[int]:
+    """The signals ``pid`` ignores (SigIgn in /proc), for a failure's message."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigIgn:"):
+                mask = int(line.split()[1], 16)
+                return [n for n in range(1, 65) if mask >> (n - 1) & 1]
+    return []
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_peers_stops_every_server_on_ctrl_c_and_sigterm(tmp_path: Path, signum: int) -> None:
@@ -258,12 +268,13 @@ def test_peers_stops_every_server_on_ctrl_c_and_sigterm(tmp_path: Path, signum: 
             time.sleep(0.2)
         assert len(servers) >= 4, servers
         time.sleep(4)  # the last bookie serving, the warm-up done: in the measured level
+        ignored = _ignored_signals(proc.pid)
         proc.send_signal(signum)
         _out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (err, f"signals the benchmark ignored: {ignored}")
     left = {pid: _cmdline(pid) for pid in servers if _alive(pid)}
     assert left == {}, err
     assert list(tmp_path.glob("aiobk-bench-*")) == []
