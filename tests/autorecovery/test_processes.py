@@ -93,9 +93,11 @@ async def cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterator[Clu
         cluster.stop()
 
 
-async def _write_ledgers(bk: BookKeeper, count: int) -> list[int]:
+async def _write_ledgers(bk: BookKeeper, count: int, first: int = 0) -> list[int]:
+    """``count`` closed ledgers; the one at ``first + i`` of the caller's list holds
+    ``_payload(first + i, ...)``, as ``_read_everything`` expects."""
     ids = []
-    for index in range(count):
+    for index in range(first, first + count):
         lh = await bk.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
         await asyncio.gather(*(lh.append(_payload(index, i)) for i in range(ENTRIES)))
         await lh.close()
@@ -195,7 +197,7 @@ async def test_the_auditor_killed_and_wiped_is_succeeded_and_its_copies_come_bac
         assert auditor in cluster.procs, auditor
         ids: list[int] = []
         for _round in range(4):  # placement is random: write until the auditor holds copies
-            ids += await _write_ledgers(bk, 3)
+            ids += await _write_ledgers(bk, 3, first=len(ids))
             if len((await _named_by(bk.store, ids)).get(auditor, [])) >= 2:
                 break
         assert (await _named_by(bk.store, ids)).get(auditor), "the auditor holds no ledger"
