@@ -210,7 +210,17 @@ async def test_etcd_down_then_a_bookie_dies_then_etcd_returns(own_etcd, tmp_path
             await asyncio.to_thread(own_etcd.stop, remove_data=False)
             victim = cluster.by_id(lh.metadata.ensemble[2])
             await victim.crash()
-            pending = [asyncio.ensure_future(lh.append(b"b%d" % i)) for i in range(50)]
+            # The client learns of the crash from an add to the dead bookie; the appends sent
+            # once it has (its ensemble change under way, held by etcd) must wait. Sent at
+            # once instead, a loaded machine could let the live bookies acknowledge them all
+            # before the failure was seen.
+            pending = [asyncio.ensure_future(lh.append(b"b0"))]
+            for _ in range(200):
+                if lh._pipeline.changing:
+                    break
+                await asyncio.sleep(0.05)
+            assert lh._pipeline.changing
+            pending += [asyncio.ensure_future(lh.append(b"b%d" % i)) for i in range(1, 50)]
             await asyncio.sleep(3.0)  # the change keeps failing to reach etcd meanwhile
             # Those acknowledged before the failure was known are done; the rest are held.
             assert not all(t.done() for t in pending)
