@@ -40,7 +40,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import uvloop
@@ -54,7 +54,8 @@ from aiobk.bookie import BookieConfig
 from aiobk.bookie.disk import OsDisk
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
-from aiobk.client import BookieConnection
+from aiobk.client import BookieConnection, ClientConfig
+from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import (
@@ -68,10 +69,9 @@ from aiobk.protocol import (
     pack_entry,
     pack_header,
 )
-from aiobk.protocol.errors import LedgerExistsError, MetadataStoreError
+from aiobk.protocol.errors import LedgerExistsError
 
 KEY = master_key(b"")
-T = TypeVar("T")
 ADD_TURNS = 3  # windows of adds on the loaded and the empty bookie, alternating
 MIB = 1024 * 1024
 
@@ -88,27 +88,17 @@ async def _gather_bounded(count: int, limit: int, make: Callable[[int], Awaitabl
     await asyncio.gather(*(worker() for _ in range(min(limit, count))))
 
 
-async def _retried(call: Callable[[], Awaitable[T]]) -> T:
-    """``call()``, again after a timeout or an unreachable store (an etcd stalled for seconds
-    by the machine's other tenants must not end a load of many minutes), at most five times."""
-    for attempt in range(5):
-        try:
-            return await call()
-        except MetadataStoreError:
-            if attempt == 4:
-                raise
-            await asyncio.sleep(1.0)
-    raise AssertionError("unreachable")
-
-
 async def create_ledgers(store: MetadataStore, bookie_id: str, count: int) -> list[int]:
     metadata = LedgerMetadata(1, 1, 1, (Fragment(0, (bookie_id,)),))
     ids: list[int] = []
 
     async def one(_index: int) -> None:
-        ledger_id = await _retried(store.allocate_ledger_id)
+        # An etcd stalled for seconds by the machine's other tenants must not end a load of
+        # many minutes: each ledger rides it out as a client's metadata calls do.
+        retry = MetadataRetry(ClientConfig(), "bench scale: a ledger's metadata")
+        ledger_id = await retry.call("allocating an id", store.allocate_ledger_id)
         with contextlib.suppress(LedgerExistsError):  # a create that timed out went through
-            await _retried(lambda: store.create_ledger(ledger_id, metadata))
+            await retry.call("creating", lambda: store.create_ledger(ledger_id, metadata))
         ids.append(ledger_id)
 
     await _gather_bounded(count, 256, one)

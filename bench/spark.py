@@ -74,13 +74,18 @@ async def client_read(uri: str, log: str, records: int) -> float:
         return records / (time.perf_counter() - started)
 
 
-def warm_up(spark: Any, uri: str, size: int) -> dict[str, float]:
-    """The session's first write and read jobs (``WARMUP`` records, log "warmup"): seconds."""
+def records_frame(spark: Any, count: int, size: int) -> Any:
+    """A DataFrame of ``count`` rows of ``size`` bytes in a ``data`` column, 4 partitions."""
     from pyspark.sql import functions as F
 
-    df = spark.range(WARMUP, numPartitions=4).select(
+    return spark.range(count, numPartitions=4).select(
         F.expr(f"cast(repeat('x', {size}) as binary)").alias("data")
     )
+
+
+def warm_up(spark: Any, uri: str, size: int) -> dict[str, float]:
+    """The session's first write and read jobs (``WARMUP`` records, log "warmup"): seconds."""
+    df = records_frame(spark, WARMUP, size)
     started = time.perf_counter()
     df.write.format("aiobk").option("metadata", uri).option("log", "warmup").mode("append").save()
     wrote = time.perf_counter()
@@ -135,9 +140,7 @@ def command(records: int, size: int, json_path: str | None) -> int:
         results["client read"] = asyncio.run(client_read(uri, "plain", records))
         spark = local_session("aiobk-bench")
         try:
-            df = spark.range(records, numPartitions=4).select(
-                F.expr(f"cast(repeat('x', {size}) as binary)").alias("data")
-            )
+            df = records_frame(spark, records, size)
             df.cache().count()  # generated before the clock starts
             cold = warm_up(spark, uri, size)
             started = time.perf_counter()
