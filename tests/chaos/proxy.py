@@ -89,8 +89,8 @@ class Proxy:
                     await self._healed.wait()
                 sink.write(data)
                 await sink.drain()
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+        except (OSError, asyncio.IncompleteReadError, RuntimeError):
+            pass  # RuntimeError: uvloop's write to a side reset (or aborted) while held
         finally:
             self._pairs.discard(pair)
             for writer in pair:

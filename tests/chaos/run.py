@@ -386,56 +386,77 @@ async def _nemesis(
     result: ChaosResult,
     note: Callable[[str], None],
 ) -> None:
+    """Faults every ``gap``; a bookie's (re)start runs beside the next faults, not before them
+    (a start can take seconds on a loaded machine: it held a short run to one fault). A bookie
+    on its way back is out of the draw, and the nemesis waits for every start before it ends."""
     loop = asyncio.get_running_loop()
     gap = max(0.2, (deadline - loop.time()) / max(faults, 1))
-    for number in range(faults):
-        await asyncio.sleep(rng.uniform(0.5 * gap, gap))
-        if loop.time() >= deadline:
-            break
-        node = rng.choice(nodes)
-        proxy, process = node.proxy, node.process
-        assert proxy is not None
-        assert process is not None
-        kind = rng.choice(KINDS)
-        hold = rng.uniform(0.3, 2.0)
-        # The first fault wipes (so a short run has one, repaired while writers go on); later
-        # ones now and then, once the last wipe is repaired.
-        if (number == 0 or rng.random() < WIPE_CHANCE) and await budget.may_wipe():
-            result.faults["wipe"] = result.faults.get("wipe", 0) + 1
-            victim = await budget.victim(nodes, rng)
-            note(f"wipe bookie {victim.bookie_id}: killed, its directory deleted, never back")
-            budget.wipes_left -= 1
-            budget.wiped.add(victim.bookie_id)
-            result.wiped.append(victim.bookie_id)
-            await victim.wipe()
-            budget.watch(victim.bookie_id, note)
-            await asyncio.sleep(hold)
-            fresh = new_node()
-            await fresh.start()
-            nodes[nodes.index(victim)] = fresh
-            note(f"bookie {fresh.bookie_id} started in its place (empty)")
-            continue
-        if kind == "kill" and not await budget.may_kill():
-            kind = "stop"  # a journal-less kill now could take an entry's last copy
-        result.faults[kind] = result.faults.get(kind, 0) + 1
-        note(f"{kind} bookie {proxy.address} for {hold:.2f}s")
-        if kind == "kill":
-            budget.killed_without_journal |= budget.journal_less
-            process.kill()
-            await asyncio.sleep(hold)
-            await node.start()
-        elif kind == "stop" and process.process is not None:
-            process.process.send_signal(signal.SIGSTOP)
-            node.stopped = True
-            await asyncio.sleep(hold)
-            process.process.send_signal(signal.SIGCONT)
-            node.stopped = False
-        elif kind == "partition":
-            proxy.hold()
-            await asyncio.sleep(hold)
-            proxy.heal()
-        else:
-            proxy.reset()
+    starting: set[_Node] = set()
+    starts: list[asyncio.Task[None]] = []
+
+    def start_later(node: _Node, hold: float, done: str) -> None:
+        async def start() -> None:
+            try:
+                await asyncio.sleep(hold)
+                await node.start()
+                note(done.format(node.bookie_id))
+            finally:
+                starting.discard(node)
+
+        starting.add(node)
+        starts.append(loop.create_task(start()))
+
+    try:
+        for number in range(faults):
+            await asyncio.sleep(rng.uniform(0.5 * gap, gap))
+            if loop.time() >= deadline:
+                break
+            ready = [n for n in nodes if n not in starting]
+            if not ready:
+                continue
+            node = rng.choice(ready)
+            proxy, process = node.proxy, node.process
+            assert proxy is not None
+            assert process is not None
+            kind = rng.choice(KINDS)
+            hold = rng.uniform(0.3, 2.0)
+            # The first fault wipes (so a short run has one, repaired while writers go on);
+            # later ones now and then, once the last wipe is repaired.
+            if (number == 0 or rng.random() < WIPE_CHANCE) and await budget.may_wipe():
+                result.faults["wipe"] = result.faults.get("wipe", 0) + 1
+                victim = await budget.victim(ready, rng)
+                note(f"wipe bookie {victim.bookie_id}: killed, its directory deleted, never back")
+                budget.wipes_left -= 1
+                budget.wiped.add(victim.bookie_id)
+                result.wiped.append(victim.bookie_id)
+                await victim.wipe()
+                budget.watch(victim.bookie_id, note)
+                fresh = new_node()
+                nodes[nodes.index(victim)] = fresh  # out of the draw until it has started
+                start_later(fresh, hold, "bookie {} started in its place (empty)")
+                continue
+            if kind == "kill" and not await budget.may_kill():
+                kind = "stop"  # a journal-less kill now could take an entry's last copy
+            result.faults[kind] = result.faults.get(kind, 0) + 1
+            note(f"{kind} bookie {proxy.address} for {hold:.2f}s")
+            if kind == "kill":
+                budget.killed_without_journal |= budget.journal_less
+                process.kill()
+                start_later(node, hold, "bookie {} restarted")
+            elif kind == "stop" and process.process is not None:
+                process.process.send_signal(signal.SIGSTOP)
+                node.stopped = True
+                await asyncio.sleep(hold)
+                process.process.send_signal(signal.SIGCONT)
+                node.stopped = False
+            elif kind == "partition":
+                proxy.hold()
+                await asyncio.sleep(hold)
+                proxy.heal()
+            else:
+                proxy.reset()
+    finally:
+        await asyncio.gather(*starts)
 
 
 async def _check(
