@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from aiobk.protocol import ReadFlag, ReadRequest, StatusCode
+from aiobk.protocol import ReadFlag, ReadRequest, StatusCode, encode
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB, summary
 from tests.hostile.honest import HonestClient, add_request
@@ -98,18 +98,23 @@ async def test_a_burst_of_long_polls_does_not_stall_other_peers(
     launch: Launch, connect: Connect
 ) -> None:
     """80,000 polls sent at once from sixteen connections: every request read in one loop turn
-    made the honest client wait 1.4-2 s (measured); a few hundred per connection per turn,
-    0.4 s."""
+    made the honest client wait 1.4-2 s (measured, about the whole burst's reading); a few
+    hundred per connection per turn, 0.4 s."""
     peers_count, each, timeout = 16, 5_000, 2.0
     bookie = await launch()
     await _ledger(await connect(bookie))
     peers = [await connect(bookie) for _ in range(peers_count)]
     honest = HonestClient(bookie.host, bookie.port, read_ledger=LEDGER, read_entry=0, interval=0.02)
+    # Encoded before the honest client's clock runs: the honest client shares this process's
+    # loop, and encoding 80,000 requests stalled it 1.7 s on a loaded machine (a make test
+    # failure that measured this test, not the bookie).
+    bursts = [b"".join(encode(_poll(peer, timeout)) for _ in range(each)) for peer in peers]
     async with honest.running():
         await asyncio.sleep(0.3)
         honest.latencies.clear()
-        for peer in peers:
-            peer.send_many(_poll(peer, timeout) for _ in range(each))
+        sent_at = asyncio.get_running_loop().time()
+        for peer, burst in zip(peers, bursts, strict=True):
+            peer.send_bytes(burst)
         for peer in peers:
             while len(peer.received) < each:
                 await peer.read_some(timeout + 30)
@@ -117,7 +122,13 @@ async def test_a_burst_of_long_polls_does_not_stall_other_peers(
     statuses = {r.status for peer in peers for _at, r in peer.received.values()}
     assert statuses == {StatusCode.EOK}
     assert not honest.failures, honest.failures[:5]
-    assert max(latencies) <= 1.0, summary(latencies)
+    # How long the bookie took to read the whole burst: its last poll was answered at its
+    # timeout after it was read. Read in one turn, an honest request waits about all of it;
+    # a few hundred requests per connection per turn, a fraction (0.16-0.3 measured, on an idle
+    # machine and beside three busy loops; the absolute figures grow 3x with the load).
+    reading = max(at for peer in peers for at, _r in peer.received.values()) - sent_at - timeout
+    bound = max(1.0, 0.5 * reading)
+    assert max(latencies) <= bound, (summary(latencies), f"burst read in {reading:.2f}s")
     assert bookie.terminate() == 0, bookie.log_text()
 
 
