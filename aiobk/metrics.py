@@ -70,6 +70,7 @@ BOOKIE_HELP: dict[str, str] = {
     # counters
     "adds": "Add requests received, refused ones included [ADD_ENTRY].",
     "add_bytes": "Entry bytes of the add requests taken for the journal and ledger storage.",
+    "add_batches": "ADD_BATCH requests received (protocol 2); each of their entries is an add.",
     "reads": "Read requests received, fencing reads and long polls included [READ_ENTRY].",
     "read_misses": "Reads of an entry this bookie does not have (ENOENTRY, or EUNKNOWN in limbo).",
     "long_polls": "Long-poll reads that waited for the ledger's LAC to move.",

@@ -29,6 +29,7 @@ from aiobk.protocol import ADMIN, BOOKIE, CLIENT, KNOWN_ROLES, NO_ROLES, OpCode
 ANY_ROLE = frozenset({ADMIN, BOOKIE, CLIENT})
 OP_ROLES: Mapping[OpCode, frozenset[str]] = {  # HANDSHAKE and START_TLS: anyone
     OpCode.ADD: ANY_ROLE,  # a worker's RECOVERY_ADD is an add too
+    OpCode.ADD_BATCH: ANY_ROLE,
     OpCode.READ: ANY_ROLE,
     OpCode.READ_LAC: ANY_ROLE,
     OpCode.WRITE_LAC: ANY_ROLE,

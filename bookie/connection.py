@@ -32,6 +32,7 @@ from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.tls import TLS_HANDSHAKE_TIMEOUT, BookieTls
 from aiobk.protocol import (
+    MIN_PROTOCOL_VERSION,
     NO_ROLES,
     PROTOCOL_VERSION,
     ErrorResponse,
@@ -183,7 +184,9 @@ class ServerConnection(asyncio.Protocol):
         backlog = self._backlog
         handlers = self._handlers
         ctx = self.ctx
-        for _ in range(min(len(backlog), FRAMES_PER_TURN)):
+        budget = FRAMES_PER_TURN  # requests; an ADD_BATCH counts each of its entries
+        while backlog and budget > 0:
+            budget -= 1
             if self.closed:
                 return
             payload = backlog.popleft()
@@ -205,7 +208,9 @@ class ServerConnection(asyncio.Protocol):
                 continue
             self._inflight += 1
             try:
-                handlers[request.op](ctx, request, self)
+                work = handlers[request.op](ctx, request, self)
+                if work is not None:
+                    budget -= work - 1
             except IndexCorruptError as exc:  # a damaged index block: EIO, never a guess
                 ctx.stats.corrupt_reads += 1
                 log.error("bookie %s: %s", ctx.admin.bookie_id, exc)
@@ -237,7 +242,7 @@ class ServerConnection(asyncio.Protocol):
             return False
         if op is OpCode.HANDSHAKE:
             assert isinstance(request, HandshakeRequest)
-            self.handshaken = request.protocol_version == PROTOCOL_VERSION
+            self.handshaken = MIN_PROTOCOL_VERSION <= request.protocol_version <= PROTOCOL_VERSION
         return True
 
     def _refuse(self, request: Request, refusal: Refusal) -> None:
@@ -313,6 +318,10 @@ class ServerConnection(asyncio.Protocol):
         self.update_reading()
 
     # -------------------------------------------------------------- for handlers
+
+    @property
+    def origin(self) -> object:
+        return self
 
     def reply(self, response: Response) -> None:
         """Answer one request (every handled request gets exactly one reply)."""

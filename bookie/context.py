@@ -35,10 +35,20 @@ class Poll(Protocol):
 class Replier(Protocol):
     """The connection a request came in on (``bookie.connection.ServerConnection``)."""
 
-    closed: bool
-    # The peer's roles (``aiobk.protocol.roles``): from its verified client certificate when
-    # the bookie has ``tls_client_auth``; empty otherwise (no identity).
-    roles: frozenset[str]
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """The peer's roles (``aiobk.protocol.roles``): from its verified client certificate
+        when the bookie has ``tls_client_auth``; empty otherwise (no identity)."""
+        ...
+
+    @property
+    def origin(self) -> object:
+        """The connection itself (an ADD_BATCH's entries answer to the batch, whose origin is
+        its connection): what per-connection bounds are keyed by."""
+        ...
 
     def reply(self, response: Response) -> None: ...
 
@@ -99,6 +109,8 @@ class BookieContext:
     keys: KeyCheck = field(default_factory=KeyCheck)
 
 
-Handler = Callable[[BookieContext, Any, Replier], None]
+# A handler may return how many requests' work it was (an ADD_BATCH: its entries), which the
+# connection counts against its turn (``bookie.flow.FRAMES_PER_TURN``); None is one.
+Handler = Callable[[BookieContext, Any, Replier], int | None]
 
 __all__ = ["BookieAdmin", "BookieContext", "Handler", "Poll", "Replier"]

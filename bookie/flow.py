@@ -47,7 +47,7 @@ from aiobk.bookie.stats import BookieStats
 log = logging.getLogger(__name__)
 
 READS_PER_CONNECTION = 8  # entry reads of one connection fetching at once
-FRAMES_PER_TURN = 256  # requests of one connection handled per event-loop turn
+FRAMES_PER_TURN = 256  # requests of one connection handled per loop turn (a batch: its entries)
 SWEEP_INTERVAL = 1.0  # seconds between checks of frame and idle deadlines
 
 

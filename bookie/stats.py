@@ -70,6 +70,7 @@ class BookieHistograms:
 class BookieStats:
     adds: int = 0
     add_bytes: int = 0
+    add_batches: int = 0  # ADD_BATCH requests (protocol 2); their entries count in ``adds``
     reads: int = 0
     read_misses: int = 0
     long_polls: int = 0

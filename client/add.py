@@ -52,6 +52,7 @@ from typing import Any
 
 from aiobk.client.ack_tracker import AckTracker
 from aiobk.client.backpressure import AddBudget
+from aiobk.client.connection import BookieConnection
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.lac import ExplicitLac
@@ -61,13 +62,18 @@ from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_SIZE,
+    AddBatchRequest,
+    AddBatchResponse,
     AddFlag,
     AddRequest,
     AddResponse,
+    BatchError,
     Durability,
     Response,
     StatusCode,
     encode,
+    pack_bodies,
+    unpack_statuses,
 )
 from aiobk.protocol.errors import (
     BKError,
@@ -94,6 +100,10 @@ EnsembleChanger = Callable[
 # largest digest (HMAC-SHA256). A test checks that a payload of exactly the resulting limit
 # goes through a real encoder and bookie.
 ADD_FRAME_OVERHEAD = 1 + 1 + 5 * 9 + 3 + 5 + HEADER_SIZE + 32
+# The adds of one loop turn to one bookie leave in one ADD_BATCH (protocol 2) of at most this
+# many entries and bytes of bodies; a bookie takes up to protocol.MAX_BATCH_ENTRIES.
+BATCH_ENTRIES = 256
+BATCH_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +130,8 @@ class AddMode:
 
 class PendingAdd:
     __slots__ = (
-        "acks", "charged", "done", "entry_id", "future", "inflight", "length", "payload", "queued",
-        "started",
+        "acks", "body", "charged", "done", "entry_id", "frame", "future", "inflight", "length",
+        "payload", "queued", "started", "unsent",
     )  # fmt: skip
 
     def __init__(
@@ -137,6 +147,22 @@ class PendingAdd:
         self.charged = False  # holds a share of the client's AddBudget (see the theory above)
         self.inflight = 0  # sends whose callback has not run yet
         self.started = 0.0  # when the add began (ClientStats.clock), for the append latency
+        # Between a send and its batch's flush: the encoded entry, and how many bookies'
+        # batches still hold it (the body is dropped when none does); the ADD frame, once made
+        # for one bookie, is the same for the others.
+        self.body = b""
+        self.unsent = 0
+        self.frame: tuple[int, bytes] | None = None
+
+
+class _Outgoing:
+    """The adds waiting for the end of the loop turn to leave for one bookie of one slot."""
+
+    __slots__ = ("ops", "size")
+
+    def __init__(self) -> None:
+        self.ops: list[PendingAdd] = []
+        self.size = 0
 
 
 class AddPipeline:
@@ -191,7 +217,12 @@ class AddPipeline:
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._sender: Sender[PendingAdd] = Sender(ctx.pool, config.add_timeout, self._answered)
+        self._sender: Sender[Sequence[PendingAdd]] = Sender(
+            ctx.pool, config.add_timeout, self._answered_all
+        )
+        # (slot, bookie) -> the adds to send it at the end of this loop turn (issue 19)
+        self._outgoing: dict[tuple[int, str], _Outgoing] = {}
+        self._flush_scheduled = False
         # Recovery's write-backs carry their frozen LAC and need no explicit one.
         self._explicit = (
             ExplicitLac(ledger_id, master_key, ctx.pool, config, lac)
@@ -279,31 +310,120 @@ class AddPipeline:
             self._send(op, self._write_sets[entry_id % self.e])
         return op
 
-    def _frame(self, op: PendingAdd) -> tuple[int, bytes]:
+    def _body(self, op: PendingAdd) -> bytes:
+        """The entry as sent: it carries the LAC as it is now (piggybacked)."""
         lac = self._tracker.lac if self._frozen_lac is None else self._frozen_lac
         explicit = self._explicit
         if explicit is not None and lac > explicit.sent:
             explicit.sent = lac  # the bookies learn this LAC with this add
-        body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
-        txn_id = next(self._pool.txn_ids)
-        mode = self._mode
-        request = AddRequest.from_fields(
-            txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
-        )
-        return txn_id, encode(request)
+        return self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
+
+    def _frame(self, op: PendingAdd, body: bytes) -> tuple[int, bytes]:
+        """One ADD of ``op``, made once for every bookie it goes to (a shared txn id)."""
+        frame = op.frame
+        if frame is None:
+            txn_id = next(self._pool.txn_ids)
+            mode = self._mode
+            request = AddRequest.from_fields(
+                txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
+            )
+            frame = op.frame = (txn_id, encode(request))
+        return frame
 
     def _send(self, op: PendingAdd, slots: Sequence[int]) -> None:
-        txn_id, frame = self._frame(op)
-        alone = len(self._tracker.pending) == 1  # nothing else in flight: send now
+        """Send ``op`` to the bookies of ``slots``: now when nothing else is in flight (a lone
+        add waits for nothing), else at the end of this loop turn, with the other adds to the
+        same bookies, in one ADD_BATCH each (issue 19)."""
+        body = self._body(op)
         op.inflight += len(slots)  # each send's callback runs exactly once
-        send = self._sender.send
+        op.frame = None  # a resend carries the LAC as it is now
+        ensemble = self.ensemble
+        if len(self._tracker.pending) == 1:
+            txn_id, frame = self._frame(op, body)
+            send = self._sender.send
+            for slot in slots:
+                bookie = ensemble[slot]
+                send(bookie, txn_id, frame, self._callback(op, slot, bookie), (op,), True)
+            op.frame = None
+            return
+        op.body = body
+        op.unsent += len(slots)
+        outgoing = self._outgoing
+        size = len(body)
         for slot in slots:
-            bookie = self.ensemble[slot]
-            send(bookie, txn_id, frame, self._callback(op, slot, bookie), op, alone)
+            key = (slot, ensemble[slot])
+            out = outgoing.get(key)
+            if out is None:
+                out = outgoing[key] = _Outgoing()
+            elif len(out.ops) >= BATCH_ENTRIES or out.size + size > BATCH_BYTES:
+                del outgoing[key]
+                self._flush_one(key[0], key[1], out.ops)
+                out = outgoing[key] = _Outgoing()
+            out.ops.append(op)
+            out.size += size
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush_outgoing)
+
+    def _flush_outgoing(self) -> None:
+        self._flush_scheduled = False
+        outgoing, self._outgoing = self._outgoing, {}
+        for (slot, bookie), out in outgoing.items():
+            self._flush_one(slot, bookie, out.ops)
+
+    def _flush_one(self, slot: int, bookie: str, ops: list[PendingAdd]) -> None:
+        """Hand the adds queued for ``bookie`` to its connection, now or once it is open."""
+        if self.error is not None:  # failed meanwhile: nobody waits for these answers
+            for op in ops:
+                self._unqueued(op)
+                self._answered(op)
+            return
+        self._sender.deliver(bookie, functools.partial(self._deliver, slot, bookie, ops), ops)
+
+    def _deliver(
+        self, slot: int, bookie: str, ops: list[PendingAdd], conn: BookieConnection | BKError
+    ) -> None:
+        """One ADD_BATCH when there are several adds and the connection speaks protocol 2,
+        else one ADD each; or each add's failure, when the connection could not be made."""
+        if isinstance(conn, BKError):
+            for op in ops:
+                self._unqueued(op)
+            self._on_batch(ops, slot, bookie, conn)
+            return
+        timeout = self._sender.timeout
+        if len(ops) == 1 or conn.protocol_version < 2:
+            for op in ops:
+                txn_id, frame = self._frame(op, op.body)
+                self._unqueued(op)
+                conn.send_frame(txn_id, frame, timeout, self._callback(op, slot, bookie))
+            return
+        txn_id = next(self._pool.txn_ids)
+        mode = self._mode
+        request = AddBatchRequest.from_fields(
+            txn_id,
+            self.ledger_id,
+            mode.flags,
+            mode.durability,
+            self._key,
+            pack_bodies([op.body for op in ops]),
+        )
+        for op in ops:
+            self._unqueued(op)
+        callback = functools.partial(self._on_batch, ops, slot, bookie)
+        conn.send_frame(txn_id, encode(request), timeout, callback)
+
+    @staticmethod
+    def _unqueued(op: PendingAdd) -> None:
+        op.unsent -= 1
+        if not op.unsent:
+            op.body = b""
+            op.frame = None
 
     async def sent(self, bookie: str) -> None:
         """Wait until every add so far has been handed to ``bookie``'s connection (or failed to
         connect): a FORCE sent after this cannot overtake them."""
+        if self._outgoing:
+            self._flush_outgoing()
         await self._sender.sent(bookie)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -318,6 +438,10 @@ class AddPipeline:
         return functools.partial(self._on_response, op, slot, bookie)
 
     # ------------------------------------------------------------------ responses
+
+    def _answered_all(self, ops: Sequence[PendingAdd]) -> None:
+        for op in ops:
+            self._answered(op)
 
     def _answered(self, op: PendingAdd) -> None:
         """One send of ``op`` is over (answered, failed or never sent)."""
@@ -375,6 +499,49 @@ class AddPipeline:
         # Even when this entry already has its ack quorum: the bookie is failing, so the next
         # entries must go to a replacement (BookKeeper's handleBookieFailure).
         self._slot_failed(slot, bookie)
+
+    def _on_batch(
+        self, ops: list[PendingAdd], slot: int, bookie: str, result: Response | BKError
+    ) -> None:
+        """The answer to an ADD_BATCH: every entry acknowledged (the common case, done here),
+        or each entry's answer taken as its own ADD's would have been."""
+        if (
+            isinstance(result, AddBatchResponse)
+            and result.status is StatusCode.EOK
+            and not result.statuses
+            and self.error is None
+            and self.ensemble[slot] == bookie
+            and self._failed.get(slot) != bookie
+        ):
+            tracker = self._tracker
+            if self.volatile:
+                tracker.synced_to(slot, result.last_add_synced)
+            answered, ack = self._answered, tracker.ack
+            ready = False
+            for op in ops:
+                answered(op)
+                if ack(op, slot):
+                    ready = True
+            if ready:
+                self._complete_ready()
+            return
+        if not isinstance(result, AddBatchResponse):
+            for op in ops:  # a failure, or an answer of another kind: each entry's
+                self._on_response(op, slot, bookie, result)
+            return
+        statuses = [result.status] * len(ops)
+        if result.status is StatusCode.EOK:
+            try:
+                statuses = unpack_statuses(result.statuses, len(ops))
+            except BatchError as exc:
+                log.warning("ledger %d: bookie %s: %s", self.ledger_id, bookie, exc)
+                statuses = [StatusCode.EIO] * len(ops)
+        synced = result.last_add_synced
+        for op, status in zip(ops, statuses, strict=True):
+            answer = AddResponse.from_fields(
+                result.txn_id, status, self.ledger_id, op.entry_id, synced
+            )
+            self._on_response(op, slot, bookie, answer)
 
     def _complete_ready(self) -> None:
         """Acknowledge, in order, every entry at the head that has its ack quorum."""
@@ -511,6 +678,11 @@ class AddPipeline:
     async def close(self) -> None:
         if self._explicit is not None:
             await self._explicit.close()
+        outgoing, self._outgoing = self._outgoing, {}
+        for out in outgoing.values():  # never sent: no answer will come
+            for op in out.ops:
+                self._unqueued(op)
+                self._answered(op)
         await self._sender.withdraw()
         for task in list(self._tasks):
             task.cancel()

@@ -27,6 +27,7 @@ from typing import cast
 from aiobk.client.net import AsyncioConnector, Connector
 from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     ErrorResponse,
     FrameDecoder,
@@ -65,6 +66,8 @@ class BookieConnection(asyncio.Protocol):
     ) -> None:
         self.address = address
         self.bookie_id = ""
+        # Agreed at the handshake: 2 and up take ADD_BATCH (issue 19).
+        self.protocol_version = MIN_PROTOCOL_VERSION
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame = max_frame_size
@@ -108,18 +111,37 @@ class BookieConnection(asyncio.Protocol):
         except (TimeoutError, OSError) as exc:
             raise BookieUnavailableError(f"cannot connect to bookie {address}: {exc}") from exc
         try:
-            hello = await conn.call(HandshakeRequest(0, PROTOCOL_VERSION, client_name), timeout)
+            hello = await conn._handshake(client_name, timeout)
         except BaseException:
             conn.close()
             raise
-        assert isinstance(hello, HandshakeResponse)
         if expected_bookie_id is not None and hello.bookie_id != expected_bookie_id:
             conn.close()
             raise BookieUnavailableError(
                 f"{address} is bookie {hello.bookie_id!r}, not {expected_bookie_id!r}"
             )
         conn.bookie_id = hello.bookie_id
+        conn.protocol_version = hello.protocol_version
         return conn
+
+    async def _handshake(self, client_name: str, timeout: float) -> HandshakeResponse:
+        """Ask for our newest protocol version; a bookie of an older release refuses it
+        (EBADVERSION) naming its own, and is asked again for that one if we speak it."""
+        version = PROTOCOL_VERSION
+        for _attempt in range(2):
+            request = HandshakeRequest(self.next_txn_id(), version, client_name)
+            hello = await self.send(request, timeout)
+            if not isinstance(hello, HandshakeResponse):
+                break
+            if hello.status is StatusCode.EOK:
+                return hello
+            older = hello.protocol_version
+            if hello.status is not StatusCode.EBADVERSION or not (
+                MIN_PROTOCOL_VERSION <= older < version
+            ):
+                break
+            version = older
+        raise status_error(hello, self.address)
 
     # ------------------------------------------------------------------ requests
 

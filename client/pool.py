@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ResponseCallback = Callable[[Response | BKError], None]
+# Sends whose frames are made once the connection is there (they depend on its protocol
+# version): called with the open connection, or with the error that stopped the connect.
+Delivery = Callable[[BookieConnection | BKError], None]
 
 
 class BookiePool:
@@ -192,7 +195,7 @@ class Sender(Generic[T]):
         self._pool = pool
         self._timeout = timeout
         self._on_withdrawn = on_withdrawn
-        self._backlog: dict[str, list[tuple[int, bytes, ResponseCallback, T]]] = {}
+        self._backlog: dict[str, list[tuple[Delivery, T]]] = {}
         self._handed_over: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -208,21 +211,48 @@ class Sender(Generic[T]):
         """Send ``frame`` (an encoded request with ``txn_id``); ``callback`` gets its answer
         or failure, exactly once. ``flush``: write it now rather than at the end of the loop
         turn (nothing else is in flight to batch it with)."""
-        backlog = self._backlog.get(bookie)
-        if backlog is None:
+        if bookie not in self._backlog:
             conn = self._pool.get_nowait(bookie)
             if conn is not None:
                 conn.send_frame(txn_id, frame, self._timeout, callback)
                 if flush:
                     conn.flush_now()
                 return
+        timeout = self._timeout
+
+        def deliver(conn: BookieConnection | BKError) -> None:
+            if isinstance(conn, BKError):
+                callback(conn)
+            else:
+                conn.send_frame(txn_id, frame, timeout, callback)
+
+        self._queue(bookie, deliver, tag)
+
+    def deliver(self, bookie: str, delivery: Delivery, tag: T) -> None:
+        """As ``send``, for sends made by ``delivery`` from the open connection (now, if it is
+        open and nothing waits before them) -- or given the error, if the connect fails. It
+        sends with the connection's ``send_frame`` and this sender's ``timeout``."""
+        if bookie not in self._backlog:
+            conn = self._pool.get_nowait(bookie)
+            if conn is not None:
+                delivery(conn)
+                return
+        self._queue(bookie, delivery, tag)
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def _queue(self, bookie: str, delivery: Delivery, tag: T) -> None:
+        backlog = self._backlog.get(bookie)
+        if backlog is None:
             loop = asyncio.get_running_loop()
             backlog = self._backlog[bookie] = []
             self._handed_over[bookie] = loop.create_future()
             task = loop.create_task(self._after_connect(bookie))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        backlog.append((txn_id, frame, callback, tag))
+        backlog.append((delivery, tag))
 
     async def _after_connect(self, bookie: str) -> None:
         try:
@@ -231,17 +261,17 @@ class Sender(Generic[T]):
             # change the ledger's ensemble away from a bookie that is back.
             conn = await self._pool.get(bookie, patience=SEND_PATIENCE)
         except BKError as exc:
-            for _txn_id, _frame, callback, _tag in self._end_backlog(bookie):
-                callback(exc)
+            for delivery, _tag in self._end_backlog(bookie):
+                delivery(exc)
             return
         except asyncio.CancelledError:  # withdrawn: these sends go nowhere
-            for _txn_id, _frame, _callback, tag in self._end_backlog(bookie):
+            for _delivery, tag in self._end_backlog(bookie):
                 self._on_withdrawn(tag)
             raise
-        for txn_id, frame, callback, _tag in self._end_backlog(bookie):
-            conn.send_frame(txn_id, frame, self._timeout, callback)
+        for delivery, _tag in self._end_backlog(bookie):
+            delivery(conn)
 
-    def _end_backlog(self, bookie: str) -> list[tuple[int, bytes, ResponseCallback, T]]:
+    def _end_backlog(self, bookie: str) -> list[tuple[Delivery, T]]:
         backlog = self._backlog.pop(bookie, [])
         done = self._handed_over.pop(bookie, None)
         if done is not None and not done.done():

@@ -1,5 +1,13 @@
 """The aiobk wire protocol: frames, messages, status codes and the entry body. Pure: no I/O."""
 
+from aiobk.protocol.batch import (
+    MAX_BATCH_ENTRIES,
+    BatchError,
+    pack_bodies,
+    pack_statuses,
+    unpack_bodies,
+    unpack_statuses,
+)
 from aiobk.protocol.codec import decode_request, decode_response, encode
 from aiobk.protocol.entry import (
     ENTRY_HEADER,
@@ -52,7 +60,10 @@ from aiobk.protocol.keys import MASTER_KEY_SIZE, key_request_proof, master_key
 from aiobk.protocol.limits import MAX_ENTRY_ID, MAX_LEDGER_ID, check_request
 from aiobk.protocol.messages import (
     LAC_ENTRY_ID,
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
+    AddBatchRequest,
+    AddBatchResponse,
     AddFlag,
     AddRequest,
     AddResponse,
@@ -106,6 +117,13 @@ __all__ = [
     "decode_response",
     # messages
     "PROTOCOL_VERSION",
+    "MIN_PROTOCOL_VERSION",
+    "MAX_BATCH_ENTRIES",
+    "BatchError",
+    "pack_bodies",
+    "pack_statuses",
+    "unpack_bodies",
+    "unpack_statuses",
     "LAC_ENTRY_ID",
     "Message",
     "Request",
@@ -122,6 +140,8 @@ __all__ = [
     "HandshakeResponse",
     "AddRequest",
     "AddResponse",
+    "AddBatchRequest",
+    "AddBatchResponse",
     "ReadRequest",
     "ReadResponse",
     "ReadLacRequest",

@@ -21,6 +21,7 @@ from aiobk.protocol.keys import MASTER_KEY_SIZE
 from aiobk.protocol.messages import (
     INT64_MAX,
     LAC_ENTRY_ID,
+    AddBatchRequest,
     AddFlag,
     AddRequest,
     ForceRequest,
@@ -69,6 +70,11 @@ def check_request(request: Request) -> None:
         _ledger(request, request.ledger_id)
         if not 0 <= request.entry_id <= MAX_ENTRY_ID:
             raise _refuse(request, f"entry id {request.entry_id} is out of range")
+        if _bits(request.flags, _ADD_UNKNOWN):
+            raise _refuse(request, f"unknown flags {int(request.flags):#x}")
+        _key(request, request.master_key, required=True)
+    elif isinstance(request, AddBatchRequest):  # its entries: protocol.batch, when handled
+        _ledger(request, request.ledger_id)
         if _bits(request.flags, _ADD_UNKNOWN):
             raise _refuse(request, f"unknown flags {int(request.flags):#x}")
         _key(request, request.master_key, required=True)

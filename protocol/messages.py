@@ -21,7 +21,11 @@ from typing import Any, ClassVar, Self
 from aiobk.protocol.compiled import compile_message, enum_lookup
 from aiobk.protocol.status import StatusCode
 
-PROTOCOL_VERSION = 1
+# 2 adds ADD_BATCH. A bookie speaks every version from MIN_PROTOCOL_VERSION up and answers a
+# handshake with the version asked; a client asks for its newest and, refused with EBADVERSION
+# by an older bookie, asks again for the version that bookie names (client.connection).
+PROTOCOL_VERSION = 2
+MIN_PROTOCOL_VERSION = 1
 RESPONSE_BIT = 0x80
 ERROR_TAG = 0xFF
 
@@ -44,6 +48,7 @@ class OpCode(IntEnum):
     BOOKIE_STATE = 9  # operators: read, or force, writable / read-only
     LEDGER_KEY = 10  # replication workers: a ledger's master key, for the cluster's secret
     START_TLS = 11  # upgrade this connection to TLS (BookKeeper's START_TLS), then handshake
+    ADD_BATCH = 12  # protocol 2: consecutive adds of one ledger in one frame (issue 19)
 
 
 class AddFlag(IntFlag):
@@ -155,6 +160,32 @@ class AddRequest(Request):
             raise MalformedMessageError(f"unknown durability {durability}", txn_id) from None
         flag = _add_flag(flags)
         message: Self = cls.from_fields(txn_id, ledger_id, entry_id, flag, level, key, body)
+        return message
+
+
+@dataclass(frozen=True, slots=True)
+class AddBatchRequest(Request):
+    """Adds of one ledger in one frame: each entry is handled as the ADD of that entry would be
+    (its id is the one in its body's header), and one ``AddBatchResponse`` answers them all once
+    every one is answered. ``bodies`` is ``protocol.batch.pack_bodies``'s packing."""
+
+    op = OpCode.ADD_BATCH
+    tag = OpCode.ADD_BATCH
+    _wire = (_INT, _INT, _INT, _BYTES, _BYTES)
+    ledger_id: int
+    flags: AddFlag = AddFlag.NONE
+    durability: Durability = Durability.PERSISTENT
+    master_key: bytes = b""
+    bodies: bytes = b""
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> Self:
+        txn_id, ledger_id, flags, durability, key, bodies = values
+        try:
+            level = _durability(durability)
+        except ValueError:
+            raise MalformedMessageError(f"unknown durability {durability}", txn_id) from None
+        message: Self = cls.from_fields(txn_id, ledger_id, _add_flag(flags), level, key, bodies)
         return message
 
 
@@ -297,6 +328,20 @@ class AddResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class AddBatchResponse(Response):
+    """``status`` EOK: ``statuses`` holds each entry's status, one byte per entry in the
+    request's order, or is empty when every entry is EOK (the common case, kept small).
+    Another status is every entry's (the batch was not handled)."""
+
+    op = OpCode.ADD_BATCH
+    tag = OpCode.ADD_BATCH | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _BYTES)
+    ledger_id: int
+    last_add_synced: int = -1  # as AddResponse's, when the last entry was answered
+    statuses: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class ReadResponse(Response):
     op = OpCode.READ
     tag = OpCode.READ | RESPONSE_BIT
@@ -410,6 +455,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
     for cls in (
         HandshakeRequest,
         AddRequest,
+        AddBatchRequest,
         ReadRequest,
         ReadLacRequest,
         WriteLacRequest,
@@ -426,6 +472,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
     for cls in (
         HandshakeResponse,
         AddResponse,
+        AddBatchResponse,
         ReadResponse,
         ReadLacResponse,
         WriteLacResponse,

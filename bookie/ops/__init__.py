@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiobk.bookie.context import Handler
 from aiobk.bookie.ops.add import handle_add
+from aiobk.bookie.ops.add_batch import handle_add_batch
 from aiobk.bookie.ops.admin import (
     handle_bookie_info,
     handle_bookie_state,
@@ -19,6 +20,7 @@ from aiobk.protocol import OpCode
 HANDLERS: dict[OpCode, Handler] = {
     OpCode.HANDSHAKE: handle_handshake,
     OpCode.ADD: handle_add,
+    OpCode.ADD_BATCH: handle_add_batch,
     OpCode.READ: handle_read,
     OpCode.READ_LAC: handle_read_lac,
     OpCode.WRITE_LAC: handle_write_lac,

@@ -107,7 +107,7 @@ def _admit(
                 return
         conn.reply(AddResponse(request.txn_id, status, request.ledger_id, request.entry_id))
 
-    ctx.keys.admit(ctx, request.ledger_id, request.master_key, conn, conn.roles, admitted)
+    ctx.keys.admit(ctx, request.ledger_id, request.master_key, conn.origin, conn.roles, admitted)
 
 
 def _store(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.errors import BookieStateError
 from aiobk.protocol import (
+    MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
     BookieStateRequest,
     BookieStateResponse,
@@ -28,10 +29,14 @@ if TYPE_CHECKING:
 
 
 def handle_handshake(ctx: BookieContext, request: HandshakeRequest, conn: Replier) -> None:
-    status = StatusCode.EOK
-    if request.protocol_version != PROTOCOL_VERSION:
-        status = StatusCode.EBADVERSION
-    conn.reply(HandshakeResponse(request.txn_id, status, PROTOCOL_VERSION, ctx.admin.bookie_id))
+    """Every version from MIN_PROTOCOL_VERSION up is spoken: the answer names the one asked
+    for; refused (EBADVERSION), it names the newest, for the client to ask again."""
+    version = request.protocol_version
+    if MIN_PROTOCOL_VERSION <= version <= PROTOCOL_VERSION:
+        status = StatusCode.EOK
+    else:
+        status, version = StatusCode.EBADVERSION, PROTOCOL_VERSION
+    conn.reply(HandshakeResponse(request.txn_id, status, version, ctx.admin.bookie_id))
 
 
 def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:

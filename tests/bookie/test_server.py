@@ -8,6 +8,7 @@ import pytest
 
 from aiobk.protocol import (
     LAC_ENTRY_ID,
+    PROTOCOL_VERSION,
     ForceRequest,
     ForceResponse,
     GetBookieInfoRequest,
@@ -71,9 +72,9 @@ async def test_a_client_of_another_protocol_version_is_refused(start_bookie, con
     response = await conn.send(HandshakeRequest(conn.next_txn_id(), 99, "from-the-future"), TIMEOUT)
     assert isinstance(response, HandshakeResponse)
     assert response.status is StatusCode.EBADVERSION
-    assert response.protocol_version == 1  # the bookie says which version it speaks
+    assert response.protocol_version == PROTOCOL_VERSION  # the bookie names its newest
     with pytest.raises(ProtocolVersionError) as refused:
-        await conn.call(HandshakeRequest(0, 2, "v2"), TIMEOUT)
+        await conn.call(HandshakeRequest(0, PROTOCOL_VERSION + 1, "next"), TIMEOUT)
     assert refused.value.code == StatusCode.EBADVERSION
     assert (await add(conn, 4, 0, b"still served")).status is StatusCode.EOK
 

@@ -1,6 +1,7 @@
 """atheris target: arbitrary bytes through the frame decoder, the request and response decoders,
-the entry parser and the journal scanner. The only acceptable failures are the typed errors
-each documents (a malformed input is refused, never a crash, hang or other exception).
+the entry parser, ADD_BATCH's unpacking and the journal scanner. The only acceptable failures
+are the typed errors each documents (a malformed input is refused, never a crash, hang or other
+exception).
 
     python -m tests.fuzz.codec -runs=200000          # make fuzz
     python -m tests.fuzz.codec -max_total_time=600
@@ -16,6 +17,7 @@ import atheris
 with atheris.instrument_imports():
     from aiobk.bookie.journal_format import scan
     from aiobk.protocol import (
+        BatchError,
         FrameDecoder,
         FrameError,
         MalformedEntryError,
@@ -23,6 +25,8 @@ with atheris.instrument_imports():
         decode_request,
         decode_response,
         parse_entry,
+        unpack_bodies,
+        unpack_statuses,
     )
 
 MAX_FRAME = 1 << 16
@@ -43,6 +47,10 @@ def one_input(data: bytes) -> None:
                 decode(payload, MAX_FRAME)
         with contextlib.suppress(MalformedEntryError):
             parse_entry(payload)
+        with contextlib.suppress(BatchError):
+            unpack_bodies(payload, split)
+        with contextlib.suppress(BatchError):
+            unpack_statuses(payload, split)
     scan(rest)  # stops at the first damaged record; never raises
 
 

@@ -53,6 +53,7 @@ class HonestClient:
         self.read_ledger, self.read_entry = read_ledger, read_entry
         self.interval = interval
         self.latencies: list[float] = []
+        self.read_latencies: list[float] = []  # the reads' alone (an add waits for the journal)
         self.failures: list[str] = []
         self.next_entry = 0
         self.conn: BookieConnection | None = None
@@ -81,6 +82,8 @@ class HonestClient:
             self.failures.append(f"{operation}: {exc!r}")
             return
         self.latencies.append(time.monotonic() - start)
+        if operation == "read":
+            self.read_latencies.append(self.latencies[-1])
         if response.status is not StatusCode.EOK:
             self.failures.append(f"{operation}: {response.status.name}")
 

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from aiobk import protocol
 from aiobk.protocol import (
+    AddBatchRequest,
+    AddBatchResponse,
     AddFlag,
     AddRequest,
     AddResponse,
@@ -67,6 +69,15 @@ requests = st.one_of(
         small,
         small,
     ),
+    st.builds(
+        AddBatchRequest,
+        i64,
+        i64,
+        st.sampled_from(list(AddFlag)),
+        st.sampled_from(list(Durability)),
+        small,
+        small,
+    ),
     st.builds(ReadRequest, i64, i64, i64, st.sampled_from(list(ReadFlag)), small, i64, i64),
     st.builds(ReadLacRequest, i64, i64),
     st.builds(WriteLacRequest, i64, i64, small, i64),
@@ -79,6 +90,7 @@ requests = st.one_of(
 responses = st.one_of(
     st.builds(HandshakeResponse, i64, status, i64, st.text(max_size=20)),
     st.builds(AddResponse, i64, status, i64, i64, i64),
+    st.builds(AddBatchResponse, i64, status, i64, i64, small),
     st.builds(ReadResponse, i64, status, i64, i64, i64, i64, st.none() | small),
     st.builds(ReadLacResponse, i64, status, i64, i64, i64),
     st.builds(WriteLacResponse, i64, status, i64, i64),
@@ -189,6 +201,7 @@ def test_frame_helper() -> None:
         ([2, 5, 1], "takes 6 fields", 5),
         ([2, 5, 1, 0, 0, 0, "key", b""], "master_key", 5),
         ([2, 5, 1, 0, 0, 9, b"", b""], "durability", 5),
+        ([12, 5, 1, 0, 9, b"", b""], "durability", 5),
         ([9, 5, 7], "unknown state change", 5),
         ([2, 5, 2**64 - 1, 0, 0, 0, b"", b""], "out of range", 5),
         ([4, 5, True], "bool not allowed", 5),

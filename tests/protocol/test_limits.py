@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from aiobk.protocol import (
     MASTER_KEY_SIZE,
     MAX_ENTRY_ID,
+    AddBatchRequest,
     AddFlag,
     AddRequest,
     ForceRequest,
@@ -30,6 +31,7 @@ INT64_MAX = 2**63 - 1
 GOOD: list[Request] = [
     AddRequest(1, 0, 0, master_key=KEY, body=b"x"),
     AddRequest(1, INT64_MAX, MAX_ENTRY_ID, AddFlag.RECOVERY_ADD, master_key=KEY),
+    AddBatchRequest(1, 0, AddFlag.RECOVERY_ADD, master_key=KEY, bodies=b"checked when handled"),
     ReadRequest(1, 5, -1),
     ReadRequest(1, 5, 3, ReadFlag.FENCE, KEY),
     ReadRequest(1, 5, -1, ReadFlag.LONG_POLL, b"", -1, 0),
@@ -49,6 +51,9 @@ BAD: list[tuple[Request, str]] = [
     (AddRequest(7, 1, 0, AddFlag(4), master_key=KEY), "unknown flags"),
     (AddRequest(7, 1, 0, master_key=b""), "master key of 0 bytes"),
     (AddRequest(7, 1, 0, master_key=b"k" * 256), "master key of 256 bytes"),
+    (AddBatchRequest(7, -1, master_key=KEY), "ledger id -1"),
+    (AddBatchRequest(7, 1, AddFlag(4), master_key=KEY), "unknown flags"),
+    (AddBatchRequest(7, 1, master_key=b""), "master key of 0 bytes"),
     (ReadRequest(7, -5, 0), "ledger id"),
     (ReadRequest(7, 1, -2), "entry id -2"),
     (ReadRequest(7, 1, 0, ReadFlag(8)), "unknown flags"),

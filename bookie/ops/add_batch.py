@@ -1,0 +1,111 @@
+"""ADD_BATCH (protocol 2, issue 19): the adds of one ledger in one frame, one answer for all.
+
+Each entry goes through ``handle_add`` exactly as the ADD of that entry would -- every check,
+the journal, the reply once durable -- in the batch's order, so a batch changes what a request
+costs (one frame, one decode, one answer) and nothing of what an add means. The answer waits
+for the last entry's; until then the batch is one request in flight on its connection.
+A batch that does not unpack (``protocol.batch``: entries of this ledger, ids increasing, at
+most ``MAX_BATCH_ENTRIES``) is refused whole with EBADREQ and nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from aiobk.bookie.ops.add import handle_add
+from aiobk.protocol import (
+    AddBatchRequest,
+    AddBatchResponse,
+    AddRequest,
+    BatchError,
+    Response,
+    StatusCode,
+    pack_statuses,
+    unpack_bodies,
+)
+
+if TYPE_CHECKING:
+    from aiobk.bookie.context import BookieContext, Poll, Replier
+
+
+def handle_add_batch(ctx: BookieContext, request: AddBatchRequest, conn: Replier) -> int:
+    """Returns the entries handled: each counts as a request against the connection's turn
+    (``bookie.flow.FRAMES_PER_TURN``), so a peer's batches hold the loop no longer than as many
+    single adds would."""
+    txn_id, ledger_id = request.txn_id, request.ledger_id
+    ctx.stats.add_batches += 1
+    try:
+        entries = unpack_bodies(request.bodies, ledger_id)
+    except BatchError:
+        ctx.stats.bad_requests += 1
+        conn.reply(AddBatchResponse(txn_id, StatusCode.EBADREQ, ledger_id))
+        return 1
+    batch = _Batch(conn, txn_id, ledger_id, [entry_id for entry_id, _body in entries])
+    make = AddRequest.from_fields
+    flags, durability, key = request.flags, request.durability, request.master_key
+    for entry_id, body in entries:
+        handle_add(ctx, make(txn_id, ledger_id, entry_id, flags, durability, key, body), batch)
+    return len(entries)
+
+
+class _Batch:
+    """The ``Replier`` each entry of a batch answers to: collects their statuses and answers
+    the batch on its connection when the last one is in. Everything else is the connection's."""
+
+    __slots__ = ("_conn", "_ledger_id", "_left", "_statuses", "_synced", "_txn_id")
+
+    def __init__(self, conn: Replier, txn_id: int, ledger_id: int, entry_ids: list[int]) -> None:
+        self._conn = conn
+        self._txn_id = txn_id
+        self._ledger_id = ledger_id
+        self._left = len(entry_ids)
+        # entry id -> status, in the batch's order (ids are distinct: protocol.batch)
+        self._statuses: dict[int, StatusCode] = dict.fromkeys(entry_ids, StatusCode.EOK)
+        self._synced = -1
+
+    def reply(self, response: Response) -> None:
+        entry_id = getattr(response, "entry_id", None)
+        if entry_id in self._statuses:
+            self._statuses[entry_id] = response.status
+        self._synced = max(self._synced, getattr(response, "last_add_synced", -1))
+        self._left -= 1
+        if self._left == 0:
+            self._conn.reply(
+                AddBatchResponse.from_fields(
+                    self._txn_id,
+                    StatusCode.EOK,
+                    self._ledger_id,
+                    self._synced,
+                    pack_statuses(list(self._statuses.values())),
+                )
+            )
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return self._conn.roles
+
+    @property
+    def origin(self) -> object:
+        return self._conn.origin
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._conn.spawn(coro)
+
+    def reading(self) -> AbstractAsyncContextManager[None]:  # pragma: no cover - adds never read
+        return self._conn.reading()
+
+    @property
+    def long_polls(self) -> int:  # pragma: no cover - adds never poll
+        return self._conn.long_polls
+
+    def poll_started(self, poll: Poll) -> None:  # pragma: no cover - adds never poll
+        self._conn.poll_started(poll)
+
+    def poll_ended(self, poll: Poll) -> None:  # pragma: no cover - adds never poll
+        self._conn.poll_ended(poll)
