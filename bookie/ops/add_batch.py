@@ -10,15 +10,18 @@ most ``MAX_BATCH_ENTRIES``) is refused whole with EBADREQ and nothing of it is s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.ops.add import handle_add
 from aiobk.protocol import (
     AddBatchRequest,
     AddBatchResponse,
     AddRequest,
+    AddResponse,
     BatchError,
     Response,
     StatusCode,
@@ -28,6 +31,8 @@ from aiobk.protocol import (
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Poll, Replier
+
+log = logging.getLogger(__name__)
 
 
 def handle_add_batch(ctx: BookieContext, request: AddBatchRequest, conn: Replier) -> int:
@@ -46,7 +51,12 @@ def handle_add_batch(ctx: BookieContext, request: AddBatchRequest, conn: Replier
     make = AddRequest.from_fields
     flags, durability, key = request.flags, request.durability, request.master_key
     for entry_id, body in entries:
-        handle_add(ctx, make(txn_id, ledger_id, entry_id, flags, durability, key, body), batch)
+        try:
+            handle_add(ctx, make(txn_id, ledger_id, entry_id, flags, durability, key, body), batch)
+        except IndexCorruptError as exc:  # as the connection answers a single ADD's: EIO
+            ctx.stats.corrupt_reads += 1
+            log.error("bookie %s: %s", ctx.admin.bookie_id, exc)
+            batch.reply(AddResponse(txn_id, StatusCode.EIO, ledger_id, entry_id))
     return len(entries)
 
 

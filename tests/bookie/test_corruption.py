@@ -11,8 +11,18 @@ import pytest
 from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
 from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
 from aiobk.metadata import free_port
-from aiobk.protocol import HEADER_SIZE, ReadFlag, ReadRequest, StatusCode, parse_entry
-from tests.bookie.helpers import DIGEST, add, read
+from aiobk.protocol import (
+    HEADER_SIZE,
+    AddBatchRequest,
+    AddBatchResponse,
+    ReadFlag,
+    ReadRequest,
+    StatusCode,
+    pack_bodies,
+    parse_entry,
+    unpack_statuses,
+)
+from tests.bookie.helpers import DIGEST, KEY, add, body, read
 
 
 async def _filled(tmp_path: Path, connect, entries: int = 6, clean: bool = True) -> BookieConfig:
@@ -125,3 +135,27 @@ async def test_damaged_journal_middle_refuses_and_cli_says_why(tmp_path: Path, c
     assert result.returncode != 0
     last = result.stderr.decode().strip().splitlines()[-1]
     assert last.startswith("python -m aiobk.bookie: error: refusing to start, data is damaged")
+
+
+async def test_a_batch_meeting_a_damaged_index_block_answers_each_entry_eio(
+    tmp_path: Path, connect
+) -> None:
+    """An ADD_BATCH whose entries' lookups meet the damage: each entry EIO, in one answer."""
+    config = await _filled(tmp_path, connect, entries=600)
+    for table in (tmp_path / "data" / "ledgers" / "index.db").glob("*.sst"):
+        data = bytearray(table.read_bytes())
+        data[10] ^= 0xFF
+        table.write_bytes(bytes(data))
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        conn = await connect(bookie)
+        bodies = pack_bodies([body(1, entry, b"more") for entry in (3, 600, 601)])
+        request = AddBatchRequest(conn.next_txn_id(), 1, master_key=KEY, bodies=bodies)
+        answer = await conn.send(request, 10)
+        assert isinstance(answer, AddBatchResponse), answer
+        assert answer.status is StatusCode.EOK
+        assert unpack_statuses(answer.statuses, 3) == [StatusCode.EIO] * 3
+        assert bookie.stats.corrupt_reads >= 3
+    finally:
+        await bookie.stop()
