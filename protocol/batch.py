@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from aiobk.protocol.entry import ENTRY_HEADER, HEADER_SIZE
+from aiobk.protocol.entry import HEADER_SIZE, MalformedEntryError, peek_header
 from aiobk.protocol.limits import MAX_ENTRY_ID
 from aiobk.protocol.status import StatusCode
 
@@ -41,12 +41,11 @@ def pack_bodies(bodies: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def unpack_bodies(packed: bytes, ledger_id: int) -> list[tuple[int, bytes]]:
-    """``(entry id, body)`` of each entry of a batch of ``ledger_id``, checked as the module
-    docstring says; raises ``BatchError``."""
-    entries: list[tuple[int, bytes]] = []
+def unpack_bodies(packed: bytes, ledger_id: int) -> list[tuple[int, int, bytes]]:
+    """``(entry id, piggybacked LAC, body)`` of each entry of a batch of ``ledger_id``, checked
+    as the module docstring says (each header by ``peek_header``); raises ``BatchError``."""
+    entries: list[tuple[int, int, bytes]] = []
     unpack_length = _LENGTH.unpack_from
-    unpack_header = ENTRY_HEADER.unpack_from
     end = len(packed)
     at = 0
     last = -1
@@ -61,13 +60,16 @@ def unpack_bodies(packed: bytes, ledger_id: int) -> list[tuple[int, bytes]]:
             raise BatchError(f"entry {len(entries)}: {size} bytes at byte {at} do not fit")
         body = packed[at : at + size]
         at += size
-        _version, _digest, body_ledger, entry_id, _lac, _length = unpack_header(body)
+        try:
+            body_ledger, entry_id, lac = peek_header(body)
+        except MalformedEntryError as exc:
+            raise BatchError(f"entry {len(entries)}: {exc}") from None
         if body_ledger != ledger_id:
             raise BatchError(f"entry {len(entries)} is of ledger {body_ledger}, not {ledger_id}")
         if entry_id <= last or entry_id > MAX_ENTRY_ID:
             raise BatchError(f"entry id {entry_id} after {last}: not increasing, or too large")
         last = entry_id
-        entries.append((entry_id, body))
+        entries.append((entry_id, lac, body))
     if not entries:
         raise BatchError("no entries")
     return entries

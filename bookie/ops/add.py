@@ -57,16 +57,25 @@ def handle_add(ctx: BookieContext, request: AddRequest, conn: Replier) -> None:
     stats = ctx.stats
     stats.adds += 1
     started = stats.clock()  # when handled
-
-    body = request.body
     try:
-        body_ledger, body_entry, piggybacked_lac = peek_header(body)
+        body_ledger, body_entry, piggybacked_lac = peek_header(request.body)
     except MalformedEntryError:
         conn.reply(AddResponse(txn_id, StatusCode.EBADREQ, ledger_id, entry_id))
         return
     if body_ledger != ledger_id or body_entry != entry_id:
         conn.reply(AddResponse(txn_id, StatusCode.EBADREQ, ledger_id, entry_id))
         return
+    add_entry(ctx, request, conn, piggybacked_lac, started)
+
+
+def add_entry(
+    ctx: BookieContext, request: AddRequest, conn: Replier, piggybacked_lac: int, started: float
+) -> None:
+    """An add whose body header was checked (``peek_header``: it names this ledger and entry)
+    and counted, handled at ``started``: the checks from the writable state on, then storage
+    and the journal. ADD_BATCH's entries come in here, their headers read once unpacking."""
+    txn_id, ledger_id, entry_id = request.txn_id, request.ledger_id, request.entry_id
+    stats = ctx.stats
     write_state = ctx.write_state
     if not write_state.writable and not (
         request.flags & AddFlag.RECOVERY_ADD and write_state.high_priority

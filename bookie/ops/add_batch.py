@@ -1,7 +1,8 @@
 """ADD_BATCH (protocol 2, issue 19): the adds of one ledger in one frame, one answer for all.
 
-Each entry goes through ``handle_add`` exactly as the ADD of that entry would -- every check,
-the journal, the reply once durable -- in the batch's order, so a batch changes what a request
+Each entry goes through the add path exactly as the ADD of that entry would -- every check,
+the journal, the reply once durable -- in the batch's order (its header, read once when the
+batch unpacks, is checked there as ``handle_add`` checks it), so a batch changes what a request
 costs (one frame, one decode, one answer) and nothing of what an add means. The answer waits
 for the last entry's; until then the batch is one request in flight on its connection.
 A batch that does not unpack (``protocol.batch``: entries of this ledger, ids increasing, at
@@ -16,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.ops.add import handle_add
+from aiobk.bookie.ops.add import add_entry
 from aiobk.protocol import (
     AddBatchRequest,
     AddBatchResponse,
@@ -47,12 +48,16 @@ def handle_add_batch(ctx: BookieContext, request: AddBatchRequest, conn: Replier
         ctx.stats.bad_requests += 1
         conn.reply(AddBatchResponse(txn_id, StatusCode.EBADREQ, ledger_id))
         return 1
-    batch = _Batch(conn, txn_id, ledger_id, [entry_id for entry_id, _body in entries])
+    batch = _Batch(conn, txn_id, ledger_id, [entry_id for entry_id, _lac, _body in entries])
     make = AddRequest.from_fields
     flags, durability, key = request.flags, request.durability, request.master_key
-    for entry_id, body in entries:
+    stats = ctx.stats
+    stats.adds += len(entries)
+    started = stats.clock()  # when handled
+    for entry_id, lac, body in entries:
+        add = make(txn_id, ledger_id, entry_id, flags, durability, key, body)
         try:
-            handle_add(ctx, make(txn_id, ledger_id, entry_id, flags, durability, key, body), batch)
+            add_entry(ctx, add, batch, lac, started)
         except IndexCorruptError as exc:  # as the connection answers a single ADD's: EIO
             ctx.stats.corrupt_reads += 1
             log.error("bookie %s: %s", ctx.admin.bookie_id, exc)

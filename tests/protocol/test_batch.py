@@ -34,7 +34,7 @@ def _entry(ledger_id: int, entry_id: int, payload: bytes = b"p") -> bytes:
 def test_bodies_round_trip(payloads: list[bytes], ledger_id: int, first: int) -> None:
     bodies = [_entry(ledger_id, first + 2 * i, p) for i, p in enumerate(payloads)]
     unpacked = unpack_bodies(pack_bodies(bodies), ledger_id)
-    assert unpacked == [(first + 2 * i, body) for i, body in enumerate(bodies)]
+    assert unpacked == [(first + 2 * i, -1, body) for i, body in enumerate(bodies)]
 
 
 @pytest.mark.parametrize(
@@ -45,6 +45,7 @@ def test_bodies_round_trip(payloads: list[bytes], ledger_id: int, first: int) ->
         (b"\x00\x00\x00\x05abcde", "do not fit"),  # shorter than an entry header
         (pack_bodies([_entry(7, 0)])[:-1], "do not fit"),
         (pack_bodies([_entry(8, 0)]), "of ledger 8"),
+        (pack_bodies([_entry(7, 0)[:1] + b"\x63" + _entry(7, 0)[2:]]), "unknown digest type 99"),
         (pack_bodies([_entry(7, 1), _entry(7, 1)]), "not increasing"),
         (pack_bodies([_entry(7, 2), _entry(7, 1)]), "not increasing"),
         (pack_bodies([_entry(7, -5)]), "not increasing"),
