@@ -25,7 +25,9 @@ from tests.conftest import unique_name
 
 # The auditor never calls a stopped bookie lost within a test: what moves is the drain's doing.
 SETTINGS = {
-    "registration_ttl": 3.0,  # a crashed bookie stays registered a while
+    # A crashed bookie stays registered a while: long enough for the test to list it with a
+    # child process first (3 s was not, once, on a loaded machine: the CLI took longer to start).
+    "registration_ttl": 10.0,
     "lost_bookie_recovery_delay": 60.0,
     "autorecovery_lease_ttl": 2.0,
     "autorecovery_poll_interval": 0.2,
