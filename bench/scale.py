@@ -125,8 +125,8 @@ async def add_all(
     in_flight: int,
     progress: Progress | None = None,
 ) -> tuple[float, int]:
-    """Every (ledger, entry) of ``work`` added, ``in_flight`` at a time over four connections;
-    (seconds, errors)."""
+    """Every (ledger, entry) of ``work`` added, ``in_flight`` at a time over four connections
+    (a ledger's adds all on one, in order, as a writer sends them); (seconds, errors)."""
     conns = [await BookieConnection.open("127.0.0.1", port) for _ in range(4)]
     payload = os.urandom(size)
     task = progress.add_task("adding", total=len(work)) if progress is not None else None
@@ -136,7 +136,7 @@ async def add_all(
     async def one(index: int) -> None:
         nonlocal errors, done
         ledger_id, entry_id = work[index]
-        conn = conns[index % len(conns)]
+        conn = conns[ledger_id % len(conns)]
         request = AddRequest(
             conn.next_txn_id(), ledger_id, entry_id, master_key=KEY,
             body=_body(ledger_id, entry_id, payload),
@@ -165,7 +165,10 @@ async def adds_per_second(
 ) -> tuple[float, int]:
     """Adds/s at 256 in flight to ``ledgers`` (created in the metadata, held by no bookie yet:
     each one's first add is checked against its metadata, issue 18), 100 entries each, for
-    ``seconds``; and how many adds were refused."""
+    ``seconds``; and how many adds were refused. A ledger's adds go on one connection, in
+    order, as a writer sends them: spread over several connections they arrive out of order,
+    and each add below a ledger's highest entry so far is looked up in the index first (is it
+    held already?), a lookup a writer's in-order adds never make."""
     work = [(ledger_id, entry_id) for ledger_id in ledgers for entry_id in range(100)]
     deadline = time.perf_counter() + seconds
     conns = [await BookieConnection.open("127.0.0.1", port) for _ in range(4)]
@@ -177,7 +180,7 @@ async def adds_per_second(
         index = slot
         while index < len(work) and time.perf_counter() < deadline:
             ledger_id, entry_id = work[index]
-            conn = conns[slot % 4]
+            conn = conns[ledger_id % 4]
             request = AddRequest(
                 conn.next_txn_id(), ledger_id, entry_id, master_key=KEY,
                 body=_body(ledger_id, entry_id, payload),

@@ -204,6 +204,11 @@ class KeyCheck:
     def cached(self) -> int:
         return len(self._cache)
 
+    def looking_up(self, ledger_id: int) -> bool:
+        """Whether a lookup of the ledger runs or waits for a turn: a request for it now waits
+        behind that lookup, whatever it is and whoever sends it (``admit``)."""
+        return ledger_id in self._pending
+
     def admit(
         self,
         ctx: BookieContext,

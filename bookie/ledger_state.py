@@ -72,6 +72,10 @@ class Ledgers:
     def get(self, ledger_id: int) -> LedgerState | None:
         return self.storage.get(ledger_id)
 
+    def in_use(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's state if it is in memory (no index lookup); else None."""
+        return self.storage.in_use(ledger_id)
+
     # ------------------------------------------------------------------ create
 
     def ensure(self, ledger_id: int, master_key: bytes) -> tuple[LedgerState | None, StatusCode]:

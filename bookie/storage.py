@@ -191,6 +191,10 @@ class LedgerStorage:
         self.stats.ledger_states_loaded += 1
         return state
 
+    def in_use(self, ledger_id: int) -> LedgerState | None:
+        """The ledger's state if it is in memory; None says nothing about the index."""
+        return self._active.get(ledger_id)
+
     def limbo_of(self, ledger_id: int) -> bool | None:
         """Whether the ledger is in limbo (None: not held), without loading its state."""
         state = self._active.get(ledger_id)

@@ -85,7 +85,16 @@ def add_entry(
         stats.adds_refused_read_only += 1
         conn.reply(AddResponse(txn_id, StatusCode.EREADONLY, ledger_id, entry_id))
         return
-    state = ctx.ledgers.get(ledger_id)
+    ledgers = ctx.ledgers
+    state = ledgers.in_use(ledger_id)
+    if state is None:
+        if ctx.keys.looking_up(ledger_id):
+            # A new ledger's first adds come while its metadata is read: they queue behind that
+            # lookup, where they would go anyway, without asking the index for its state one by
+            # one (a miss there costs more the more the bookie holds: issue 15).
+            _admit(ctx, request, conn, piggybacked_lac, started)
+            return
+        state = ledgers.get(ledger_id)
     if state is None or not state.master_key:
         # Not held here yet (or held without its key, BP-46): the metadata decides first.
         _admit(ctx, request, conn, piggybacked_lac, started)
