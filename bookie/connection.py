@@ -189,6 +189,8 @@ class ServerConnection(asyncio.Protocol):
             budget -= 1
             if self.closed:
                 return
+            if self._stalled():
+                break  # the rest stay frames (bytes) until there is room: ``update_reading``
             payload = backlog.popleft()
             self._backlog_bytes -= len(payload)
             try:
@@ -219,11 +221,18 @@ class ServerConnection(asyncio.Protocol):
             return
         self._batch_done()
         self.measure()
-        if backlog and not self._drain_scheduled:
+        if backlog and not self._drain_scheduled and not self._stalled():
             self._drain_scheduled = True
             self._loop.call_soon(self._handle_backlog)
         if backlog or self._read_paused or self._busy() or self.flow.adds_paused:
             self.update_reading()
+
+    def _stalled(self) -> bool:
+        """No room for more requests now: the bookie is over ``max_add_bytes_in_progress`` or
+        this peer has as many in flight as it may. Frames already read wait as they are: an
+        add handled holds about 1,300 bytes of objects (``flow.ADD_HELD_BYTES``), its frame a
+        few dozen, and one read from the socket can bring thousands of small adds."""
+        return self.flow.adds_paused or self._busy()
 
     # -------------------------------------------------------------- TLS and access
 
@@ -444,6 +453,9 @@ class ServerConnection(asyncio.Protocol):
         elif not want_pause and self._read_paused:
             transport.resume_reading()
             self._read_paused = False
+        if self._backlog and not self._drain_scheduled and not self._stalled():
+            self._drain_scheduled = True  # frames held while stalled: their turn comes again
+            self._loop.call_soon(self._handle_backlog)
 
     def _reject(self, why: str) -> None:
         self.ctx.stats.bad_requests += 1

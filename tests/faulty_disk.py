@@ -1,8 +1,10 @@
 """Real files (``OsDisk``) with faults switched on at will: no space left, writes cut short
-half-way, failing fdatasyncs. For component tests of what the bookie does when a disk fails."""
+half-way, failing fdatasyncs, fdatasyncs that wait until let go (``sync_gate``). For component
+tests of what the bookie does when a disk fails or stalls."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from typing import Any
 
@@ -17,6 +19,9 @@ class FaultyDisk(OsDisk):
         self.sync_error = 0  # errno an fdatasync raises (0: none)
         self.free = 1 << 40  # what usage() reports while not full
         self.writes_refused = 0
+        # Set: the journal's fdatasyncs that leave the event loop wait until it is set (a disk
+        # that stalls). A batch synced on the loop itself (an idle bookie's lone add) is not held.
+        self.sync_gate: asyncio.Event | None = None
 
     def refuse(self) -> OSError:
         self.writes_refused += 1
@@ -66,12 +71,18 @@ class _FaultyFile:
         if self._disk.sync_error:
             raise OSError(self._disk.sync_error, "fdatasync failed")
 
+    async def _stalled(self) -> None:
+        gate = self._disk.sync_gate
+        if gate is not None:
+            await gate.wait()
+
     async def write(self, data: bytes) -> None:
         self._check(data, self._inner.write_now)
         await self._inner.write(data)
 
     async def write_and_sync(self, data: bytes) -> None:
         self._check(data, self._inner.write_now)
+        await self._stalled()
         self._sync_check()
         await self._inner.write_and_sync(data)
 
@@ -85,6 +96,7 @@ class _FaultyFile:
         self._inner.write_now(data)
 
     async def sync(self) -> None:
+        await self._stalled()
         self._sync_check()
         await self._inner.sync()
 

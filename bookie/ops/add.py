@@ -31,6 +31,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.flow import ADD_HELD_BYTES
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.protocol import (
     ENTRY_HEADER,
@@ -112,12 +113,12 @@ def _admit(
     """The add of a ledger this bookie does not hold: once ``KeyCheck`` admits its key, the
     state is created (its key journaled) and the add goes on; else the refusal. While it
     waits, its bytes count as an add in progress (``bookie.flow``), as they are held."""
-    size = len(request.body)
+    held = len(request.body) + ADD_HELD_BYTES
     flow = ctx.flow
-    flow.add_started(size)
+    flow.add_started(held)
 
     def admitted(status: StatusCode) -> None:
-        flow.add_done(size)
+        flow.add_done(held)
         if status is StatusCode.EOK:
             state, status = ctx.ledgers.ensure(request.ledger_id, request.master_key)
             if state is not None:
@@ -149,7 +150,8 @@ def _store(
     size = len(body)
     ctx.stats.add_bytes += size
     flow = ctx.flow
-    flow.add_started(size)  # until answered: bounds what the journal queue holds
+    held = size + ADD_HELD_BYTES  # its body and the objects it holds until answered
+    flow.add_started(held)  # until answered: bounds what the journal queue holds
     cursor = state.sync
     started: float | None = when  # None once answered
 
@@ -161,7 +163,7 @@ def _store(
         # start time is the answered flag too, and the figures are reached through ``flow``.
         nonlocal started
         if started is not None:
-            flow.add_done(size)
+            flow.add_done(held)
             status = StatusCode.EIO if error is not None else StatusCode.EOK
             conn.reply(
                 AddResponse.from_fields(txn_id, status, ledger_id, entry_id, cursor.last_add_synced)
