@@ -230,7 +230,7 @@ class ServerConnection(asyncio.Protocol):
     def _stalled(self) -> bool:
         """No room for more requests now: the bookie is over ``max_add_bytes_in_progress`` or
         this peer has as many in flight as it may. Frames already read wait as they are: an
-        add handled holds about 1,300 bytes of objects (``flow.ADD_HELD_BYTES``), its frame a
+        add handled holds about 1,240 bytes of objects (``flow.ADD_HELD_BYTES``), its frame a
         few dozen, and one read from the socket can bring thousands of small adds."""
         return self.flow.adds_paused or self._busy()
 

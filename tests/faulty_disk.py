@@ -19,8 +19,9 @@ class FaultyDisk(OsDisk):
         self.sync_error = 0  # errno an fdatasync raises (0: none)
         self.free = 1 << 40  # what usage() reports while not full
         self.writes_refused = 0
-        # Set: the journal's fdatasyncs that leave the event loop wait until it is set (a disk
-        # that stalls). A batch synced on the loop itself (an idle bookie's lone add) is not held.
+        # Set: every append file's fdatasyncs off the event loop (the journal's, the entry
+        # logs') wait until it is set, as on a disk that stalls. A batch written and synced on
+        # the loop itself (an idle bookie's lone add) is not held.
         self.sync_gate: asyncio.Event | None = None
 
     def refuse(self) -> OSError:
