@@ -295,7 +295,7 @@ class ReplicationWorker:
         if tail is not None and (stalled or moving & set(tail.ensemble)):
             waited = self._wall_clock() - mark.since / 1000
             if waited < self._config.open_ledger_rereplication_grace_period:
-                return Outcome.DEFERRED
+                return self._deferred(ledger_id, f"open, {waited:.3f}s into its grace period")
             metadata = await self._recover(ledger_id, metadata, registered, lost)
             recovered_from = tail.first_entry_id
 
@@ -337,13 +337,14 @@ class ReplicationWorker:
                     ledger_id, metadata, job, key, writable, registered, moving, mark,
                     damaged_is_lost,
                 )  # fmt: skip
-                if done is None:
-                    return Outcome.DEFERRED  # the ledger changed under us: look again soon
+                if done is None:  # the ledger changed under us: look again soon
+                    return self._deferred(ledger_id, "its fragment changed during the copy")
                 metadata, ranges = done
                 lost_ranges.extend(ranges)
 
-        if moving & bookies_named(metadata):
-            return Outcome.DEFERRED  # e.g. a lost bookie still in the writer's fragment
+        if moving & bookies_named(metadata):  # e.g. a lost bookie still in the writer's fragment
+            still = ", ".join(sorted(moving & bookies_named(metadata)))
+            return self._deferred(ledger_id, f"still names {still}")
         try:
             if lost_ranges or mark.lost:
                 report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)
@@ -354,9 +355,13 @@ class ReplicationWorker:
                 )  # fmt: skip
                 return Outcome.REPORTED
             await self._marks.unmark(mark)
-        except MetadataVersionError:
-            return Outcome.DEFERRED  # the auditor widened the mark meanwhile: another pass
+        except MetadataVersionError:  # the auditor widened the mark meanwhile: another pass
+            return self._deferred(ledger_id, "its mark changed")
         return Outcome.REPAIRED
+
+    def _deferred(self, ledger_id: int, why: str) -> Outcome:
+        log.debug("worker %s: ledger %d deferred: %s", self.worker_id, ledger_id, why)
+        return Outcome.DEFERRED
 
     async def _lacking(
         self,
