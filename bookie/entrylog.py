@@ -123,6 +123,13 @@ class EntryLogger:
         self._chunks.append(self._active)
 
     @property
+    def active_log(self) -> int:
+        """The id of the log taking appends: every append from now on goes to it or a newer one."""
+        active = self._active
+        assert active is not None
+        return active.log_id
+
+    @property
     def active_size(self) -> int:
         """Bytes in the log taking appends (its file and its buffer)."""
         active = self._active

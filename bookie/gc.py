@@ -15,13 +15,13 @@ with its scan-and-compare collector, and compaction).
 4. On a disk short of space (the bookie read-only for it, or a pass forced by the warning
    threshold) the log taking appends is rolled first when it holds more than a write buffer:
    with the default 1 GiB logs a small disk's data may all sit in that one log, which no pass
-   could otherwise touch. Checkpoint (buffered entry logs are written out, older writers
-   closed), note the complete
-   entry logs (older than the one taking appends) and, from the index's per-log ledger
-   lists, those holding a ledger still held; checkpoint again (the deletions durable), then
-   remove every complete log whose ledgers are all gone. Appends only ever go to the newest
-   log, so no index location can move *into* a complete log, and a deleted ledger never
-   comes back.
+   could otherwise touch. Note the log taking appends, checkpoint (buffered entry logs are
+   written out, older writers closed), then take the complete entry logs older than the one
+   noted -- their entries were all appended before the checkpoint sealed the index -- and,
+   from the index's per-log ledger lists, those holding a ledger still held; checkpoint again
+   (the deletions durable), then remove every such log whose ledgers are all gone. Appends
+   only ever go to the newest log, so no index location can move *into* a complete log, and
+   a deleted ledger never comes back.
 5. Compaction (``bookie.compaction``, when ``gc_compaction_threshold`` > 0): complete logs
    that still hold live entries, but under that share of their records, have those entries
    copied to the active log; the emptied logs are removed as in step 4.
@@ -174,9 +174,14 @@ class GarbageCollector:
         logger = storage.entry_logger
         if short_of_space and logger.active_size > self.config.entry_log_write_buffer:
             logger.roll()
+        # Only logs older than the one taking appends now: every entry in them was appended
+        # before the checkpoint below seals the index, so the per-log lists it commits name all
+        # their ledgers. A log rolled while that checkpoint syncs took entries the lists do not
+        # name yet, and would pass for empty (an acknowledged ledger's entries were lost so).
+        newest = logger.active_log
         try:
             await self.checkpoint()  # writes out buffered logs, so that they can be complete
-            complete = await storage.entry_logger.complete_logs()
+            complete = [i for i in await logger.complete_logs() if i < newest]
             live = await log_usage(storage.index, complete)
             await self.checkpoint()  # the deletions durable: nothing held points into the rest
         except OSError as exc:
