@@ -5,13 +5,15 @@ metadata store or a client."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
+import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -229,6 +231,34 @@ def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]
         raise click.UsageError(str(exc)) from None
     except BKError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+async def until_signalled(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it ends or the process gets SIGINT (Ctrl-C) or SIGTERM, which end it
+    as a normal stop: how a command that runs until told (``log tail --follow``) finishes. The
+    loop's own handlers, so a SIGINT ignored since the process started (a background job, or a
+    child of one) stops it too -- Python leaves an inherited "ignore" in place, and asyncio's
+    Ctrl-C handling then never sees the signal."""
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(work)
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        stopped = True
+        task.cancel()
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not stopped:
+            raise  # cancelled from outside, not by a signal
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
 
 
 @contextlib.contextmanager

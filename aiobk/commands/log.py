@@ -28,6 +28,7 @@ from aiobk.commands.common import (
     refuse_unless_confirmable,
     run_with_client,
     run_with_store,
+    until_signalled,
     yes_option,
 )
 from aiobk.metadata import KeyLayout, LogRecord, MetadataStore
@@ -156,12 +157,19 @@ def log_tail(
 ) -> None:
     async def action(bk: BookKeeper) -> None:
         reader = await bk.open_log_reader(name, start, password.encode(), follow=follow)
-        async for record in reader:
-            position = record.position
-            entry = Entry(position.ledger_id, position.entry_id, record.data)
-            click.echo(entry_line(entry, as_json, str(position), _record_fields(record)))
-            if follow:
-                sys.stdout.flush()  # live: each record as it comes, not a buffer later
+
+        async def show() -> None:
+            async for record in reader:
+                position = record.position
+                entry = Entry(position.ledger_id, position.entry_id, record.data)
+                click.echo(entry_line(entry, as_json, str(position), _record_fields(record)))
+                if follow:
+                    sys.stdout.flush()  # live: each record as it comes, not a buffer later
+
+        if follow:
+            await until_signalled(show())  # Ctrl-C or SIGTERM: the client closes, status 0
+        else:
+            await show()
 
     with quiet_on_closed_pipe():
         try:
@@ -169,8 +177,7 @@ def log_tail(
         except KeyboardInterrupt:
             if not follow:
                 raise
-            # Ctrl-C is how a follow ends: the client has closed (the main task was cancelled
-            # and unwound); not an error.
+            # Ctrl-C while the follow was starting: how a follow ends, not an error.
 
 
 @log_group.command(
