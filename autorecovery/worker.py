@@ -342,9 +342,9 @@ class ReplicationWorker:
                 metadata, ranges = done
                 lost_ranges.extend(ranges)
 
-        if moving & bookies_named(metadata):  # e.g. a lost bookie still in the writer's fragment
-            still = ", ".join(sorted(moving & bookies_named(metadata)))
-            return self._deferred(ledger_id, f"still names {still}")
+        still = moving & bookies_named(metadata)
+        if still:  # e.g. a lost bookie still in the writer's fragment
+            return self._deferred(ledger_id, f"still names {', '.join(sorted(still))}")
         try:
             if lost_ranges or mark.lost:
                 report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)

@@ -285,8 +285,10 @@ class EntryLogger:
             self._readers[log_id] = reader
         return reader
 
-    async def complete_logs(self) -> list[int]:
-        """Entry logs on disk that take no more appends and hold no buffered bytes."""
+    async def complete_logs(self, older_than: int) -> list[int]:
+        """Entry logs on disk that take no more appends and hold no buffered bytes, of those
+        older than ``older_than`` (an ``active_log`` noted earlier: garbage collection takes
+        only the logs whose every entry its checkpoint's index names)."""
         active = self._active
         assert active is not None
         busy = {chunk.log_id for chunk in self._chunks}
@@ -295,7 +297,8 @@ class EntryLogger:
         busy.update(self._writers)
         names = await self._disk.listdir(self._dir)
         ids = (int(name[:-4], 16) for name in names if _is_log(name))
-        return sorted(i for i in ids if i < active.log_id and i not in busy)
+        limit = min(older_than, active.log_id)
+        return sorted(i for i in ids if i < limit and i not in busy)
 
     async def remove_log(self, log_id: int) -> int:
         """Delete a complete entry log (garbage collection); return its size in bytes."""

@@ -181,7 +181,7 @@ class GarbageCollector:
         newest = logger.active_log
         try:
             await self.checkpoint()  # writes out buffered logs, so that they can be complete
-            complete = [i for i in await logger.complete_logs() if i < newest]
+            complete = await logger.complete_logs(older_than=newest)
             live = await log_usage(storage.index, complete)
             await self.checkpoint()  # the deletions durable: nothing held points into the rest
         except OSError as exc:
