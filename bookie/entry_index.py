@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from aiobk.bookie.index_db import IndexBatch, IndexCorruptError, IndexDb
@@ -178,6 +178,22 @@ class EntryIndex:
         pair = (location >> LOG_SHIFT, ledger_id)
         counts = cache.log_counts
         counts[pair] = counts.get(pair, 0) + 1
+
+    def put_locations(
+        self, ledger_id: int, entry_ids: Sequence[int], locations: Sequence[int]
+    ) -> None:
+        """``put_location`` of each entry of one ledger (an ADD_BATCH's), at one call's cost."""
+        cache = self._cache
+        entries = cache.locations.get(ledger_id)
+        if entries is None:
+            entries = cache.locations[ledger_id] = {}
+        before = len(entries)
+        counts = cache.log_counts
+        for entry_id, location in zip(entry_ids, locations, strict=True):
+            entries[entry_id] = location
+            pair = (location >> LOG_SHIFT, ledger_id)
+            counts[pair] = counts.get(pair, 0) + 1
+        self._cached += CACHED_BYTES * (len(entries) - before)
 
     def put_state(self, ledger_id: int, record: LedgerRecord) -> None:
         self._cache.states[ledger_id] = record

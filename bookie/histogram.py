@@ -44,9 +44,10 @@ class Histogram:
         self.counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
         self.sum = 0.0
 
-    def record(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
+    def record(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value``."""
+        self.counts[bisect_left(self.bounds, value)] += count
+        self.sum += value * count
 
     @property
     def count(self) -> int:

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiobk.bookie.disk import AppendFile, Disk
@@ -45,6 +45,7 @@ from aiobk.bookie.journal_format import (
     FILE_HEADER,
     Record,
     RecordType,
+    encode_adds,
     encode_file_header,
     encode_record,
     padding,
@@ -115,7 +116,8 @@ class Journal:
         self._inline_records = inline_records
         self._alignment = alignment
         self.stats = stats or BookieStats()
-        self._queue: list[bytes] = []
+        self._queue: list[bytes] = []  # encoded records; an item may hold several
+        self._queued_records = 0
         self._callbacks: list[Callback] = []
         self._written: list[Callback] = []  # BP-14: run after the write, before the sync
         self._sync_groups: list[_Group] = []
@@ -177,7 +179,7 @@ class Journal:
     @property
     def queue_size(self) -> int:
         """Records appended and not written yet (a gauge: BookKeeper's JOURNAL_QUEUE_SIZE)."""
-        return len(self._queue)
+        return self._queued_records
 
     @property
     def sync_queue_size(self) -> int:
@@ -254,20 +256,51 @@ class Journal:
         lsn = self._next_lsn
         self._next_lsn = lsn + 1
         record = encode_record(kind, lsn, payload)
+        self._queue_records(record, 1, lsn, callback, on_written)
+        return lsn
+
+    def append_adds(
+        self,
+        ledger_id: int,
+        entries: Sequence[tuple[int, bytes]],
+        callback: Callback,
+        on_written: Callback | None = None,
+    ) -> int:
+        """``append`` of an ADD record for each (entry id, body) of one ledger -- an ADD_BATCH's
+        entries, in order -- with one callback for them all. They are queued as one piece, so
+        they are written, synced or failed together, and the callbacks run as for one record.
+        Returns the last record's LSN."""
+        if self._failed is not None:
+            asyncio.get_running_loop().call_soon(callback, self._failed)
+            return -1
+        lsn = self._next_lsn
+        count = len(entries)
+        self._next_lsn = lsn + count
+        self._queue_records(encode_adds(lsn, ledger_id, entries), count, lsn, callback, on_written)
+        return lsn + count - 1
+
+    def _queue_records(
+        self,
+        data: bytes,
+        count: int,
+        first_lsn: int,
+        callback: Callback,
+        on_written: Callback | None,
+    ) -> None:
         if not self._callbacks:
             self._oldest = asyncio.get_running_loop().time()
         if self._first_queued_lsn is None:
-            self._first_queued_lsn = lsn
-        self._queue.append(record)
+            self._first_queued_lsn = first_lsn
+        self._queue.append(data)
+        self._queued_records += count
         self._callbacks.append(callback)
         if on_written is not None:
             self._written.append(on_written)
-        self._queued_bytes += len(record)
-        self.stats.journal_records += 1
+        self._queued_bytes += len(data)
+        self.stats.journal_records += count
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
-        return lsn
 
     def barrier(self, callback: Callback) -> None:
         """Run ``callback`` once everything appended so far is synced."""
@@ -309,11 +342,12 @@ class Journal:
         if plan is not BatchPlan.SYNC_HERE:
             return False  # the writer task takes it, a loop turn later
         data = b"".join(self._queue) + pad
-        records = len(self._queue)
+        records = self._queued_records
         callbacks = self._callbacks
         first_lsn = self._first_queued_lsn
         assert first_lsn is not None
         self._queue, self._callbacks = [], []
+        self._queued_records = 0
         self._queued_bytes = 0
         self._first_queued_lsn = None
         error: BaseException | None = None
@@ -364,7 +398,7 @@ class Journal:
                 await self._wait(delay)
                 continue
             data = b"".join(self._queue)
-            records = len(self._queue)
+            records = self._queued_records
             callbacks = self._callbacks
             written = self._written
             first_lsn = self._first_queued_lsn
@@ -372,6 +406,7 @@ class Journal:
             # volatile record has a callback in both lists; persistent ones and barriers in one).
             urgent = len(callbacks) > len(written)
             self._queue, self._callbacks, self._written = [], [], []
+            self._queued_records = 0
             self._queued_bytes = 0
             self._first_queued_lsn = None
             if not data:  # barriers only: done once everything written before is synced
@@ -449,6 +484,7 @@ class Journal:
         first_lsn = self._first_queued_lsn
         callbacks = [*self._written, *self._callbacks]
         self._queue, self._callbacks, self._written = [], [], []
+        self._queued_records = 0
         self._queued_bytes = 0
         self._first_queued_lsn = None
         batch = _Batch(first_lsn, None, 0, data) if data and first_lsn is not None else None
@@ -635,6 +671,7 @@ class Journal:
                     await task
         self._task = self._sync_task = None
         self._queue, self._callbacks, self._written = [], [], []
+        self._queued_records = 0
         self._sync_groups = []
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()

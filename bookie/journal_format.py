@@ -17,6 +17,7 @@ safely -- none of it was acknowledged -- and the second may hide acknowledged ad
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -68,6 +69,27 @@ def decode_file_header(data: bytes) -> int:
 def encode_record(kind: RecordType, lsn: int, payload: bytes) -> bytes:
     crc = crc32c.crc32c(payload, crc32c.crc32c(_CRC_PART.pack(kind, len(payload), lsn)))
     return RECORD_HEADER.pack(RECORD_MAGIC, kind, len(payload), lsn, crc) + payload
+
+
+_ADD_HEAD = struct.Struct(">HBIQIqq")  # RECORD_HEADER, then ADD_PREFIX
+
+
+def encode_adds(first_lsn: int, ledger_id: int, entries: Sequence[tuple[int, bytes]]) -> bytes:
+    """The ADD records of one ledger's entries, LSNs from ``first_lsn``: byte for byte
+    ``encode_record(ADD, lsn, add_payload(ledger_id, entry_id, body))`` of each, joined --
+    built without the two copies of each body those make."""
+    parts: list[bytes] = []
+    append = parts.append
+    crc, crc_part, prefix, head = crc32c.crc32c, _CRC_PART.pack, ADD_PREFIX.pack, _ADD_HEAD.pack
+    kind, magic = RecordType.ADD, RECORD_MAGIC
+    lsn = first_lsn
+    for entry_id, body in entries:
+        size = ADD_PREFIX.size + len(body)
+        checksum = crc(body, crc(prefix(ledger_id, entry_id), crc(crc_part(kind, size, lsn))))
+        append(head(magic, kind, size, lsn, checksum, ledger_id, entry_id))
+        append(body)
+        lsn += 1
+    return b"".join(parts)
 
 
 def padding(position: int, alignment: int) -> bytes:

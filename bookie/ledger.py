@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Sequence
 from typing import Protocol
 
 from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
@@ -118,6 +119,12 @@ class LedgerState:
     def set_location(self, entry_id: int, location: int) -> None:
         self.index.put_location(self.ledger_id, entry_id, location)
         self.max_entry = max(self.max_entry, entry_id)
+        self.meta_dirty = True
+
+    def set_locations(self, entry_ids: Sequence[int], locations: Sequence[int]) -> None:
+        """``set_location`` of each of the entries, given in increasing order."""
+        self.index.put_locations(self.ledger_id, entry_ids, locations)
+        self.max_entry = max(self.max_entry, entry_ids[-1])
         self.meta_dirty = True
 
     @property

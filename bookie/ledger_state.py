@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from aiobk.bookie.journal import Callback, Journal
 from aiobk.bookie.journal_format import (
@@ -212,6 +213,37 @@ class Ledgers:
         self.journal.append(
             RecordType.ADD, add_payload(state.ledger_id, entry_id, body), synced, on_written
         )
+
+    def add_batch(
+        self,
+        state: LedgerState,
+        entries: Sequence[tuple[int, bytes]],
+        lac: int,
+        done: Callback,
+        on_written: Callback | None = None,
+    ) -> None:
+        """``add`` of each (entry id, body) of an ADD_BATCH, ids increasing and each new here,
+        with one ``done`` (and ``on_written``) for them all; ``lac``: the highest LAC they
+        piggyback (raising a LAC by each in turn ends where raising it by the highest does)."""
+        self.storage.add_entries(state, entries)
+        state.advance_lac(lac)
+        cursor = state.sync
+        cursor.confirmed(lac)
+        if not self.journal_adds:
+            if state.key_pending:
+                self.journal.barrier(done)
+            else:
+                done(None)
+            return
+
+        def synced(error: BaseException | None) -> None:
+            if error is None:
+                mark = cursor.synced
+                for entry_id, _body in entries:
+                    mark(entry_id)
+            done(error)
+
+        self.journal.append_adds(state.ledger_id, entries, synced, on_written)
 
     def copy(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         """An entry copied back from a peer (BP-46 phase two; the repairer verified it);

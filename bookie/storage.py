@@ -25,7 +25,7 @@ import heapq
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk, OsDisk
@@ -263,6 +263,13 @@ class LedgerStorage:
 
     def add_entry(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         state.set_location(entry_id, self.entry_logger.append(state.ledger_id, entry_id, body))
+        if self.index.full:
+            self._cache_full()
+
+    def add_entries(self, state: LedgerState, entries: Sequence[tuple[int, bytes]]) -> None:
+        """``add_entry`` of each (entry id, body) of one ledger, ids increasing."""
+        locations = self.entry_logger.append_many(state.ledger_id, entries)
+        state.set_locations([entry_id for entry_id, _body in entries], locations)
         if self.index.full:
             self._cache_full()
 

@@ -4,12 +4,21 @@ nothing. The handshake speaks protocols 1 and 2."""
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.ops import add_batch as add_batch_op
 from aiobk.client import BookieConnection
 from aiobk.protocol import (
     PROTOCOL_VERSION,
     AddBatchRequest,
     AddBatchResponse,
     AddFlag,
+    Durability,
     ErrorResponse,
     HandshakeRequest,
     HandshakeResponse,
@@ -20,6 +29,8 @@ from aiobk.protocol import (
     unpack_statuses,
 )
 from tests.bookie.helpers import DIGEST, KEY, TIMEOUT, add, body, read
+from tests.faulty_disk import FaultyDisk
+from tests.procs import HOST_DISK_SETTINGS
 
 
 async def _batch(
@@ -28,9 +39,10 @@ async def _batch(
     bodies: list[bytes],
     *,
     flags: AddFlag = AddFlag.NONE,
+    durability: Durability = Durability.PERSISTENT,
 ) -> AddBatchResponse:
     request = AddBatchRequest(
-        conn.next_txn_id(), ledger, flags, master_key=KEY, bodies=pack_bodies(bodies)
+        conn.next_txn_id(), ledger, flags, durability, master_key=KEY, bodies=pack_bodies(bodies)
     )
     response = await conn.send(request, TIMEOUT)
     assert isinstance(response, AddBatchResponse), response
@@ -118,3 +130,76 @@ async def test_the_handshake_speaks_every_version_from_the_first(start_bookie, c
     refused = await conn.send(HandshakeRequest(conn.next_txn_id(), 3, "v3"), TIMEOUT)
     assert isinstance(refused, HandshakeResponse)
     assert (refused.status, refused.protocol_version) == (StatusCode.EBADVERSION, 2)
+
+
+def _entries(ledger: int, first: int, last: int, tag: bytes) -> list[bytes]:
+    return [body(ledger, i, tag + b"%d" % i, lac=i - 1) for i in range(first, last + 1)]
+
+
+async def test_a_writers_next_batch_is_stored_and_answered_as_one(
+    start_bookie, connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of new entries of a ledger in use passes the checks once and is stored,
+    journaled and answered as one (``ops.add_batch._add_new``); any other batch goes entry by
+    entry through ``add_entry``, as single ADDs would -- the same outcome either way."""
+    one_by_one: list[int] = []
+    entry_by_entry = add_batch_op.add_entry
+
+    def counted(ctx: Any, add: Any, replier: Any, lac: int, started: float) -> None:
+        one_by_one.append(add.entry_id)
+        entry_by_entry(ctx, add, replier, lac, started)
+
+    monkeypatch.setattr(add_batch_op, "add_entry", counted)
+    bookie = await start_bookie()
+    conn = await connect(bookie)
+    # A ledger not held yet: its key is admitted first, entry by entry.
+    first = await _batch(conn, 3, _entries(3, 0, 9, b"a"))
+    assert (first.statuses, one_by_one) == (b"", list(range(10)))
+    stats = bookie.stats
+    timed, records = stats.histograms.add_entry_request.count, stats.journal_records
+    syncs = stats.journal_syncs
+    second = await _batch(conn, 3, _entries(3, 10, 59, b"b"))
+    assert (second.status, second.statuses, second.last_add_synced) == (StatusCode.EOK, b"", 59)
+    assert one_by_one == list(range(10))  # not one entry more: the batch went as one
+    assert stats.journal_records - records == 50  # an ADD record each, as replay reads them
+    assert stats.histograms.add_entry_request.count - timed == 50  # timed as 50 adds
+    assert stats.journal_syncs - syncs <= 2
+    for entry in (10, 33, 59):
+        got = await read(conn, 3, entry)
+        assert DIGEST.verify(parse_entry(got.body), 3, entry) == b"b%d" % entry
+    assert (await read(conn, 3, 10)).lac == 58
+    volatile = await _batch(conn, 3, _entries(3, 60, 69, b"v"), durability=Durability.VOLATILE)
+    assert (volatile.status, volatile.statuses) == (StatusCode.EOK, b"")
+    assert one_by_one == list(range(10))
+    # An entry held already (69 again, same bytes) sends the batch entry by entry.
+    again = await _batch(conn, 3, _entries(3, 69, 70, b"v"))
+    assert (again.statuses, one_by_one[10:]) == (b"", [69, 70])
+    # A wrong key too: each entry is refused as a single ADD would be.
+    wrong = AddBatchRequest(
+        conn.next_txn_id(),
+        3,
+        master_key=bytes(len(KEY)),
+        bodies=pack_bodies(_entries(3, 71, 72, b"w")),
+    )
+    refused = await conn.send(wrong, TIMEOUT)
+    assert isinstance(refused, AddBatchResponse)
+    assert unpack_statuses(refused.statuses, 2) == [StatusCode.EUA] * 2
+    assert one_by_one[12:] == [71, 72]
+
+
+@pytest.mark.timeout(60)
+async def test_a_batch_the_journal_cannot_sync_fails_every_entry(tmp_path: Path, connect) -> None:
+    disk = FaultyDisk()
+    config = BookieConfig(data_dir=str(tmp_path / "b"), port=0, **HOST_DISK_SETTINGS)
+    bookie = Bookie(config, disk=disk)
+    await bookie.start()
+    try:
+        conn = await connect(bookie)
+        assert (await _batch(conn, 8, _entries(8, 0, 4, b"x"))).statuses == b""
+        disk.sync_error = errno.EIO
+        failed = await _batch(conn, 8, _entries(8, 5, 9, b"y"))
+        assert failed.status is StatusCode.EOK
+        assert unpack_statuses(failed.statuses, 5) == [StatusCode.EIO] * 5
+    finally:
+        disk.sync_error = 0
+        await bookie.stop()

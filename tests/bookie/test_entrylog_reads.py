@@ -41,3 +41,39 @@ async def test_records_of_every_size_at_every_alignment_read_back(tmp_path: Path
     finally:
         await logger.close()
         await disk.close()
+
+
+async def test_a_batch_appends_what_its_entries_one_by_one_would(tmp_path: Path) -> None:
+    """``append_many`` (ADD_BATCH's path) writes the same bytes at the same locations as
+    ``append`` of each entry, rolling to a new log mid-batch where ``append`` would."""
+    rng = random.Random(5)
+    batches = [
+        [(entry_id, rng.randbytes(rng.randrange(1, 3000))) for entry_id in range(first, first + 7)]
+        for first in range(0, 70, 7)
+    ]
+    stored: dict[str, list[tuple[int, int, bytes]]] = {}
+    for way in ("one_by_one", "batched"):
+        disk = OsDisk()
+        logger = EntryLogger(
+            disk, str(tmp_path / way), max_log_size=16 << 10, write_buffer_size=4 << 10
+        )
+        await logger.open()
+        stored[way] = []
+        for batch in batches:
+            if way == "batched":
+                locations = logger.append_many(9, batch)
+            else:
+                locations = [logger.append(9, entry_id, body) for entry_id, body in batch]
+            stored[way] += [(loc, e, b) for loc, (e, b) in zip(locations, batch, strict=True)]
+        await logger.sync()
+        try:
+            for location, entry_id, body in stored[way]:
+                assert await logger.read(location, 9, entry_id) == body
+        finally:
+            await logger.close()
+            await disk.close()
+    assert stored["batched"] == stored["one_by_one"]
+    assert len({unpack_location(loc)[0] for loc, _, _ in stored["batched"]}) > 5  # it rolled
+    for name in os.listdir(tmp_path / "one_by_one"):
+        one = (tmp_path / "one_by_one" / name).read_bytes()
+        assert (tmp_path / "batched" / name).read_bytes() == one

@@ -10,7 +10,9 @@ from aiobk.bookie.journal_format import (
     JournalCorruptError,
     RecordType,
     Stop,
+    add_payload,
     decode_file_header,
+    encode_adds,
     encode_file_header,
     encode_record,
     scan,
@@ -120,3 +122,20 @@ def test_small_volatile_batches_are_written_at_once_and_never_synced_inline() ->
     assert _plan(records=2, volatile=1) is BatchPlan.WRITE_HERE
     assert _plan(records=1, volatile=1, inline_records=4) is BatchPlan.WRITE_HERE
     assert _plan(records=2, volatile=1, size=INLINE_BYTES + 1) is BatchPlan.OFFLOAD
+
+
+@given(
+    st.integers(0, 2**40),
+    st.integers(0, 2**62),
+    st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=20),
+)
+def test_an_add_batch_encodes_as_its_records_one_by_one(
+    first_lsn: int, ledger_id: int, entries: list[tuple[int, bytes]]
+) -> None:
+    """``encode_adds`` (ADD_BATCH's journal path) is byte for byte the ADD records ``append``
+    writes for each entry: replay reads no new format."""
+    expected = b"".join(
+        encode_record(RecordType.ADD, first_lsn + i, add_payload(ledger_id, entry_id, body))
+        for i, (entry_id, body) in enumerate(entries)
+    )
+    assert encode_adds(first_lsn, ledger_id, entries) == expected
