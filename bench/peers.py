@@ -48,7 +48,7 @@ CDF_PERCENTILES = (
 )  # fmt: skip
 SHARE_TICKS = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)  # the plot's y axis
 WARM_UP_SECONDS = 1.0  # per system, at the highest level, before the first measured one
-SETTLE_SECONDS = 1.0  # a pause before each open-loop level, after a sync (``settle``)
+SETTLE_SECONDS = 1.0  # a pause before each level, after a sync (``settle``)
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,7 @@ async def drive(
             tick = progress(f"{system.key} warm-up")
             await closed_loop(append, payload, settings.cap, warm_up, tick)
         for level in settings.levels:
+            await settle()
             async with client.target(f"closed{level}") as append:
                 tick = progress(f"{system.key} {level} in flight")
                 before = _cpu(pids)
@@ -177,10 +178,11 @@ async def drive(
 
 
 async def settle() -> None:
-    """Before an open-loop level, for every system alike: write back what the levels before
-    left dirty in the page cache (``sync``) and pause. A level offered at a steady rate then
-    measures that rate, not the writeback of the saturating closed loop just before it (aiobk
-    persistent's p99 at 1,000/s, the first level: 81 ms without, 22 ms with; bench/README.md)."""
+    """Before each level, for every system alike: write back what the levels before left dirty
+    in the page cache (``sync``) and pause. A level then measures itself, not the writeback of
+    the saturating level before it -- the warm-up, another system's run (aiobk persistent's
+    open-loop p99 at 1,000/s, the first open level: 81 ms without, 22 ms with;
+    bench/README.md)."""
     await asyncio.to_thread(os.sync)
     await asyncio.sleep(SETTLE_SECONDS)
 
