@@ -83,6 +83,7 @@ async def repair(
 ) -> None:
     """Phase two. Retries until every ledger is done or the bookie stops."""
     pending = list(dict.fromkeys(to_repair))
+    unsynced: set[int] = set()  # limbo cleared, the record not synced yet
     while pending:
         for ledger_id in list(pending):
             state = ledgers.get(ledger_id)
@@ -98,12 +99,22 @@ async def repair(
                         log.info("ledger %d: copied %d entries back from peers", ledger_id, copied)
             except NoSuchLedgerError:
                 pass  # deleted: nothing to repair
-            except BKError as exc:
+            except (BKError, OSError) as exc:
+                # A peer or the metadata unreachable, or this bookie's journal failed (a full
+                # disk: JournalFailedError, from the copies' sync) -- try again later. Were the
+                # task to end here, the ledger would stay in limbo until the next restart.
                 log.warning("ledger %d: repair postponed: %s", ledger_id, exc)
                 continue
-            if state is not None and state.limbo:
-                ledgers.set_limbo(state, False)
-                await ledgers.durable()
+            try:
+                if state is not None and state.limbo:
+                    ledgers.set_limbo(state, False)
+                    unsynced.add(ledger_id)
+                if ledger_id in unsynced:
+                    await ledgers.durable()
+                    unsynced.discard(ledger_id)
+            except OSError as exc:  # the journal failed: the limbo-off record waits with it
+                log.warning("ledger %d: repair postponed: %s", ledger_id, exc)
+                continue
             pending.remove(ledger_id)
         if pending:
             await asyncio.sleep(retry)

@@ -272,7 +272,16 @@ class Bookie:
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
-        self._tasks[name] = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
+        task = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
+        task.add_done_callback(self._background_ended)
+        self._tasks[name] = task
+
+    def _background_ended(self, task: asyncio.Task[None]) -> None:
+        """A background task that fails is said at once, not only when the bookie stops."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "bookie %s: %s failed", self.bookie_id, task.get_name(), exc_info=task.exception()
+            )
 
     async def _boot(self) -> None:
         """Nothing is served before this ends (``bookie.boot``)."""
@@ -395,7 +404,9 @@ class Bookie:
         for task in tasks.values():
             task.cancel()
         for task in tasks.values():
-            with contextlib.suppress(asyncio.CancelledError):
+            # One that failed earlier (said then, ``_background_ended``) must not stop the
+            # rest of a stop or crash: the journal would be left undrained and running.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
     # ------------------------------------------------------------------ registration
