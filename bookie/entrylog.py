@@ -150,26 +150,11 @@ class EntryLogger:
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> int:
         """Buffer one entry; return its location."""
-        active = self._active
-        assert active is not None
-        size = RECORD_HEAD.size + len(body)
-        offset = active.start + len(active.data)
-        if offset + size > self._max_log_size and offset > len(FILE_MAGIC):
-            active = self.roll()
-            offset = len(FILE_MAGIC)
-        self._active_records += 1
-        ids = IDS.pack(ledger_id, entry_id)
-        crc = crc32c.crc32c(body, crc32c.crc32c(ids))
-        data = active.data
-        data += RECORD_HEAD.pack(size - 8, crc, ledger_id, entry_id)
-        data += body
-        if len(data) >= self._write_buffer_size and self._flush_task is None:
-            self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
-        return pack_location(active.log_id, offset)
+        return self.append_many(ledger_id, ((entry_id, body),))[0]
 
     def append_many(self, ledger_id: int, entries: Sequence[tuple[int, bytes]]) -> list[int]:
-        """Buffer the entries of one ledger, in order (an ADD_BATCH's): exactly ``append`` of
-        each, at one call's cost; return their locations."""
+        """Buffer the entries of one ledger, in order (an ADD_BATCH's), rolling to a new log
+        where the next would not fit; return their locations."""
         locations: list[int] = []
         active = self._active
         assert active is not None
@@ -187,7 +172,7 @@ class EntryLogger:
             checksum = crc(body, crc(pack_ids(ledger_id, entry_id)))
             data += pack_head(size - 8, checksum, ledger_id, entry_id)
             data += body
-            locations.append(active.log_id << OFFSET_BITS | offset)
+            locations.append(active.log_id << OFFSET_BITS | offset)  # pack_location, inlined
         self._active_records += len(entries)
         if len(data) >= self._write_buffer_size and self._flush_task is None:
             self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())

@@ -194,25 +194,7 @@ class Ledgers:
         durable, ``on_written`` (BP-14 volatile adds) once written. Journal-less (BP-46), the
         add is in ledger storage only and ``done`` runs at once -- or once the ledger's new
         master key is synced, which must be durable before any ack."""
-        self.storage.add_entry(state, entry_id, body)
-        state.advance_lac(piggybacked_lac)
-        cursor = state.sync
-        cursor.confirmed(piggybacked_lac)  # BP-14: a LAC is confirmed on an ack quorum
-        if not self.journal_adds:
-            if state.key_pending:
-                self.journal.barrier(done)
-            else:
-                done(None)
-            return
-
-        def synced(error: BaseException | None) -> None:
-            if error is None:
-                cursor.synced(entry_id)
-            done(error)
-
-        self.journal.append(
-            RecordType.ADD, add_payload(state.ledger_id, entry_id, body), synced, on_written
-        )
+        self.add_batch(state, ((entry_id, body),), piggybacked_lac, done, on_written)
 
     def add_batch(
         self,
@@ -222,13 +204,14 @@ class Ledgers:
         done: Callback,
         on_written: Callback | None = None,
     ) -> None:
-        """``add`` of each (entry id, body) of an ADD_BATCH, ids increasing and each new here,
-        with one ``done`` (and ``on_written``) for them all; ``lac``: the highest LAC they
-        piggyback (raising a LAC by each in turn ends where raising it by the highest does)."""
+        """``add`` of each (entry id, body) of one ledger -- an ADD_BATCH's, ids increasing and
+        each new here -- with one ``done`` (and ``on_written``) for them all; ``lac``: the
+        highest LAC they piggyback (raising a LAC by each in turn ends where raising it by the
+        highest does). Their ADD records are journaled together (``Journal.append_adds``)."""
         self.storage.add_entries(state, entries)
         state.advance_lac(lac)
         cursor = state.sync
-        cursor.confirmed(lac)
+        cursor.confirmed(lac)  # BP-14: a LAC is confirmed on an ack quorum
         if not self.journal_adds:
             if state.key_pending:
                 self.journal.barrier(done)
