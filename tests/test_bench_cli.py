@@ -200,7 +200,10 @@ def test_the_peers_comparison_runs_every_system_and_writes_json_and_a_plot(
             assert run["p50_us"] > 0, (key, run)
             assert run["cdf"], (key, run)
         assert closed[8]["cpu_client_us"] > 0, key
+        assert closed[1]["quorum_floor_us"] > 0, key  # measured beside the 1-in-flight level
+        assert closed[8]["quorum_floor_us"] == 0, key
         assert closed[8]["cpu_servers_us"] > 0, key
+        assert 0 <= closed[8]["cpu_servers_system_us"] <= closed[8]["cpu_servers_us"], key
         assert opened["offered_per_s"] == 100, key
         assert opened["unfinished"] == 0, key
     assert report["floors"]["quorum_floor_us"] > 0

@@ -86,6 +86,11 @@ def test_the_targets_are_ratios_of_the_same_run() -> None:
         (0.33, True),  # CPU 100 / 300 <= 0.5
     ]
     assert check_targets(floors, runs[:1], 300.0) == []  # nothing to compare: nothing checked
+    # A 1-in-flight level with the quorum floor measured beside it is judged against that one.
+    runs[2].quorum_floor_us = 1000
+    (beside,) = [c for c in check_targets(floors, runs, 300.0) if "quorum floor" in c["target"]]
+    assert (beside["ratio"], beside["quorum_floor_us"]) == (1.0, 1000)
+    assert beside["run_start_quorum_floor_us"] == 850
 
 
 async def test_an_append_that_never_returns_is_cut_off_in_the_closed_loop() -> None:
