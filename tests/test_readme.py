@@ -87,6 +87,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
             break
         process.kill()
         process.wait(30)
+        process.stdout.close()  # a try that failed: its pipe is not left to the collector
     else:
         raise AssertionError("aiobk standalone did not start in 5 tries")
     env["AIOBK_METADATA"] = uri
