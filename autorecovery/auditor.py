@@ -175,7 +175,7 @@ class Auditor:
         registered = {info.bookie_id for info in await self._store.list_bookies()}
         now_ms = self._now_ms()
         room = asyncio.Semaphore(config.auditor_check_concurrency)
-        pending: set[asyncio.Task[None]] = set()
+        pending: dict[asyncio.Task[None], None] = {}  # ordered: cancelled as started
 
         async def check(ledger_id: int, metadata: LedgerMetadata) -> None:
             try:
@@ -201,8 +201,8 @@ class Auditor:
                     continue
                 await room.acquire()  # at most `concurrency` ledgers checked at once
                 task = asyncio.get_running_loop().create_task(check(ledger_id, metadata))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
+                pending[task] = None
+                task.add_done_callback(lambda done: pending.pop(done, None))
             if pending:
                 await asyncio.gather(*pending)
         finally:

@@ -98,14 +98,18 @@ class ServerConnection(asyncio.Protocol):
         self._write_paused = False
         self.closed = False
         self.roles: frozenset[str] = NO_ROLES  # set by the TLS handshake (client certificate)
-        self.tasks: set[asyncio.Task[None]] = set()
+        # Dicts, not sets, here and wherever the bookie or client iterates what it keeps: a set
+        # of objects iterates in the order of their addresses, which differ from run to run,
+        # and the order of cancels and wake-ups is the order of what follows (the simulator
+        # replays a seed exactly only if that order is the same).
+        self.tasks: dict[asyncio.Task[None], None] = {}
         self._loop = asyncio.get_running_loop()
         self.held = 0  # bytes held, as last reported to FlowControl
         self.last_active = self._loop.time()
         self.frame_started: float | None = None  # when the partial frame held began
         self.write_paused_since: float | None = None  # responses unsendable since
         self.reads = FifoGate(READS_PER_CONNECTION)
-        self.polls: set[Poll] = set()  # this peer's long polls waiting now
+        self.polls: dict[Poll, None] = {}  # this peer's long polls waiting now
         self._backlog: deque[bytes] = deque()  # requests read, not handled yet
         self._backlog_bytes = 0
         self._drain_scheduled = False
@@ -342,8 +346,8 @@ class ServerConnection(asyncio.Protocol):
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run an asynchronous handler; it is cancelled if the connection goes away."""
         task = self._loop.create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks[task] = None
+        task.add_done_callback(lambda done: self.tasks.pop(done, None))
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:
@@ -369,12 +373,12 @@ class ServerConnection(asyncio.Protocol):
         # read until they expired, so its next requests -- more polls past the cap, a plain
         # read -- were answered a whole poll timeout late (issue 12, finding 3: 50,000 polls
         # of 8 s on one connection came back 24 s late).
-        self.polls.add(poll)
+        self.polls[poll] = None
         if self._read_paused:
             self.update_reading()
 
     def poll_ended(self, poll: Poll) -> None:
-        self.polls.discard(poll)
+        self.polls.pop(poll, None)
         if self._read_paused:
             self.update_reading()
 

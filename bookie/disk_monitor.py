@@ -139,7 +139,7 @@ class DiskMonitor:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._gc: asyncio.Task[object] | None = None
-        self._checks: set[asyncio.Task[None]] = set()
+        self._checks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
         self._last_forced_gc: float | None = None
         self.last: Verdict | None = None
         journal.on_failure = self.journal_failed
@@ -229,8 +229,8 @@ class DiskMonitor:
         if self._checks:
             return  # one is on its way: failures in a burst need one check, not one each
         task = asyncio.get_running_loop().create_task(self._check_quietly(), name="disk-check")
-        self._checks.add(task)
-        task.add_done_callback(self._checks.discard)
+        self._checks[task] = None
+        task.add_done_callback(lambda done: self._checks.pop(done, None))
 
     def journal_failed(self, exc: BaseException) -> None:
         """``Journal.on_failure``: read-only until it recovers."""

@@ -121,7 +121,7 @@ class Peer(Protocol):
     last_active: float
     frame_started: float | None
     write_paused_since: float | None
-    tasks: set[asyncio.Task[None]]
+    tasks: dict[asyncio.Task[None], None]
 
     @property
     def idle(self) -> bool: ...

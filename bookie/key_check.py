@@ -184,7 +184,7 @@ class KeyCheck:
         self._turns: OrderedDict[object, None] = OrderedDict()  # peers with lookups queued
         self._waiting = 0
         self._cache: OrderedDict[int, tuple[float, KeyFacts]] = OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
         self._logged: set[StatusCode] = set()
 
     @property
@@ -301,8 +301,8 @@ class KeyCheck:
     def _start(self, ctx: BookieContext, ledger_id: int, lookup: _Lookup) -> None:
         self._running += 1
         task = asyncio.get_running_loop().create_task(self._lookup(ctx, ledger_id, lookup))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     def _next_turns(self, ctx: BookieContext) -> None:
         """Start waiting lookups while there is room, one connection after the other."""

@@ -216,7 +216,7 @@ class AddPipeline:
         self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
         self._sender: Sender[Sequence[PendingAdd]] = Sender(
             ctx.pool, config.add_timeout, self._answered_all
         )
@@ -428,8 +428,8 @@ class AddPipeline:
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = None
+        task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     def _callback(
         self, op: PendingAdd, slot: int, bookie: str

@@ -160,7 +160,7 @@ class ExplicitLac:
         self._config = config
         self.sent = lac  # the highest LAC the bookies were told (piggybacked or explicit)
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
 
     def arm(self, due: LacDue) -> None:
         delay = self._config.explicit_lac_delay
@@ -178,8 +178,8 @@ class ExplicitLac:
         loop = asyncio.get_running_loop()
         for bookie in dict.fromkeys(ensemble):
             task = loop.create_task(self._write(bookie, lac))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[task] = None
+            task.add_done_callback(lambda done: self._tasks.pop(done, None))
 
     async def _write(self, bookie: str, lac: int) -> None:
         try:

@@ -50,7 +50,7 @@ class BookiePool:
         self.txn_ids = itertools.count(1)
         self._writable: tuple[float, list[str]] | None = None
         self._closed = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
 
     async def writable_bookies(self, fresh: bool = False) -> list[str]:
         """Ids of bookies registered as writable (cached briefly)."""
@@ -120,8 +120,8 @@ class BookiePool:
             pending = loop.create_future()
             self._connecting[bookie_id] = pending
             task = loop.create_task(self._connect(bookie_id, pending))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[task] = None
+            task.add_done_callback(lambda done: self._tasks.pop(done, None))
         return await asyncio.shield(pending)
 
     async def _connect(self, bookie_id: str, result: asyncio.Future[BookieConnection]) -> None:
@@ -197,7 +197,7 @@ class Sender(Generic[T]):
         self._on_withdrawn = on_withdrawn
         self._backlog: dict[str, list[tuple[Delivery, T]]] = {}
         self._handed_over: dict[str, asyncio.Future[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
 
     def send(
         self,
@@ -250,8 +250,8 @@ class Sender(Generic[T]):
             backlog = self._backlog[bookie] = []
             self._handed_over[bookie] = loop.create_future()
             task = loop.create_task(self._after_connect(bookie))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[task] = None
+            task.add_done_callback(lambda done: self._tasks.pop(done, None))
         backlog.append((delivery, tag))
 
     async def _after_connect(self, bookie: str) -> None:

@@ -78,10 +78,12 @@ class EntryReader:
         bookies = [fragment.ensemble[s] for s in slots]
         errors: list[BKError] = []
         running: set[asyncio.Task[EntryBody]] = set()
+        asked: list[asyncio.Task[EntryBody]] = []  # the order to look at them in (not a set's)
         try:
             for index in range(len(bookies) + 1):
                 if index < len(bookies):
-                    running.add(asyncio.ensure_future(self._ask(bookies[index], entry_id)))
+                    asked.append(asyncio.ensure_future(self._ask(bookies[index], entry_id)))
+                    running.add(asked[-1])
                     wait = self._config.speculative_read_timeout
                 else:
                     wait = None  # everyone has been asked: wait for the rest
@@ -94,8 +96,8 @@ class EntryReader:
                             self._stats.speculative_reads += 1
                         break  # speculative timeout: ask the next bookie too
                     found: EntryBody | None = None
-                    for task in done:  # every one looked at: none left with an unread error
-                        error = task.exception()
+                    for task in (task for task in asked if task in done):  # each one looked at:
+                        error = task.exception()  # none left with an unread error
                         if error is None:
                             if found is None:
                                 found = task.result()
@@ -109,10 +111,11 @@ class EntryReader:
                         break  # a failure: move on to the next bookie at once
             raise summarize(self.ledger_id, entry_id, errors)
         finally:
-            for task in running:
+            left = [task for task in asked if task in running]
+            for task in left:
                 task.cancel()
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
+            if left:
+                await asyncio.gather(*left, return_exceptions=True)
 
     async def _ask(self, bookie: str, entry_id: int) -> EntryBody:
         response = await ask(

@@ -40,7 +40,7 @@ class _MemoryWatch(Watch):
         return key.startswith(self.key) if self.prefix else key == self.key
 
     async def _stop(self) -> None:
-        self._owner._watches.discard(self)
+        self._owner._watches.pop(self, None)
 
 
 class _Lease:
@@ -61,7 +61,7 @@ class MemoryKV(KV):
         self._revision = 1
         self._history: list[WatchEvent] = []  # every change, for watches from a past revision
         self._compacted = 0  # history before this revision is gone (``compact``)
-        self._watches: set[_MemoryWatch] = set()
+        self._watches: dict[_MemoryWatch, None] = {}  # ordered: notified as opened
         self._leases: dict[int, _Lease] = {}
         self._next_lease = 1
         self.hook: WriteHook | None = None
@@ -190,7 +190,7 @@ class MemoryKV(KV):
         for event in self._history:
             if event.revision >= start_revision and watch.matches(event.key):
                 watch._push(event)
-        self._watches.add(watch)
+        self._watches[watch] = None
         return watch
 
     # ------------------------------------------------------------------ leases

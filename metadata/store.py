@@ -45,7 +45,7 @@ class MetadataStore:
         self.keys = KeyLayout(prefix)
         self.uri = uri or kv.description
         self.autorecovery = AutoRecoveryStore(kv, self.keys)
-        self._watches: set[Watch] = set()
+        self._watches: dict[Watch, None] = {}  # ordered: notified as opened
 
     async def close(self) -> None:
         for watch in list(self._watches):
@@ -178,7 +178,7 @@ class MetadataStore:
         last: int | None = -1  # mod revision of the state last yielded (None: absent)
         while True:
             watch = await self.kv.watch(key, prefix=False, start_revision=revision + 1)
-            self._watches.add(watch)
+            self._watches[watch] = None
             try:
                 now = found.mod_revision if found is not None else None
                 if now != last:
@@ -196,7 +196,7 @@ class MetadataStore:
             except WatchCompactedError:
                 pass
             finally:
-                self._watches.discard(watch)
+                self._watches.pop(watch, None)
                 await watch.close()
             found, revision = await self.kv.get(key)
 
@@ -278,7 +278,7 @@ class MetadataStore:
             for item in page:
                 current[item.key] = BookieServiceInfo.from_json(item.value, item.mod_revision)
             watch = await self.kv.watch(self.keys.bookies, prefix=True, start_revision=revision + 1)
-            self._watches.add(watch)
+            self._watches[watch] = None
             try:
                 yield sorted(current.values(), key=lambda b: b.bookie_id)
                 async for event in watch:
@@ -293,7 +293,7 @@ class MetadataStore:
             except WatchCompactedError:
                 pass
             finally:
-                self._watches.discard(watch)
+                self._watches.pop(watch, None)
                 await watch.close()
 
     # ------------------------------------------------------------------ cookies

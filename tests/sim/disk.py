@@ -4,7 +4,11 @@ Each file keeps its bytes as the bookie last wrote them (what reads see) and how
 are durable. ``crash()`` cuts every file back to its durable prefix -- optionally keeping a
 seeded prefix of the unsynced tail, as a real disk may have written some of it -- and retires
 every open handle: the dead process's late writes land nowhere. ``wipe()`` is a lost disk.
-Faults: read errors (EIO on ``pread``) and a full disk (ENOSPC on writes).
+Faults: read errors (EIO on ``pread``) and a full disk (ENOSPC on writes). Latency: a sync of
+ledger storage (entry logs, the index twin) is slow now and then (``slow_storage_syncs``: its
+chance; 0.3-2 s), as on a disk whose writeback queue is long: checkpoints and garbage collection
+then overlap crashes, full disks and the boot repair (the first campaign with it found the
+repair ending for good on a failed journal sync).
 
 File creation and removal are durable at once (``OsDisk`` fsyncs the directory for both), and
 ``write_file_atomic`` is durable when it returns, as on a real disk.
@@ -28,9 +32,17 @@ class _File:
 
 
 class SimDisk:
-    def __init__(self, rng: random.Random, name: str, *, torn_tail: bool = True) -> None:
+    def __init__(
+        self,
+        rng: random.Random,
+        name: str,
+        *,
+        torn_tail: bool = True,
+        slow_storage_syncs: float = 0.0,
+    ) -> None:
         self._rng = rng
         self.name = name
+        self.slow_storage_syncs = slow_storage_syncs
         self.files: dict[str, _File] = {}
         self.dirs: set[str] = set()
         self.generation = 0  # bumped by crash/wipe: older handles are dead
@@ -82,7 +94,7 @@ class SimDisk:
             raise FileExistsError(errno.EEXIST, "a preallocated file must be new", path)
         self._parent_exists(path)
         file = self.files.setdefault(path, _File())
-        return _SimAppendFile(self, file, self.generation)
+        return _SimAppendFile(self, file, self.generation, lane != "journal")
 
     async def open_read(self, path: str) -> ReadFile:
         await self.delay(1e-5, 5e-5)
@@ -161,11 +173,12 @@ class SimDisk:
 
 
 class _SimAppendFile:
-    def __init__(self, disk: SimDisk, file: _File, generation: int) -> None:
+    def __init__(self, disk: SimDisk, file: _File, generation: int, storage: bool) -> None:
         self._disk = disk
         self._file = file
         self._generation = generation
         self._size = len(file.data)
+        self._storage = storage  # ledger storage's (not the journal's): its syncs may be slow
 
     @property
     def size(self) -> int:
@@ -202,7 +215,15 @@ class _SimAppendFile:
     async def sync(self) -> None:
         # What the sync covers is what was written when it started.
         upto = len(self._file.data)
-        await self._disk.delay(1e-4, 2e-3)
+        disk = self._disk
+        if (
+            self._storage
+            and disk.slow_storage_syncs
+            and disk._rng.random() < disk.slow_storage_syncs
+        ):
+            await disk.delay(0.3, 2.0)
+        else:
+            await disk.delay(1e-4, 2e-3)
         if self._alive():
             self._file.durable = max(self._file.durable, min(upto, len(self._file.data)))
             self._disk.syncs += 1

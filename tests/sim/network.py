@@ -192,7 +192,7 @@ class SimConnection:
                 self.lost[side] = True
                 self.transports[side]._closing = True
                 loop.call_later(self.net.latency(), self._deliver_loss, side, exc)
-        self.net.connections.discard(self)
+        self.net.connections.pop(self, None)
 
 
 class _Listener:
@@ -256,7 +256,7 @@ class _ClientSide:
         client = factory()
         server = listener.factory()
         conn = SimConnection(net, (self._node, host), (client, server))
-        net.connections.add(conn)
+        net.connections[conn] = None
         server.connection_made(conn.transports[1])
         client.connection_made(conn.transports[0])
         return conn.transports[0], client
@@ -267,7 +267,10 @@ class SimNetwork:
         self._rng = rng
         self.trace = trace
         self.listeners: dict[tuple[str, int], _Listener] = {}
-        self.connections: set[SimConnection] = set()
+        # In the order made (a dict): a crash resets them in that order, each drawing its loss's
+        # latency from the seeded generator -- a set would order them by address, which
+        # differs between two runs of one seed.
+        self.connections: dict[SimConnection, None] = {}
         self.cut: set[tuple[str, str]] = set()
         self.paused: set[str] = set()
         self.resets: dict[tuple[str, str], int] = {}

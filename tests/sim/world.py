@@ -129,7 +129,7 @@ class World:
                 journal_write_data=not journal_less,
                 journal_max_file_size=rng.choice((8192, 65536, 1 << 20)),
                 journal_alignment=rng.choice((0, 512)),
-                entry_log_max_size=rng.choice((16384, 1 << 20)),
+                entry_log_max_size=rng.choice((4096, 16384, 1 << 20)),
                 entry_log_write_buffer=rng.choice((1024, 65536)),
                 repair_retry_interval=0.3,
                 gc_interval=rng.choice((0.5, 2.0)),
@@ -141,7 +141,10 @@ class World:
                 boot_fence=switches.boot_fence,
                 boot_limbo=switches.boot_limbo,
             )
-            self.bookies[node] = SimBookie(node, config, SimDisk(rng, node))
+            slow_syncs = rng.choice((0.0, 0.05))
+            self.bookies[node] = SimBookie(
+                node, config, SimDisk(rng, node, slow_storage_syncs=slow_syncs)
+            )
 
     async def _metadata_latency(self, op: str, key: bytes) -> None:
         await asyncio.sleep(self.rng.uniform(1e-4, self.metadata_delay))
