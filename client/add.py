@@ -216,7 +216,7 @@ class AddPipeline:
         self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
         self._sender: Sender[Sequence[PendingAdd]] = Sender(
             ctx.pool, config.add_timeout, self._answered_all
         )

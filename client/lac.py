@@ -160,7 +160,7 @@ class ExplicitLac:
         self._config = config
         self.sent = lac  # the highest LAC the bookies were told (piggybacked or explicit)
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
 
     def arm(self, due: LacDue) -> None:
         delay = self._config.explicit_lac_delay

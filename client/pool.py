@@ -50,7 +50,7 @@ class BookiePool:
         self.txn_ids = itertools.count(1)
         self._writable: tuple[float, list[str]] | None = None
         self._closed = False
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
 
     async def writable_bookies(self, fresh: bool = False) -> list[str]:
         """Ids of bookies registered as writable (cached briefly)."""
@@ -197,7 +197,7 @@ class Sender(Generic[T]):
         self._on_withdrawn = on_withdrawn
         self._backlog: dict[str, list[tuple[Delivery, T]]] = {}
         self._handed_over: dict[str, asyncio.Future[None]] = {}
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
 
     def send(
         self,

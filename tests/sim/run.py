@@ -2,8 +2,12 @@
 together, heal, check. Everything happens on a virtual-time loop (async-solipsism): a timer an
 hour away costs nothing, and a run with nothing left to do but wait fails as a hang.
 
-Replaying a seed reproduces the run exactly, given the same ``PYTHONHASHSEED`` (set iteration
-order depends on it; ``make sim`` and ``make test`` both pin it to 0).
+Replaying a seed reproduces the run exactly, given the same ``PYTHONHASHSEED`` (the iteration
+order of sets of strings depends on it; ``make sim`` and ``make test`` both pin it to 0). Sets
+of other objects iterate in the order of their addresses, which no seed pins: code the
+simulator runs keeps what it iterates -- tasks it cancels, waiters it wakes, connections it
+resets -- in insertion-ordered dicts or lists (the replay tests shift the second run's objects
+in memory to catch one that does not).
 """
 
 from __future__ import annotations
