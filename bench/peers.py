@@ -56,7 +56,8 @@ SHARE_TICKS = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)  # the plot's y 
 WARM_UP_SECONDS = 1.0  # per system, at the highest level, before the first measured one
 SETTLE_SECONDS = 1.0  # a pause before each level, after a sync (``settle``)
 # The quorum floor is measured again just before and just after each system's 1-in-flight
-# level (``floor_beside``): rounds (and seconds at most, at most a share of a level's) a side.
+# level (``floor_beside``): at most these many rounds a side, and at most a third of a level's
+# seconds (3 s at most).
 BESIDE_QUORUM_ROUNDS = 500
 BESIDE_RTT_ROUNDS = 1000
 
@@ -168,7 +169,8 @@ def floor_beside(directory: str, seconds: float) -> tuple[HdrHistogram, HdrHisto
 def _merged_floor(
     before: tuple[HdrHistogram, HdrHistogram], after: tuple[HdrHistogram, HdrHistogram]
 ) -> int:
-    """The quorum floor (p50 microseconds) of two ``floor_beside`` samples together."""
+    """The quorum floor (p50 microseconds) of two ``floor_beside`` samples together (merged
+    into ``before``'s histograms)."""
     quorum, rtt = before
     quorum.add(after[0])
     rtt.add(after[1])
