@@ -34,6 +34,8 @@ from rocksdict import (
 
 from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
 
+INDEX_PARTITION_BYTES = 16 * 1024
+
 
 class RocksIndexDb(IndexDb):
     """RocksDB through rocksdict (see the module docstring)."""
@@ -50,13 +52,18 @@ class RocksIndexDb(IndexDb):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         # Partitioned index and filters (RocksDB's advice for large databases): a lookup loads
-        # one 4 KiB partition, not a table's whole filter. Without it, at 10,000,000 keys and a
+        # one partition, not a table's whole filter. Without it, at 10,000,000 keys and a
         # cache smaller than the filters, every lookup reloaded and re-checksummed a filter of
         # megabytes: 250 us to 4.5 ms a lookup against 2-13 us (issue 15's scale run).
         table.set_index_type(BlockBasedIndexType.two_level_index_search())
         table.set_partition_filters(True)
         table.set_pin_top_level_index_and_filter(True)
-        table.set_metadata_block_size(4096)
+        # Partitions are loaded on a lookup's first need and stay in the block cache, so a
+        # restarted bookie's first reads each pay one more disk read until its tables' index
+        # is in. At 4 KiB a table of a million ledgers had hundreds of partitions, and most of
+        # the first 500 cold reads paid it (3 disk reads instead of 2); at 16 KiB a quarter as
+        # many, each read in one request all the same (bench/scale.py, README).
+        table.set_metadata_block_size(INDEX_PARTITION_BYTES)
         options.set_block_based_table_factory(table)
         # No filters in the last level, where most keys live: lookups there are for keys that
         # exist (a stored entry, a held ledger's record), which a filter cannot spare a block
