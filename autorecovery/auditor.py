@@ -33,6 +33,7 @@ from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
 from aiobk.metadata import CHECK, LOST_BOOKIE, AuditorStatus, HeldLease, LedgerMetadata
 from aiobk.protocol.errors import NoSuchLedgerError
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ class Auditor:
         registered = {info.bookie_id for info in await self._store.list_bookies()}
         now_ms = self._now_ms()
         room = asyncio.Semaphore(config.auditor_check_concurrency)
-        pending: dict[asyncio.Task[None], None] = {}  # ordered: cancelled as started
+        pending = TaskKeeper()  # cancelled as started
 
         async def check(ledger_id: int, metadata: LedgerMetadata) -> None:
             try:
@@ -200,14 +201,11 @@ class Auditor:
                 if metadata is None or ledger_id in reported:
                     continue
                 await room.acquire()  # at most `concurrency` ledgers checked at once
-                task = asyncio.get_running_loop().create_task(check(ledger_id, metadata))
-                pending[task] = None
-                task.add_done_callback(lambda done: pending.pop(done, None))
+                pending.spawn(check(ledger_id, metadata))
             if pending:
                 await asyncio.gather(*pending)
         finally:
-            for task in pending:
-                task.cancel()
+            pending.cancel()
         self._last_check = self._now_ms()
 
     async def _mark(self, ledger_id: int, bookies: set[str], reason: str, now_ms: int) -> None:

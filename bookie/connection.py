@@ -49,6 +49,7 @@ from aiobk.protocol import (
     decode_request,
     encode,
 )
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class ServerConnection(asyncio.Protocol):
         # of objects iterates in the order of their addresses, which differ from run to run,
         # and the order of cancels and wake-ups is the order of what follows (the simulator
         # replays a seed exactly only if that order is the same).
-        self.tasks: dict[asyncio.Task[None], None] = {}
+        self.tasks = TaskKeeper()
         self._loop = asyncio.get_running_loop()
         self.held = 0  # bytes held, as last reported to FlowControl
         self.last_active = self._loop.time()
@@ -137,8 +138,7 @@ class ServerConnection(asyncio.Protocol):
             self._upgrade_failed(exc)
         self.closed = True
         self.flow.forget(self)
-        for task in self.tasks:
-            task.cancel()
+        self.tasks.cancel()
         for poll in list(self.polls):
             poll.cancel()
         self._out.clear()
@@ -345,9 +345,7 @@ class ServerConnection(asyncio.Protocol):
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run an asynchronous handler; it is cancelled if the connection goes away."""
-        task = self._loop.create_task(coro)
-        self.tasks[task] = None
-        task.add_done_callback(lambda done: self.tasks.pop(done, None))
+        self.tasks.spawn(coro)
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[None]:

@@ -44,6 +44,7 @@ from aiobk.bookie.journal import PREALLOCATE as JOURNAL_CHUNK
 from aiobk.bookie.journal import Journal
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.write_state import DISK, JOURNAL, WriteState
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ class DiskMonitor:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._gc: asyncio.Task[object] | None = None
-        self._checks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._checks = TaskKeeper()
         self._last_forced_gc: float | None = None
         self.last: Verdict | None = None
         journal.on_failure = self.journal_failed
@@ -228,9 +229,7 @@ class DiskMonitor:
         self._state.set(DISK, f"a write found no space left ({exc.strerror or exc})")
         if self._checks:
             return  # one is on its way: failures in a burst need one check, not one each
-        task = asyncio.get_running_loop().create_task(self._check_quietly(), name="disk-check")
-        self._checks[task] = None
-        task.add_done_callback(lambda done: self._checks.pop(done, None))
+        self._checks.spawn(self._check_quietly(), name="disk-check")
 
     def journal_failed(self, exc: BaseException) -> None:
         """``Journal.on_failure``: read-only until it recovers."""

@@ -47,6 +47,7 @@ from typing import Protocol
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.stats import BookieStats
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class Peer(Protocol):
     last_active: float
     frame_started: float | None
     write_paused_since: float | None
-    tasks: dict[asyncio.Task[None], None]
+    tasks: TaskKeeper
 
     @property
     def idle(self) -> bool: ...

@@ -53,6 +53,7 @@ from aiobk.protocol import StatusCode
 from aiobk.protocol.errors import MetadataStoreError, NoSuchLedgerError
 from aiobk.protocol.keys import key_matches, stand_in_key
 from aiobk.protocol.roles import BOOKIE
+from aiobk.tasks import TaskKeeper
 
 if TYPE_CHECKING:
     from aiobk.metadata import LedgerMetadata, MetadataStore
@@ -184,7 +185,7 @@ class KeyCheck:
         self._turns: OrderedDict[object, None] = OrderedDict()  # peers with lookups queued
         self._waiting = 0
         self._cache: OrderedDict[int, tuple[float, KeyFacts]] = OrderedDict()
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (connection.py)
+        self._tasks = TaskKeeper()
         self._logged: set[StatusCode] = set()
 
     @property
@@ -300,9 +301,7 @@ class KeyCheck:
 
     def _start(self, ctx: BookieContext, ledger_id: int, lookup: _Lookup) -> None:
         self._running += 1
-        task = asyncio.get_running_loop().create_task(self._lookup(ctx, ledger_id, lookup))
-        self._tasks[task] = None
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+        self._tasks.spawn(self._lookup(ctx, ledger_id, lookup))
 
     def _next_turns(self, ctx: BookieContext) -> None:
         """Start waiting lookups while there is room, one connection after the other."""

@@ -373,8 +373,7 @@ class Bookie:
             self._server.close()
         for conn in list(self.flow.connections):
             conn.abort() if abort else conn.close()
-            for task in list(conn.tasks):
-                task.cancel()
+            conn.tasks.cancel()
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5.0):

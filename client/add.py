@@ -43,7 +43,6 @@ answers and runs ensemble changes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -84,6 +83,7 @@ from aiobk.protocol.errors import (
     OperationTimeoutError,
     UnauthorizedError,
 )
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class AddPipeline:
         self.max_payload = DEFAULT_MAX_FRAME_SIZE - ADD_FRAME_OVERHEAD - len(master_key)
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
+        self._tasks = TaskKeeper()
         self._sender: Sender[Sequence[PendingAdd]] = Sender(
             ctx.pool, config.add_timeout, self._answered_all
         )
@@ -427,9 +427,7 @@ class AddPipeline:
         await self._sender.sent(bookie)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
-        self._tasks[task] = None
-        task.add_done_callback(lambda done: self._tasks.pop(done, None))
+        self._tasks.spawn(coro)
 
     def _callback(
         self, op: PendingAdd, slot: int, bookie: str
@@ -684,8 +682,4 @@ class AddPipeline:
                 self._unqueued(op)
                 self._answered(op)
         await self._sender.withdraw()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, BKError):
-                await task
+        await self._tasks.cancel_and_wait(BKError)

@@ -14,7 +14,6 @@ Long poll: READ with LONG_POLL to the write set of the next entry; the first ans
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -33,6 +32,7 @@ from aiobk.protocol import (
     WriteLacRequest,
 )
 from aiobk.protocol.errors import BKError, BookieUnavailableError
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class ExplicitLac:
         self._config = config
         self.sent = lac  # the highest LAC the bookies were told (piggybacked or explicit)
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
+        self._tasks = TaskKeeper()
 
     def arm(self, due: LacDue) -> None:
         delay = self._config.explicit_lac_delay
@@ -175,11 +175,8 @@ class ExplicitLac:
             return
         lac, ensemble = what
         self.sent = lac
-        loop = asyncio.get_running_loop()
         for bookie in dict.fromkeys(ensemble):
-            task = loop.create_task(self._write(bookie, lac))
-            self._tasks[task] = None
-            task.add_done_callback(lambda done: self._tasks.pop(done, None))
+            self._tasks.spawn(self._write(bookie, lac))
 
     async def _write(self, bookie: str, lac: int) -> None:
         try:
@@ -193,8 +190,4 @@ class ExplicitLac:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, BKError):
-                await task
+        await self._tasks.cancel_and_wait(BKError)

@@ -22,6 +22,7 @@ from aiobk.client.net import AsyncioConnector, Connector
 from aiobk.metadata import MetadataStore
 from aiobk.protocol import Response
 from aiobk.protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
+from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class BookiePool:
         self.txn_ids = itertools.count(1)
         self._writable: tuple[float, list[str]] | None = None
         self._closed = False
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
+        self._tasks = TaskKeeper()
 
     async def writable_bookies(self, fresh: bool = False) -> list[str]:
         """Ids of bookies registered as writable (cached briefly)."""
@@ -119,9 +120,7 @@ class BookiePool:
         if pending is None:
             pending = loop.create_future()
             self._connecting[bookie_id] = pending
-            task = loop.create_task(self._connect(bookie_id, pending))
-            self._tasks[task] = None
-            task.add_done_callback(lambda done: self._tasks.pop(done, None))
+            self._tasks.spawn(self._connect(bookie_id, pending))
         return await asyncio.shield(pending)
 
     async def _connect(self, bookie_id: str, result: asyncio.Future[BookieConnection]) -> None:
@@ -197,7 +196,7 @@ class Sender(Generic[T]):
         self._on_withdrawn = on_withdrawn
         self._backlog: dict[str, list[tuple[Delivery, T]]] = {}
         self._handed_over: dict[str, asyncio.Future[None]] = {}
-        self._tasks: dict[asyncio.Task[None], None] = {}  # ordered (see bookie/connection.py)
+        self._tasks = TaskKeeper()
 
     def send(
         self,
@@ -249,9 +248,7 @@ class Sender(Generic[T]):
             loop = asyncio.get_running_loop()
             backlog = self._backlog[bookie] = []
             self._handed_over[bookie] = loop.create_future()
-            task = loop.create_task(self._after_connect(bookie))
-            self._tasks[task] = None
-            task.add_done_callback(lambda done: self._tasks.pop(done, None))
+            self._tasks.spawn(self._after_connect(bookie))
         backlog.append((delivery, tag))
 
     async def _after_connect(self, bookie: str) -> None:
@@ -287,8 +284,4 @@ class Sender(Generic[T]):
 
     async def withdraw(self) -> None:
         """Give up every send still waiting for a connection (see the class docstring)."""
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.cancel_and_wait()

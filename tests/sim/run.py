@@ -6,8 +6,8 @@ Replaying a seed reproduces the run exactly, given the same ``PYTHONHASHSEED`` (
 order of sets of strings depends on it; ``make sim`` and ``make test`` both pin it to 0). Sets
 of other objects iterate in the order of their addresses, which no seed pins: code the
 simulator runs keeps what it iterates -- tasks it cancels, waiters it wakes, connections it
-resets -- in insertion-ordered dicts or lists (the replay tests shift the second run's objects
-in memory to catch one that does not).
+resets -- in insertion-ordered dicts or lists, and the tasks it keeps in ``aiobk.tasks.TaskKeeper``
+(the replay tests shift the second run's objects in memory to catch one that does not).
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""``aiobk.tasks.TaskKeeper``: tasks kept until they end, walked in the order started."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aiobk.tasks import TaskKeeper
+
+
+async def test_tasks_are_kept_in_start_order_and_dropped_when_they_end() -> None:
+    keeper = TaskKeeper()
+    gates = [asyncio.Event() for _ in range(5)]
+    tasks = [keeper.spawn(gate.wait(), name=f"t{i}") for i, gate in enumerate(gates)]
+    assert list(keeper) == tasks
+    assert len(keeper) == 5
+    assert tasks[2].get_name() == "t2"
+    gates[2].set()
+    await tasks[2]
+    await asyncio.sleep(0)  # the done callback runs on the next loop turn
+    assert list(keeper) == [tasks[0], tasks[1], tasks[3], tasks[4]]
+    outside = asyncio.get_running_loop().create_task(gates[0].wait())
+    keeper.keep(outside)
+    assert list(keeper)[-1] is outside
+    await keeper.cancel_and_wait()
+    assert all(task.cancelled() for task in tasks if task is not tasks[2])
+    await asyncio.sleep(0)
+    assert len(keeper) == 0
+    assert not keeper
+
+
+async def test_cancel_asks_and_the_tasks_leave_on_a_later_turn() -> None:
+    keeper = TaskKeeper()
+    task = keeper.spawn(asyncio.sleep(60))
+    for kept in keeper:  # a copy: cancelling while walking is safe
+        kept.cancel()
+    keeper.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    assert len(keeper) == 0
+
+
+async def test_cancel_and_wait_swallows_only_the_named_failures() -> None:
+    class Expected(Exception):
+        pass
+
+    async def fails(exc: Exception) -> None:
+        try:
+            await asyncio.sleep(60)
+        finally:
+            raise exc
+
+    keeper = TaskKeeper()
+    keeper.spawn(fails(Expected("fine")))
+    await asyncio.sleep(0)  # started: cancelled inside, its finally raises
+    await keeper.cancel_and_wait(Expected)
+    keeper.spawn(fails(ValueError("not expected")))
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="not expected"):
+        await keeper.cancel_and_wait(Expected)
