@@ -40,6 +40,7 @@ from aiobk.protocol import (
     encode,
     peek_header,
 )
+from aiobk.tasks import TaskKeeper
 
 Predicate = Callable[[Request], bool]
 
@@ -244,15 +245,13 @@ class _ServerSide:
         self.transport = transport
         self.decoder = FrameDecoder()
         self.closed = False
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks = TaskKeeper()
         self.loop = asyncio.get_running_loop()
 
     def receive(self, data: bytes) -> None:
         for frame in self.decoder.feed(data):
             request = decode_request(frame)
-            task = self.loop.create_task(self._process(request))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self.tasks.spawn(self._process(request))
 
     async def _process(self, request: Request) -> None:
         rule = self.bookie._match(request)
@@ -297,8 +296,7 @@ class _ServerSide:
     def disconnect(self) -> None:
         if not self.closed:
             self.closed = True
-            for task in self.tasks:
-                task.cancel()
+            self.tasks.cancel()
             if self in self.bookie.connections:
                 self.bookie.connections.remove(self)
             self.loop.call_soon(self.client.connection_lost, None)
