@@ -205,7 +205,7 @@ async def test_a_full_data_disk_turns_read_only_frees_on_gc_and_restarts(
             # is forced by the bookie itself; one by hand must work too.
             await bk.delete_ledger(handle.ledger_id, b"full")
             gc = _cli("bookie", "gc", f"127.0.0.1:{x.port}", "--json")
-            assert gc.returncode == 0, gc.stderr
+            assert gc.returncode == 0, (gc.stderr, x.log_text()[-6000:])
             assert (await x.stats())["gc_bytes_freed"] > 16 * MiB
             (small.path / "junk").unlink()
             await _bookie_state(x.port, writable=True)
