@@ -99,10 +99,10 @@ class ServerConnection(asyncio.Protocol):
         self._write_paused = False
         self.closed = False
         self.roles: frozenset[str] = NO_ROLES  # set by the TLS handshake (client certificate)
-        # Dicts, not sets, here and wherever the bookie or client iterates what it keeps: a set
-        # of objects iterates in the order of their addresses, which differ from run to run,
-        # and the order of cancels and wake-ups is the order of what follows (the simulator
-        # replays a seed exactly only if that order is the same).
+        # Ordered (a TaskKeeper, dicts), not sets, here and wherever the bookie or client
+        # iterates what it keeps: a set of objects iterates in the order of their addresses,
+        # which differ from run to run, and the order of cancels and wake-ups is the order of
+        # what follows (the simulator replays a seed exactly only if that order is the same).
         self.tasks = TaskKeeper()
         self._loop = asyncio.get_running_loop()
         self.held = 0  # bytes held, as last reported to FlowControl
