@@ -204,7 +204,10 @@ def _evict(path: str) -> None:
     """Drop a directory's files from the page cache (no root needed)."""
     for root, _dirs, names in os.walk(path):
         for name in names:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # a running bookie's index compaction removed it meanwhile
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
