@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import importlib.metadata
 import os
 import shutil
 import socket
@@ -396,9 +397,21 @@ SYSTEMS = (
 SYSTEM_KEYS = tuple(system.key for system in SYSTEMS)
 
 
+# The clients' versions matter as much as the servers': a client's CPU per operation is much of
+# a peer's cost on this machine, and `make setup` installs the newest release the `bench` extra
+# allows (see bench/README.md).
+CLIENT_PACKAGES = ("nats-py", "redis", "aetcd", "uvloop")
+
+
 def versions() -> dict[str, str]:
-    return {
+    found = {
         "etcd": version(["etcd", "--version"]),
         "nats-server": version(["nats-server", "--version"]),
         "redis-server": version(["redis-server", "--version"]),
     }
+    for package in CLIENT_PACKAGES:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found
