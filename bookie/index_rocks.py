@@ -60,9 +60,9 @@ class RocksIndexDb(IndexDb):
         table.set_pin_top_level_index_and_filter(True)
         # Partitions are loaded on a lookup's first need and stay in the block cache, so a
         # restarted bookie's first reads each pay one more disk read until its tables' index
-        # is in. At 4 KiB a table of a million ledgers had hundreds of partitions, and most of
-        # the first 500 cold reads paid it (3 disk reads instead of 2); at 16 KiB a quarter as
-        # many, each read in one request all the same (bench/scale.py, README).
+        # is in. At 4 KiB a table of a million ledgers had hundreds of partitions; at 16 KiB a
+        # quarter as many, each still one read: 3.26 read calls a cold read against 3.84, p50
+        # 2.81x a cold pread against 3.03x (two 1M-ledger bench scale runs, README).
         table.set_metadata_block_size(INDEX_PARTITION_BYTES)
         options.set_block_based_table_factory(table)
         # No filters in the last level, where most keys live: lookups there are for keys that
