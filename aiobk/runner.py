@@ -57,7 +57,7 @@ MALLOC_ARENAS = 2
 # flight (``bench add``, volatile), each a fresh page the kernel (and on a virtual machine the
 # host) must supply. Freed memory up to this much stays in the heap, and blocks under the mmap
 # threshold come from it: 0.54-0.60 faults an append, and 1-14% less bookie CPU an append in
-# four alternating pairs. Both must be set: either alone turns the sliding off and faults more
+# four pairs. Both must be set: either alone turns the sliding off and faults more
 # (3.2 with the trim threshold alone, 2.2 with the mmap threshold alone).
 MALLOC_TRIM_THRESHOLD = 32 << 20
 MALLOC_MMAP_THRESHOLD = 8 << 20

@@ -505,7 +505,7 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
             f"{r['storage_cold_read_p50_us'] / r['storage_pread_floor_p50_us']:.2f}x in ledger "
             f"storage ({r['storage_cold_read_p50_us']:.0f} / "
             f"{r['storage_pread_floor_p50_us']:.0f} us; "
-            f"{r.get('storage_cold_read_calls', 0):.2f} read calls a read)",
+            f"{r['storage_cold_read_calls']:.2f} read calls a read)",
             r["storage_cold_read_p50_us"] <= 3 * r["storage_pread_floor_p50_us"],
         ),
         (
