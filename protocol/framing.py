@@ -43,20 +43,23 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Add bytes; return every frame now complete, in order."""
+        if not self._buf and type(data) is bytes:
+            return self._feed_bytes(data)
         buf = self._buf
         buf += data
         out: list[bytes] = []
         pos = self._pos
         end = len(buf)
         limit = self.max_frame_size
-        while end - pos >= 4:
-            (size,) = LENGTH.unpack_from(buf, pos)
-            if size > limit:
-                raise FrameTooLargeError(size, limit)
-            if end - pos - 4 < size:
-                break
-            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
+        with memoryview(buf) as view:  # one copy a frame (a bytearray slice would be a second)
+            while end - pos >= 4:
+                (size,) = LENGTH.unpack_from(buf, pos)
+                if size > limit:
+                    raise FrameTooLargeError(size, limit)
+                if end - pos - 4 < size:
+                    break
+                out.append(bytes(view[pos + 4 : pos + 4 + size]))
+                pos += 4 + size
         if pos == end:
             buf.clear()
             pos = 0
@@ -64,6 +67,26 @@ class FrameDecoder:
             del buf[:pos]
             pos = 0
         self._pos = pos
+        return out
+
+    def _feed_bytes(self, data: bytes) -> list[bytes]:
+        """``feed`` with nothing buffered (most reads): frames are sliced out of ``data``
+        itself, and only an incomplete tail is kept."""
+        out: list[bytes] = []
+        pos = 0
+        end = len(data)
+        limit = self.max_frame_size
+        while end - pos >= 4:
+            (size,) = LENGTH.unpack_from(data, pos)
+            if size > limit:
+                raise FrameTooLargeError(size, limit)
+            if end - pos - 4 < size:
+                break
+            out.append(data[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        if pos < end:
+            with memoryview(data) as view:
+                self._buf += view[pos:]
         return out
 
     @property

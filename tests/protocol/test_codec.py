@@ -161,10 +161,29 @@ def test_random_arrays_are_rejected_or_valid(items: list[Any]) -> None:
         assert decoded.to_wire() == items
 
 
-def test_oversized_frame_is_refused_before_allocation() -> None:
+@given(st.lists(st.one_of(requests), min_size=1, max_size=6), st.integers(1, 40), st.data())
+def test_decoder_takes_any_buffer_type_and_gives_bytes(
+    messages: list[Any], chunk: int, data: st.DataObject
+) -> None:
+    """Reads come as bytes (sliced out directly while nothing is buffered) or as other buffers
+    (always through the buffer); mixed, split anywhere, the frames are the same bytes."""
+    stream = b"".join(encode(m) for m in messages)
+    decoder = FrameDecoder()
+    frames: list[bytes] = []
+    for start in range(0, len(stream), chunk):
+        piece = stream[start : start + chunk]
+        kind = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
+        frames.extend(decoder.feed(kind(piece)))
+    assert all(type(f) is bytes for f in frames)
+    assert [decode_request(f) for f in frames] == messages
+    assert decoder.buffered == 0
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_oversized_frame_is_refused_before_allocation(kind: type[bytes | bytearray]) -> None:
     decoder = FrameDecoder(max_frame_size=1024)
     with pytest.raises(FrameTooLargeError) as info:
-        decoder.feed((10**9).to_bytes(4, "big") + b"x")
+        decoder.feed(kind((10**9).to_bytes(4, "big") + b"x"))
     assert info.value.size == 10**9
     assert "exceeds" in str(info.value)
 
@@ -178,7 +197,7 @@ def test_decoder_compacts_large_consumed_prefix() -> None:
     decoder = FrameDecoder()
     big = encode(AddRequest(1, 1, 0, body=b"x" * 70000))
     half = encode(AddRequest(2, 1, 1, body=b"y" * 10))
-    out = decoder.feed(big + half[:5])
+    out = decoder.feed(bytearray(big + half[:5]))  # not bytes: through the buffer
     assert len(out) == 1
     assert decoder.buffered == 5
     out = decoder.feed(half[5:])
