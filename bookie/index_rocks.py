@@ -7,6 +7,21 @@ index and bloom-filter blocks, so they do not grow outside it with the data) and
 of a key that is not there (a new ledger, a deleted one) cost no block read; index and filters
 are partitioned, so a lookup loads small pieces of them, whatever the database's size.
 
+Column families. A checkpoint writes new keys at the top of several key ranges at once (for a
+new ledger: its record and locations under ``E``, its ``H`` and ``G`` keys; then the mark). In
+one LSM tree each flushed file then spans from the first of those ranges to the last, overlaps
+everything between them in the level below, and each compaction rewrites most of the index: at a
+million ledgers every L0 compaction read and wrote the whole of it (10 million records, 80 MB,
+5 s of CPU on this machine; RocksDB's LOG in a 1,000,000-ledger ``bench scale`` run), a cost
+that grows with the data held. So each growing key prefix of ``bookie.entry_index`` has a
+column family of its own (``FAMILIES``), where a flushed file holds only keys at that family's
+top and compaction moves it down without rewriting older ones; everything else (the mark and
+its companions) stays in the default family. The memtables of all families together stay
+within ``2 * write_buffer`` (``db_write_buffer_size``), as one family's two did. An index made
+before the families holds every key in the default family: opening it moves them into their
+families, a chunk per atomic batch (a crash between chunks leaves each key in exactly one
+family, and the next open goes on).
+
 RocksDB's errors arrive as plain exceptions; a write or open that fails is raised as ``OSError``
 (ENOSPC when the disk is full), which is what the bookie's disk handling expects of storage.
 
@@ -20,7 +35,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
+import time
 from collections.abc import Iterator
+from typing import Any
 
 from rocksdict import (
     BlockBasedIndexType,
@@ -34,7 +52,13 @@ from rocksdict import (
 
 from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
 
+log = logging.getLogger(__name__)
+
 INDEX_PARTITION_BYTES = 16 * 1024
+# The growing key prefixes of bookie.entry_index, each in a column family of its own (see the
+# module docstring); keys of any other first byte live in the default family.
+FAMILIES = {ord("E"): "entries", ord("H"): "held", ord("D"): "deleted", ord("G"): "log_ledgers"}
+MOVE_CHUNK = 20_000  # keys a batch when an index made before the families is opened
 
 
 class RocksIndexDb(IndexDb):
@@ -70,14 +94,17 @@ class RocksIndexDb(IndexDb):
         # read, and on a cold start each filter costs a partition read of its own. Lookups of
         # keys that are not there (a new ledger) land above it or past its key range.
         options.set_optimize_filters_for_hits(True)
+        options.create_missing_column_families(True)
+        # All families' memtables together within what one family's two took, and the log
+        # rolled before a family written seldom (the deleted ledgers) keeps old log files alive.
+        options.set_db_write_buffer_size(2 * write_buffer)
+        options.set_max_total_wal_size(4 * write_buffer)
         self._path, self._options = path, options
-        try:
-            self._db = Rdict(path, options)
-        except Exception as exc:
-            raise _os_error(exc, path) from exc
-        self._failed = False  # a write failed: RocksDB refuses writes until reopened
         self._sync = WriteOptions()
         self._sync.sync = True
+        self._open()
+        self._move_into_families()
+        self._failed = False  # a write failed: RocksDB refuses writes until reopened
         self._lock = asyncio.Lock()  # one batch at a time, in order
 
     @classmethod
@@ -89,41 +116,121 @@ class RocksIndexDb(IndexDb):
             cls, path, cache_bytes=cache_bytes, write_buffer=write_buffer
         )
 
+    def _open(self) -> None:
+        path, options = self._path, self._options
+        try:
+            self._db = Rdict(
+                path, options, column_families=dict.fromkeys(FAMILIES.values(), options)
+            )
+            # first byte -> the family's handle (for batches) and its view (for reads)
+            self._handles: dict[int, Any] = {
+                first: self._db.get_column_family_handle(name) for first, name in FAMILIES.items()
+            }
+            self._views: dict[int, Rdict] = {
+                first: self._db.get_column_family(name) for first, name in FAMILIES.items()
+            }
+        except Exception as exc:
+            raise _os_error(exc, path) from exc
+
+    def _move_into_families(self) -> None:
+        """Move the keys an index made before the families holds in the default family (module
+        docstring): each chunk is put into its family and deleted from the default in one
+        synced batch."""
+        db = self._db
+        for first, name in FAMILIES.items():
+            prefix, moved, started = bytes([first]), 0, time.monotonic()
+            while True:  # bounded: every turn moves a chunk out of the default family, or stops
+                try:
+                    chunk = self._default_range(prefix, bytes([first + 1]), MOVE_CHUNK)
+                except Exception as exc:
+                    raise _os_error(exc, self._path) from exc
+                if not chunk:
+                    break
+                if not moved:
+                    log.info("index %s: moving the %r keys into column family %s", self._path,
+                             prefix, name)  # fmt: skip
+                rocks = WriteBatch(raw_mode=True)
+                handle = self._handles[first]
+                for key, value in chunk:
+                    rocks.put(key, value, handle)
+                rocks.delete_range(chunk[0][0], chunk[-1][0] + b"\0")  # exactly the chunk
+                try:
+                    db.write(rocks, self._sync)
+                except Exception as exc:
+                    raise _os_error(exc, self._path) from exc
+                moved += len(chunk)
+            if moved:
+                with contextlib.suppress(Exception):  # reclaims space only (RocksDB would, in time)
+                    db.compact_range(prefix, bytes([first + 1]))
+                log.info("index %s: moved %d keys into %s in %.1f s", self._path, moved, name,
+                         time.monotonic() - started)  # fmt: skip
+
+    def _default_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(start)
+        out: list[tuple[bytes, bytes]] = []
+        while it.valid() and len(out) < limit:
+            key = bytes(it.key())
+            if key >= end:
+                break
+            out.append((key, bytes(it.value())))
+            it.next()
+        it.status()
+        return out
+
+    def _segments(self, start: bytes, end: bytes) -> Iterator[tuple[Rdict, bytes, bytes]]:
+        """[start, end) cut where it enters or leaves a family's prefix: (where its keys live,
+        from, to), ascending."""
+        while start < end:
+            first = start[0] if start else -1
+            if first in self._views:
+                stop = min(end, bytes([first + 1]))
+                yield self._views[first], start, stop
+            else:  # up to the next family's prefix, in the default family
+                nxt = min((f for f in self._views if f > first), default=None)
+                stop = end if nxt is None else min(end, bytes([nxt]))
+                yield self._db, start, stop
+            start = stop
+
     def get(self, key: bytes) -> bytes | None:
         try:
-            value = self._db.get(key)
+            value = self._views.get(key[0] if key else -1, self._db).get(key)
         except Exception as exc:
-            raise _os_error(exc, self._db.path()) from exc
+            raise _os_error(exc, self._path) from exc
         return None if value is None else bytes(value)
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         try:
-            it = self._db.iter()
-            it.seek(start)
-            while it.valid():
-                key = bytes(it.key())
-                if key >= end:
-                    return
-                yield key, bytes(it.value())
-                it.next()
-            it.status()
+            for source, low, high in self._segments(start, end):
+                it = source.iter()
+                it.seek(low)
+                while it.valid():
+                    key = bytes(it.key())
+                    if key >= high:
+                        break
+                    yield key, bytes(it.value())
+                    it.next()
+                it.status()
         except Exception as exc:
-            raise _os_error(exc, self._db.path()) from exc
+            raise _os_error(exc, self._path) from exc
 
     def write_now(self, batch: IndexBatch) -> None:
         """``write``, blocking the caller (benchmarks; the bookie uses ``write``)."""
         rocks = WriteBatch(raw_mode=True)
+        handles = self._handles
         for op, key, value in batch.ops:
             if op == PUT:
-                rocks.put(key, value)
+                rocks.put(key, value, handles.get(key[0] if key else -1))
             elif op == DELETE:
-                rocks.delete(key)
+                rocks.delete(key, handles.get(key[0] if key else -1))
             else:
-                rocks.delete_range(key, value)
+                for source, low, high in self._segments(key, value):
+                    handle = None if source is self._db else handles[low[0]]
+                    rocks.delete_range(low, high, handle)
         try:
             self._db.write(rocks, self._sync)
         except Exception as exc:
-            raise _os_error(exc, self._db.path()) from exc
+            raise _os_error(exc, self._path) from exc
 
     async def write(self, batch: IndexBatch) -> None:
         async with self._lock:
@@ -140,12 +247,8 @@ class RocksIndexDb(IndexDb):
         refuses every later write; closing and opening it again (its log and tables are whole)
         clears that, so checkpoints resume once there is room. On the event loop's thread,
         where lookups run, so no lookup meets a closed handle."""
-        with contextlib.suppress(Exception):
-            self._db.close()
-        try:
-            self._db = Rdict(self._path, self._options)
-        except Exception as exc:
-            raise _os_error(exc, self._path) from exc
+        self._release()
+        self._open()
         self._failed = False
 
     async def close(self) -> None:
@@ -153,8 +256,22 @@ class RocksIndexDb(IndexDb):
             await asyncio.to_thread(self.close_now)
 
     def close_now(self) -> None:
-        self._db.flush()
-        self._db.close()
+        self._release(flush=True)
+
+    def _release(self, *, flush: bool = False) -> None:
+        """Close the database; the families' views and handles go first (each holds it open,
+        and a later open in this process would find it locked)."""
+        views = list(self._views.values())
+        self._views, self._handles = {}, {}
+        try:
+            if flush:
+                for view in views:
+                    view.flush()
+                self._db.flush()
+        finally:
+            del views
+            with contextlib.suppress(Exception):
+                self._db.close()
 
 
 def _os_error(exc: Exception, path: str) -> Exception:

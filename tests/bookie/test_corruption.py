@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
 from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
 from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
+from aiobk.bookie.index_rocks import FAMILIES
 from aiobk.metadata import free_port
 from aiobk.protocol import (
     HEADER_SIZE,
@@ -77,7 +79,15 @@ async def test_a_damaged_index_block_answers_eio_not_a_guess(tmp_path: Path, con
     """RocksDB checks a block's checksum when it reads it: a request whose lookup meets the
     damage is answered EIO, never from a guess, and counted."""
     config = await _filled(tmp_path, connect, entries=600)
-    for table in (tmp_path / "data" / "ledgers" / "index.db").glob("*.sst"):
+    index = str(tmp_path / "data" / "ledgers" / "index.db")
+    options = Options(raw_mode=True)
+    plain = Rdict(index, options, column_families=dict.fromkeys(FAMILIES.values(), options))
+    tables = [f["name"].lstrip("/") for f in plain.live_files() if f["start_key"][:1] == b"E"]
+    plain.close()
+    del plain
+    assert tables
+    for name in tables:  # the tables of the family holding ledgers' records and locations
+        table = tmp_path / "data" / "ledgers" / "index.db" / name
         data = bytearray(table.read_bytes())
         data[10] ^= 0xFF  # the first data block: ledger 1's keys
         table.write_bytes(bytes(data))
@@ -142,7 +152,15 @@ async def test_a_batch_meeting_a_damaged_index_block_answers_each_entry_eio(
 ) -> None:
     """An ADD_BATCH whose entries' lookups meet the damage: each entry EIO, in one answer."""
     config = await _filled(tmp_path, connect, entries=600)
-    for table in (tmp_path / "data" / "ledgers" / "index.db").glob("*.sst"):
+    index = str(tmp_path / "data" / "ledgers" / "index.db")
+    options = Options(raw_mode=True)
+    plain = Rdict(index, options, column_families=dict.fromkeys(FAMILIES.values(), options))
+    tables = [f["name"].lstrip("/") for f in plain.live_files() if f["start_key"][:1] == b"E"]
+    plain.close()
+    del plain
+    assert tables
+    for name in tables:  # the tables of the family holding ledgers' records and locations
+        table = tmp_path / "data" / "ledgers" / "index.db" / name
         data = bytearray(table.read_bytes())
         data[10] ^= 0xFF
         table.write_bytes(bytes(data))

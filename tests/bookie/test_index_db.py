@@ -12,11 +12,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from rocksdict import Options, Rdict
 
-from aiobk.bookie import OsDisk
+from aiobk.bookie import OsDisk, index_rocks
 from aiobk.bookie.index_db import IndexBatch, IndexDb
 from aiobk.bookie.index_log import FILE, LogIndexDb
-from aiobk.bookie.index_rocks import RocksIndexDb
+from aiobk.bookie.index_rocks import FAMILIES, RocksIndexDb
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("rocksdb", "log")
@@ -87,6 +88,84 @@ async def test_a_returned_write_survives_a_reopen(reopen) -> None:
     assert db.get(key(4, PER_BATCH - 1)) == (PER_BATCH - 1).to_bytes(8, "big")
 
 
+# Keys under every first byte the RocksDB engine treats alike or apart (index_rocks.FAMILIES:
+# D, E, G and H have column families of their own), and bytes around them.
+SPREAD = [bytes([first]) + key(n, 0) for first in b"\x00ADEFGHIMZ\xff" for n in (1, 2)]
+
+
+async def test_scans_and_range_deletes_cross_key_prefixes_in_order(reopen) -> None:
+    db = await reopen()
+    batch = IndexBatch()
+    for k in reversed(SPREAD):
+        batch.put(k, k[:1])
+    await db.write(batch)
+    assert [k for k, _v in db.scan(b"", b"\xff" * 20)] == SPREAD
+    middle = [k for k in SPREAD if b"D\x00" <= k < b"H" + key(2, 0)]
+    assert [k for k, _v in db.scan(b"D\x00", b"H" + key(2, 0))] == middle
+    drop = IndexBatch()
+    drop.delete_range(b"E" + key(2, 0), b"H" + key(2, 0))  # E's last key to H's first
+    await db.write(drop)
+    left = [k for k in SPREAD if not b"E" + key(2, 0) <= k < b"H" + key(2, 0)]
+    db = await reopen()
+    assert [k for k, _v in db.scan(b"", b"\xff" * 20)] == left
+    assert db.get(b"G" + key(1, 0)) is None
+    assert db.get(b"H" + key(2, 0)) == b"H"
+
+
+def _plain_rocks(path: str, families: bool) -> Rdict:
+    """The database as another program (or an older aiobk) would open it."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    named = dict.fromkeys(FAMILIES.values(), options) if families else None
+    return Rdict(path, options, column_families=named)
+
+
+@pytest.mark.parametrize("already_moved", [0, 5])
+async def test_an_index_made_before_the_column_families_is_moved_into_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, already_moved: int
+) -> None:
+    """Every key of an index written with one family (today's before this change) is found
+    after opening it, each in its family, once -- also when a crash stopped an earlier move
+    after ``already_moved`` keys of E."""
+    monkeypatch.setattr(index_rocks, "MOVE_CHUNK", 3)  # several chunks a prefix
+    path = str(tmp_path / "index")
+    keys = SPREAD + [b"E" + key(1, entry) for entry in range(1, 20)]
+    keys.sort()
+    moved = [k for k in keys if k[:1] == b"E"][:already_moved]
+    if moved:  # what an open that crashed between chunks left: these in the family already
+        db = RocksIndexDb(path)
+        batch = IndexBatch()
+        for k in moved:
+            batch.put(k, b"v" + k)
+        await db.write(batch)
+        await db.close()
+    plain = _plain_rocks(path, families=bool(moved))
+    for k in keys:
+        if k not in moved:
+            plain[k] = b"v" + k
+    plain.close()
+    del plain
+    db = RocksIndexDb(path)
+    try:
+        assert [(k, v) for k, v in db.scan(b"", b"\xff" * 20)] == [(k, b"v" + k) for k in keys]
+        assert all(db.get(k) == b"v" + k for k in keys)
+    finally:
+        await db.close()
+    plain = _plain_rocks(path, families=True)
+    try:
+        it = plain.iter()  # the default family's keys
+        it.seek_to_first()
+        left = []
+        while it.valid():
+            left.append(bytes(it.key()))
+            it.next()
+        del it
+        assert left == [k for k in keys if k[0] not in FAMILIES]
+    finally:
+        plain.close()
+
+
 def crash_child(name: str, path: str) -> None:
     """Run in a child process: write batches forever, print each one's number once durable."""
 
@@ -97,6 +176,7 @@ def crash_child(name: str, path: str) -> None:
             batch = IndexBatch()
             for entry in range(PER_BATCH):
                 batch.put(key(number, entry), b"x" * 32)
+                batch.put(b"E" + key(number, entry), b"y" * 8)  # another column family
             await db.write(batch)
             print(number, flush=True)
             number += 1
@@ -127,8 +207,12 @@ async def test_kill_9_keeps_every_durable_batch_whole_and_no_part_of_another(
     try:
         for number in range(durable + 1):
             assert len(list(db.scan(key(number, 0), key(number + 1, 0)))) == PER_BATCH
+            assert len(list(db.scan(b"E" + key(number, 0), b"E" + key(number + 1, 0)))) == (
+                PER_BATCH
+            )
         after = len(list(db.scan(key(durable + 1, 0), key(durable + 2, 0))))
         assert after in (0, PER_BATCH)  # the batch being written: all of it or none
+        assert len(list(db.scan(b"E" + key(durable + 1, 0), b"E" + key(durable + 2, 0)))) == after
     finally:
         await db.close()
 
