@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rocksdict import Options, Rdict
 
 from aiobk.bookie import Bookie, BookieConfig, OsDisk
 from aiobk.bookie.index_db import IndexBatch, IndexDb
-from aiobk.bookie.index_rocks import RocksIndexDb
+from aiobk.bookie.index_rocks import FAMILIES, RocksIndexDb
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.metadata import free_port
@@ -25,8 +26,11 @@ from tests.bookie.helpers import DIGEST, add, read
 ARCHIVE = Path(__file__).parent / "data" / "format2-bookie.tar.gz"
 
 
-def _unpack(tmp_path: Path) -> tuple[BookieConfig, dict[str, Any]]:
-    with tarfile.open(ARCHIVE) as tar:
+ONE_FAMILY = Path(__file__).parent / "data" / "rocks-one-family-bookie.tar.gz"
+
+
+def _unpack(tmp_path: Path, archive: Path = ARCHIVE) -> tuple[BookieConfig, dict[str, Any]]:
+    with tarfile.open(archive) as tar:
         tar.extractall(tmp_path, filter="data")
     expected = json.loads((tmp_path / "expected.json").read_text())
     for cookie in (tmp_path / "data").rglob("COOKIE"):
@@ -76,6 +80,33 @@ async def test_a_format_2_directory_is_converted_and_serves_all_it_held(
     await again.start()  # from the new index alone
     try:
         assert again.stats.ledger_states_loaded == 0  # nothing loaded until asked for
+        await _check_everything(again, connect, expected)
+    finally:
+        await again.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_an_index_of_one_column_family_is_moved_into_families_and_serves_all_it_held(
+    tmp_path: Path, connect
+) -> None:
+    """A data directory whose RocksDB index holds every key in its default family (the same
+    scenario as the format 2 archive, written by commit 1f1bebe: ``data/make_format2.py``)
+    starts, its index moved into the families (bookie.index_rocks), and serves everything."""
+    config, expected = _unpack(tmp_path, ONE_FAMILY)
+    index = str(tmp_path / "data" / "ledgers" / "index.db")
+    options = Options(raw_mode=True)
+    assert Rdict.list_cf(index, options) == ["default"]
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        assert bookie.booted.replayed > 0  # the four adds after its last checkpoint
+        await _check_everything(bookie, connect, expected)
+    finally:
+        await bookie.stop()
+    assert set(Rdict.list_cf(index, options)) == {"default", *FAMILIES.values()}
+    again = Bookie(config)
+    await again.start()
+    try:
         await _check_everything(again, connect, expected)
     finally:
         await again.stop()

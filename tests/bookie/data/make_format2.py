@@ -6,6 +6,10 @@ Run it with the code of that time, e.g. from a worktree of commit f83c980::
     git worktree add /tmp/f83c980 f83c980
     cd /tmp/f83c980 && PYTHONPATH=. python /path/to/tests/bookie/data/make_format2.py OUT_DIR
 
+The same scenario, run with the code of commit 1f1bebe (a RocksDB index with every key in its
+default column family, before the index gave each key prefix a family of its own) and an
+archive name as the second argument, wrote ``rocks-one-family-bookie.tar.gz``.
+
 What the directory holds (``expected.json`` beside it says it exactly): ledgers 1..40 with 1-3
 entries, ledger 41 with 1,000 (a dense page), ledger 42 with entries 0 and 90,000 (a sparse far
 page), ledger 43 fenced, ledger 44 with an explicit LAC, ledger 45 dropped by garbage collection;
@@ -28,7 +32,7 @@ from aiobk.protocol import ReadFlag, ReadRequest, StatusCode, WriteLacRequest
 from tests.bookie.helpers import KEY, add
 
 
-async def main(out: Path) -> None:
+async def main(out: Path, archive: str = "format2-bookie.tar.gz") -> None:
     data = out / "data"
     config = BookieConfig(
         data_dir=str(data), port=free_port(), disk_reserved_space=0, journal_alignment=0
@@ -78,10 +82,10 @@ async def main(out: Path) -> None:
         "deleted": [45],
     }
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
-    with tarfile.open(out / "format2-bookie.tar.gz", "w:gz") as tar:
+    with tarfile.open(out / archive, "w:gz") as tar:
         tar.add(data, arcname="data")
         tar.add(out / "expected.json", arcname="expected.json")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1])))
+    asyncio.run(main(Path(sys.argv[1]), *sys.argv[2:3]))
