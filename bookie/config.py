@@ -71,7 +71,7 @@ class BookieConfig:
     write_cache_max_size: int = 64 * 1024 * 1024
     read_cache_max_size: int = 16 * 1024 * 1024
     index_cache_size: int = 64 * 1024 * 1024
-    index_write_buffer_size: int = 16 * 1024 * 1024  # each of the engine's two memtables
+    index_write_buffer_size: int = 16 * 1024 * 1024  # a memtable; all of them within twice this
     ledger_state_cache_size: int = 10_000
     # Seconds between garbage collection passes that reclaim deleted ledgers' disk
     # (BookKeeper's gcWaitTime); 0 turns it off. Needs the metadata store.

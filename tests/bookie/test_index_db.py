@@ -242,3 +242,21 @@ async def test_the_twin_drops_a_torn_last_batch_and_carries_on(tmp_path: Path) -
     assert db.get(key(1, 0)) == b"v"
     await db.close()
     assert os.path.getsize(log) < whole + 64
+
+
+async def test_rocksdb_says_when_its_background_work_is_done(tmp_path: Path) -> None:
+    db = RocksIndexDb(str(tmp_path / "index"), write_buffer=1 << 20)
+    try:
+        assert db.background_work() == 0
+        for number in range(40):  # several memtables' worth: flushes, then a compaction
+            batch = IndexBatch()
+            for entry in range(2_000):
+                batch.put(b"E" + key(number, entry), b"v" * 32)
+            await db.write(batch)
+        for _ in range(300):  # bounded: 30 s
+            if db.background_work() == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert db.background_work() == 0
+    finally:
+        await db.close()
