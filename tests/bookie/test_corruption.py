@@ -75,22 +75,27 @@ async def test_damaged_index_refuses_to_boot(tmp_path: Path, connect) -> None:
         await Bookie(config).start()
 
 
-async def test_a_damaged_index_block_answers_eio_not_a_guess(tmp_path: Path, connect) -> None:
-    """RocksDB checks a block's checksum when it reads it: a request whose lookup meets the
-    damage is answered EIO, never from a guess, and counted."""
-    config = await _filled(tmp_path, connect, entries=600)
-    index = str(tmp_path / "data" / "ledgers" / "index.db")
+def _damage_record_tables(tmp_path: Path) -> None:
+    """Flip a byte in the first data block (ledger 1's keys) of every table of the index's
+    family for ledger records and entry locations (bookie.index_rocks.FAMILIES)."""
+    index = tmp_path / "data" / "ledgers" / "index.db"
     options = Options(raw_mode=True)
-    plain = Rdict(index, options, column_families=dict.fromkeys(FAMILIES.values(), options))
+    plain = Rdict(str(index), options, column_families=dict.fromkeys(FAMILIES.values(), options))
     tables = [f["name"].lstrip("/") for f in plain.live_files() if f["start_key"][:1] == b"E"]
     plain.close()
     del plain
     assert tables
-    for name in tables:  # the tables of the family holding ledgers' records and locations
-        table = tmp_path / "data" / "ledgers" / "index.db" / name
-        data = bytearray(table.read_bytes())
-        data[10] ^= 0xFF  # the first data block: ledger 1's keys
-        table.write_bytes(bytes(data))
+    for name in tables:
+        data = bytearray((index / name).read_bytes())
+        data[10] ^= 0xFF
+        (index / name).write_bytes(bytes(data))
+
+
+async def test_a_damaged_index_block_answers_eio_not_a_guess(tmp_path: Path, connect) -> None:
+    """RocksDB checks a block's checksum when it reads it: a request whose lookup meets the
+    damage is answered EIO, never from a guess, and counted."""
+    config = await _filled(tmp_path, connect, entries=600)
+    _damage_record_tables(tmp_path)
     bookie = Bookie(config)
     await bookie.start()
     try:
@@ -152,18 +157,7 @@ async def test_a_batch_meeting_a_damaged_index_block_answers_each_entry_eio(
 ) -> None:
     """An ADD_BATCH whose entries' lookups meet the damage: each entry EIO, in one answer."""
     config = await _filled(tmp_path, connect, entries=600)
-    index = str(tmp_path / "data" / "ledgers" / "index.db")
-    options = Options(raw_mode=True)
-    plain = Rdict(index, options, column_families=dict.fromkeys(FAMILIES.values(), options))
-    tables = [f["name"].lstrip("/") for f in plain.live_files() if f["start_key"][:1] == b"E"]
-    plain.close()
-    del plain
-    assert tables
-    for name in tables:  # the tables of the family holding ledgers' records and locations
-        table = tmp_path / "data" / "ledgers" / "index.db" / name
-        data = bytearray(table.read_bytes())
-        data[10] ^= 0xFF
-        table.write_bytes(bytes(data))
+    _damage_record_tables(tmp_path)
     bookie = Bookie(config)
     await bookie.start()
     try:
