@@ -71,7 +71,9 @@ class FrameDecoder:
 
     def _feed_bytes(self, data: bytes) -> list[bytes]:
         """``feed`` with nothing buffered (most reads): frames are sliced out of ``data``
-        itself, and only an incomplete tail is kept."""
+        itself, and only an incomplete tail is kept. A loop of its own: one shared with
+        ``feed`` through a memoryview cost more than the old double copy (1.1 against 0.6 us a
+        1 KiB frame, 1.0 against 0.5 for a small one)."""
         out: list[bytes] = []
         pos = 0
         end = len(data)
