@@ -9,7 +9,7 @@ the same run:
 - the bookie's RSS, idle after a checkpoint (target <= 512 MiB at 1,000,000 ledgers);
 - storage bytes, journal excluded, against 2 x the entry bytes + 100 B per ledger;
 - restart: SIGTERM, start again, seconds until it serves (target <= 10 s);
-- adds/s at 256 in flight on the loaded bookie against a fresh empty one, three 3 s windows
+- adds/s at 256 in flight on the loaded bookie against a fresh empty one, five 3 s windows
   each, alternating, medians compared (target >= 0.9);
 - cold random reads against one random 4 KiB pread of a cold file on the same disk, the preads
   taken between the reads (target p50 <= 3x). Judged inside ledger storage: the bookie stopped,
@@ -74,7 +74,7 @@ from aiobk.protocol import (
 from aiobk.protocol.errors import LedgerExistsError
 
 KEY = master_key(b"")
-ADD_TURNS = 3  # windows of adds on the loaded and the empty bookie, alternating
+ADD_TURNS = 5  # windows of adds on the loaded and the empty bookie, alternating
 SETTLE_SECONDS = 300.0  # at most, waiting for the index's compactions before the cold reads
 MIB = 1024 * 1024
 
