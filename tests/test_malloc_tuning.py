@@ -7,20 +7,21 @@ import os
 import subprocess
 import sys
 
-# Allocation churn shaped like a bookie's under load: a batch's buffers of a few hundred KiB
-# and many small objects, freed again, round after round.
+# Allocation churn shaped like a bookie's under load: a few MiB of batch buffers of 1 MiB and
+# many small objects, freed again, round after round. Untuned, glibc slides its mmap threshold up
+# to the 1 MiB freed and its trim threshold to twice that, so each round's 8 MiB is given back
+# and faulted in again (measured: ~100,000 faults); tuned, it stays in the heap (~2,000). An
+# earlier churn of ~1.2 MiB a round sat on the sliding trim threshold and faulted 264 times on
+# one machine and 510 on another: the margin must not hang on where the threshold slides to.
 CHURN = """
 import os, resource, sys
 from aiobk.runner import tune_malloc
 tuned = tune_malloc() if sys.argv[1] == "tune" else None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-kept = []
-for _ in range(300):
-    batch = os.urandom(16) * (1 << 14)
-    frame = bytearray(600_000)
+for _ in range(50):
+    frames = [bytearray(1 << 20) for _ in range(8)]
     records = [bytes(1000) for _ in range(300)]
-    kept.append(bytes(100))
-    del batch, frame, records
+    del frames, records
 print(tuned, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
@@ -42,7 +43,7 @@ def test_tuned_malloc_faults_far_less_under_churn() -> None:
     _none, plain = _run("plain")
     tuned, faults = _run("tune")
     assert tuned == "True"  # the arena cap was set
-    assert faults * 2 < plain, (faults, plain)  # measured: 113 against 510
+    assert faults * 10 < plain, (faults, plain)  # measured: 1,947 against 100,771
 
 
 def test_the_environment_wins() -> None:
