@@ -386,7 +386,9 @@ async def _gc(port: int) -> float:
         conn.close()
 
 
-def measure(ledgers: int, entries: int, size: int, in_flight: int, base: str) -> dict[str, Any]:
+def measure(
+    ledgers: int, entries: int, size: int, in_flight: int, base: str, keep: bool = False
+) -> dict[str, Any]:
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
     uri = etcd.uri("scale")
     config = _config(os.path.join(base, "bookie.toml"), uri)
@@ -480,9 +482,10 @@ def measure(ledgers: int, entries: int, size: int, in_flight: int, base: str) ->
         stop_bookies(procs)
         procs.clear()
         kept = sorted(set(ids) - set(ids[::10]))
-        with open(os.path.join(base, "kept.json"), "w") as out:  # for ``--keep``: what is where
-            json.dump({"config": config, "data": data, "floor": floor, "entries": entries,
-                       "ledgers": kept}, out)  # fmt: skip
+        if keep:  # what is where, to study it afterwards
+            with open(os.path.join(base, "kept.json"), "w") as out:
+                json.dump({"config": config, "data": data, "floor": floor, "entries": entries,
+                           "ledgers": kept}, out)  # fmt: skip
         storage, floor_p50, calls, settled = uvloop.run(
             storage_cold_reads(config, data, kept, entries, 500, floor)
         )
@@ -528,7 +531,7 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
             f"storage ({r['storage_cold_read_p50_us']:.0f} / "
             f"{r['storage_pread_floor_p50_us']:.0f} us; "
             f"{r['storage_cold_read_calls']:.2f} read calls a read, 3 the least; the index "
-            f"settled {r.get('storage_settle_s', 0):.1f} s first)",
+            f"settled {r['storage_settle_s']:.1f} s first)",
             r["storage_cold_read_p50_us"] <= 3 * r["storage_pread_floor_p50_us"],
         ),
         (
@@ -565,7 +568,7 @@ def command(
 ) -> None:
     base = tempfile.mkdtemp(prefix="aiobk-scale-", dir=directory)
     try:
-        results = measure(ledgers, entries, entry_size, in_flight, base)
+        results = measure(ledgers, entries, entry_size, in_flight, base, keep)
     finally:
         if keep:
             print(f"kept {base}")

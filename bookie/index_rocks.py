@@ -61,46 +61,69 @@ FAMILIES = {ord("E"): "entries", ord("H"): "held", ord("D"): "deleted", ord("G")
 MOVE_CHUNK = 20_000  # keys a batch when an index made before the families is opened
 
 
+def _options(cache: Cache, write_buffer: int, *, filters: bool) -> Options:
+    """A family's options: tables whose index (and filters, if any) are partitioned and held in
+    ``cache`` (the module docstring)."""
+    options = Options(raw_mode=True)
+    options.set_write_buffer_size(write_buffer)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    if filters:
+        table.set_bloom_filter(10, False)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # Partitioned index and filters (RocksDB's advice for large databases): a lookup loads
+    # one partition, not a table's whole filter. Without it, at 10,000,000 keys and a
+    # cache smaller than the filters, every lookup reloaded and re-checksummed a filter of
+    # megabytes: 250 us to 4.5 ms a lookup against 2-13 us (issue 15's scale run).
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_pin_top_level_index_and_filter(True)
+    # Partitions are loaded on a lookup's first need and stay in the block cache, so a
+    # restarted bookie's first reads each pay one more disk read until its tables' index
+    # is in. At 4 KiB a table of a million ledgers had hundreds of partitions; at 16 KiB a
+    # quarter as many, each still one read: 3.26 read calls a cold read against 3.84, p50
+    # 2.81x a cold pread against 3.03x (two 1M-ledger bench scale runs, README).
+    table.set_metadata_block_size(INDEX_PARTITION_BYTES)
+    options.set_block_based_table_factory(table)
+    # No filters in the last level, where most keys live: lookups there are for keys that
+    # exist (a stored entry, a held ledger's record), which a filter cannot spare a block
+    # read, and on a cold start each filter costs a partition read of its own. Lookups of
+    # keys that are not there (a new ledger) land above it or past its key range.
+    options.set_optimize_filters_for_hits(True)
+    return options
+
+
 class RocksIndexDb(IndexDb):
     """RocksDB through rocksdict (see the module docstring)."""
 
     def __init__(
         self, path: str, *, cache_bytes: int = 64 << 20, write_buffer: int = 16 << 20
     ) -> None:
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        options.set_write_buffer_size(write_buffer)
-        table = BlockBasedOptions()
-        table.set_block_cache(Cache(cache_bytes))
-        table.set_bloom_filter(10, False)
-        table.set_cache_index_and_filter_blocks(True)
-        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-        # Partitioned index and filters (RocksDB's advice for large databases): a lookup loads
-        # one partition, not a table's whole filter. Without it, at 10,000,000 keys and a
-        # cache smaller than the filters, every lookup reloaded and re-checksummed a filter of
-        # megabytes: 250 us to 4.5 ms a lookup against 2-13 us (issue 15's scale run).
-        table.set_index_type(BlockBasedIndexType.two_level_index_search())
-        table.set_partition_filters(True)
-        table.set_pin_top_level_index_and_filter(True)
-        # Partitions are loaded on a lookup's first need and stay in the block cache, so a
-        # restarted bookie's first reads each pay one more disk read until its tables' index
-        # is in. At 4 KiB a table of a million ledgers had hundreds of partitions; at 16 KiB a
-        # quarter as many, each still one read: 3.26 read calls a cold read against 3.84, p50
-        # 2.81x a cold pread against 3.03x (two 1M-ledger bench scale runs, README).
-        table.set_metadata_block_size(INDEX_PARTITION_BYTES)
-        options.set_block_based_table_factory(table)
-        # No filters in the last level, where most keys live: lookups there are for keys that
-        # exist (a stored entry, a held ledger's record), which a filter cannot spare a block
-        # read, and on a cold start each filter costs a partition read of its own. Lookups of
-        # keys that are not there (a new ledger) land above it or past its key range.
-        options.set_optimize_filters_for_hits(True)
-        options.create_missing_column_families(True)
+        cache = Cache(cache_bytes)  # one block cache for every family
+        options = _options(cache, write_buffer, filters=True)
         # All families' memtables together within what one family's two took; and the log no
         # larger than they are, as with one family: a family written seldom (the mark, the
         # deleted ledgers) would otherwise keep old log files on disk (64 MiB of them at a
         # limit of 4x: 0.85x -> 1.00x of bench scale's storage allowance at 100,000 ledgers).
         options.set_db_write_buffer_size(2 * write_buffer)
         options.set_max_total_wal_size(2 * write_buffer)
+        options.create_if_missing(True)
+        options.create_missing_column_families(True)
+        # The entries family keeps no bloom filters. Nearly all its lookups are of keys that
+        # exist (a held ledger's record, a stored entry's location); of the others, a new
+        # ledger's record sorts above every key held, where the tables' key ranges turn it
+        # away unread, and an entry past a ledger's last sorts into the block holding that
+        # ledger's keys, which its reader has just read. And filters cost cold reads a read:
+        # with filters RocksDB cuts an index partition wherever a filter partition ends (about
+        # 2 KiB of index, not 16), and a flushed table keeps both when it is moved down
+        # unchanged. A kept 1,000,000-ledger bench scale index had 993 index partitions and
+        # 7 MB of filters in its entries family (105 and none once compacted), and 55% of its
+        # cold reads loaded a partition: 3.56x a cold pread, against 2.77x compacted.
+        self._families = {
+            name: _options(cache, write_buffer, filters=name != FAMILIES[ord("E")])
+            for name in FAMILIES.values()
+        }
         self._path, self._options = path, options
         self._sync = WriteOptions()
         self._sync.sync = True
@@ -121,9 +144,7 @@ class RocksIndexDb(IndexDb):
     def _open(self) -> None:
         path, options = self._path, self._options
         try:
-            self._db = Rdict(
-                path, options, column_families=dict.fromkeys(FAMILIES.values(), options)
-            )
+            self._db = Rdict(path, options, column_families=self._families)
             # first byte -> the family's handle (for batches) and its view (for reads)
             self._handles: dict[int, Any] = {
                 first: self._db.get_column_family_handle(name) for first, name in FAMILIES.items()
