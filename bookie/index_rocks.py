@@ -54,7 +54,7 @@ from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, In
 
 log = logging.getLogger(__name__)
 
-INDEX_PARTITION_BYTES = 16 * 1024
+INDEX_PARTITION_BYTES = 64 * 1024
 # The growing key prefixes of bookie.entry_index, each in a column family of its own (see the
 # module docstring); keys of any other first byte live in the default family.
 FAMILIES = {ord("E"): "entries", ord("H"): "held", ord("D"): "deleted", ord("G"): "log_ledgers"}
@@ -83,7 +83,9 @@ def _options(cache: Cache, write_buffer: int, *, filters: bool) -> Options:
     # restarted bookie's first reads each pay one more disk read until its tables' index
     # is in. At 4 KiB a table of a million ledgers had hundreds of partitions; at 16 KiB a
     # quarter as many, each still one read: 3.26 read calls a cold read against 3.84, p50
-    # 2.81x a cold pread against 3.03x (two 1M-ledger bench scale runs, README).
+    # 2.81x a cold pread against 3.03x (two 1M-ledger bench scale runs, README). At 64 KiB
+    # the entries family of a kept 1M-ledger index has 27 partitions (105 at 16 KiB): a cold
+    # lookup's p90 97-101 us against 169-195, its p50 78 against 82-84 (a pread: 64-68).
     table.set_metadata_block_size(INDEX_PARTITION_BYTES)
     options.set_block_based_table_factory(table)
     # No filters in the last level, where most keys live: lookups there are for keys that
