@@ -4,8 +4,10 @@ the contract; ``aiobk bench index`` the figures that chose it).
 Memory is bounded by configuration: the block cache (``cache_bytes``, which also holds the
 index and bloom-filter blocks, so they do not grow outside it with the data) and the memtables
 (``write_buffer`` each, RocksDB's default two of them). A bloom filter per table makes a lookup
-of a key that is not there (a new ledger, a deleted one) cost no block read; index and filters
-are partitioned, so a lookup loads small pieces of them, whatever the database's size.
+of a key that is not there (a deleted ledger, one not held) cost no block read -- in every
+family but the ledger records and locations, whose lookups are of keys that exist (``__init__``
+says why they keep none); index and filters are partitioned, so a lookup loads pieces of them
+(``INDEX_PARTITION_BYTES``), whatever the database's size.
 
 Column families. A checkpoint writes new keys at the top of several key ranges at once (for a
 new ledger: its record and locations under ``E``, its ``H`` and ``G`` keys; then the mark). In
