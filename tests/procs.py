@@ -31,6 +31,24 @@ def bookie_module(src: str | Path | None) -> str:
     return "bookie"
 
 
+async def stopped(pid: int) -> None:
+    """Until every thread of ``pid`` has stopped: a SIGSTOP takes effect a little later, and
+    etcd's threads that were running meanwhile have been seen to answer two more requests."""
+    async with asyncio.timeout(5):
+        while True:
+            states = set()
+            for task in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{task}/stat") as handle:
+                        stat = handle.read()
+                except OSError:
+                    continue
+                states.add(stat[stat.rfind(")") + 2])
+            if states <= {"T", "t"}:
+                return
+            await asyncio.sleep(0.01)
+
+
 class BookieProcess:
     def __init__(
         self,

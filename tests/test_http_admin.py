@@ -30,7 +30,7 @@ from aiobk.runner import make_bookie, start_http_admin
 from tests.autorecovery.test_status import seed
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.procs import HOST_DISK_SETTINGS, BookieProcess, stopped
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -408,24 +408,6 @@ async def test_etcd_unreachable_is_503_within_the_timeout(
         await http.close()
         await http_admin.stop()
         await cluster.stop()
-
-
-async def stopped(pid: int) -> None:
-    """Until every thread of ``pid`` has stopped: a SIGSTOP takes effect a little later, and
-    etcd's threads that were running meanwhile have been seen to answer two more requests."""
-    async with asyncio.timeout(5):
-        while True:
-            states = set()
-            for task in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{task}/stat") as handle:
-                        stat = handle.read()
-                except OSError:
-                    continue
-                states.add(stat[stat.rfind(")") + 2])
-            if states <= {"T", "t"}:
-                return
-            await asyncio.sleep(0.01)
 
 
 def listening_ports(pid: int) -> set[int]:

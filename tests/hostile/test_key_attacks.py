@@ -48,6 +48,7 @@ from tests.conftest import unique_name
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.honest import add_request, entry_body
 from tests.hostile.rawclient import RawConnection
+from tests.procs import stopped
 
 JUNK = master_key(b"squatter")
 PUBLIC = master_key(b"")  # the empty password's key: anyone can compute it
@@ -190,6 +191,7 @@ async def test_an_unreachable_store_gives_eio_and_creates_nothing(
             assert etcd.pid is not None
             os.kill(etcd.pid, signal.SIGSTOP)  # unreachable: every call times out
             try:
+                await stopped(etcd.pid)  # its running threads may answer a little longer
                 started = time.monotonic()
                 add = add_request(
                     conn.next_txn_id(), handle.ledger_id, 0, b"x", key=master_key(b"pw")
