@@ -12,7 +12,9 @@ the same run:
 - adds/s at 256 in flight on the loaded bookie against a fresh empty one, five 3 s windows
   each, alternating, medians compared (target >= 0.9);
 - cold random reads against one random 4 KiB pread of a cold file on the same disk, the preads
-  taken between the reads (target p50 <= 3x). Judged inside ledger storage: the bookie stopped,
+  taken between the reads, each of a page no read of the run touched before, as the reads
+  under test are (``Floor``: a cache under a virtual disk keeps what was read) (target p50
+  <= 3x). Judged inside ledger storage: the bookie stopped,
   its storage opened with the same configuration and nothing cached (page cache evicted, a
   fresh index whose compactions after the GC pass are let finish first), a ledger's state
   looked up and its entry read as a READ does -- what the
@@ -41,6 +43,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -217,29 +220,57 @@ def _evict(path: str) -> None:
                 os.close(fd)
 
 
-def floor_file(directory: str) -> str:
+FLOOR_PAGES = 256 * MIB // 4096
+
+
+@dataclass
+class Floor:
+    """The floor file and its pages not read yet in this run, in a random order: each pread of
+    the floor reads a page never read before. Below this machine's page cache there is another
+    (the host's, under a virtual disk) that keeps what was read: a page read again, evicted
+    here, answered in 64-80 us (p50) where its first read took 182-218 us (300 random pages of
+    a kept entry log and of the floor file, read, evicted, read again). The storage reads once
+    took their floor from the pages the request-path reads had just read -- cached below, so
+    a floor 20-40% low -- while the reads under test each read pages no read had touched."""
+
+    path: str
+    pages: list[int]
+
+    @classmethod
+    def of(cls, path: str, seed: int = 7) -> Floor:
+        pages = list(range(FLOOR_PAGES))
+        random.Random(seed).shuffle(pages)
+        return cls(path, pages)
+
+    def take(self) -> int:
+        """The offset of a page not read before."""
+        return self.pages.pop() * 4096
+
+
+def floor_file(directory: str) -> Floor:
     """A 256 MiB file of random bytes on the disk under test, synced (evicted before use)."""
     path = os.path.join(directory, "floor.bin")
     with open(path, "wb") as out:
-        for _ in range(256):
+        for _ in range(FLOOR_PAGES * 4096 // MIB):
             out.write(os.urandom(MIB))
         out.flush()
         os.fsync(out.fileno())
-    return path
+    return Floor.of(path)
 
 
 class ColdPreads:
     """Random 4 KiB preads of the cold floor file, one at a time, taken between the reads
-    under test so both come from the same minutes of a noisy machine."""
+    under test so both come from the same minutes of a noisy machine; each of a page not read
+    before (``Floor``)."""
 
-    def __init__(self, path: str) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
+    def __init__(self, floor: Floor) -> None:
+        self._floor = floor
+        self._fd = os.open(floor.path, os.O_RDONLY)
         os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        self._rng = random.Random(7)
         self.histogram = new_histogram()
 
     def sample(self) -> None:
-        offset = self._rng.randrange(256 * MIB // 4096) * 4096
+        offset = self._floor.take()
         started = time.perf_counter_ns()
         os.pread(self._fd, 4096, offset)
         self.histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
@@ -266,7 +297,7 @@ async def round_trips(port: int, samples: int) -> float:
 
 
 async def cold_reads(
-    port: int, ledgers: list[int], entries: int, samples: int, floor: str | None = None
+    port: int, ledgers: list[int], entries: int, samples: int, floor: Floor | None = None
 ) -> tuple[float, float]:
     """p50 microseconds of one read of a random stored entry through the request path, one at a
     time, and of a cold pread of ``floor`` taken between them (0 without one)."""
@@ -290,7 +321,7 @@ async def cold_reads(
 
 
 async def storage_cold_reads(
-    config_path: str, data_dir: str, ledgers: list[int], entries: int, samples: int, floor: str
+    config_path: str, data_dir: str, ledgers: list[int], entries: int, samples: int, floor: Floor
 ) -> tuple[float, float, float, float]:
     """The same reads inside ledger storage, with the bookie's configuration, on its stopped
     data directory, nothing cached (page cache evicted, a fresh index, opened and left to finish
@@ -484,7 +515,7 @@ def measure(
         kept = sorted(set(ids) - set(ids[::10]))
         if keep:  # what is where, to study it afterwards
             with open(os.path.join(base, "kept.json"), "w") as out:
-                json.dump({"config": config, "data": data, "floor": floor, "entries": entries,
+                json.dump({"config": config, "data": data, "floor": floor.path, "entries": entries,
                            "ledgers": kept}, out)  # fmt: skip
         storage, floor_p50, calls, settled = uvloop.run(
             storage_cold_reads(config, data, kept, entries, 500, floor)
