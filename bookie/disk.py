@@ -281,6 +281,16 @@ class _OsReadFile:
         self._route = route
 
     async def pread(self, offset: int, size: int) -> bytes:
+        route = self._route
+        small = size <= ROUTED_READ_MAX
+        if small and route.inline():
+            # The disk is quicker than a hop to a thread (bookie.read_route): read here, from
+            # the page cache or not -- a probe of the page cache first would cost a system
+            # call, and a raised error for a page not cached, before the same read.
+            started = time.perf_counter_ns()
+            data = os.pread(self._fd, size, offset)
+            route.read_inline(time.perf_counter_ns() - started)
+            return data
         if self._inline and size <= INLINE_READ_MAX:
             try:
                 cached = _cached_pread(self._fd, offset, size)
@@ -290,14 +300,8 @@ class _OsReadFile:
                 if cached is not None:
                     return cached
         executor = self._executor
-        if size > ROUTED_READ_MAX:
+        if not small:
             return await self._loop.run_in_executor(executor, os.pread, self._fd, size, offset)
-        route = self._route
-        if route.inline():  # the disk is quicker than a hop to a thread (bookie.read_route)
-            started = time.perf_counter_ns()
-            data = os.pread(self._fd, size, offset)
-            route.read_inline(time.perf_counter_ns() - started)
-            return data
         started = time.perf_counter_ns()
         data, disk_ns = await self._loop.run_in_executor(
             executor, _timed_pread, self._fd, size, offset

@@ -116,6 +116,7 @@ async def test_cold_reads_follow_the_route_and_teach_it(tmp_path: Path) -> None:
     # The route is what is tested: no NOWAIT probe of the page cache first, which this kernel
     # may answer for an evicted page (the test above), skipping the route.
     reader._inline = False  # type: ignore[attr-defined]
+    route.cached_below_ns = 0  # every inline read counts, however quick (an eviction not taken)
     try:
         _evict(path)
         first = await reader.pread(0, 4096)  # nothing measured: a thread, which measures both

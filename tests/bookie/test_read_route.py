@@ -55,6 +55,19 @@ def test_a_disk_turning_slow_moves_reads_back_to_threads_within_a_few_reads() ->
     assert route.inline()
 
 
+def test_inline_reads_at_page_cache_speed_leave_the_disk_figure_alone() -> None:
+    """Reads inline are not probed first, so some come from the page cache: a run of them
+    must not make a slow disk look fast (and keep sending its reads to the loop)."""
+    route = ReadRoute(cached_below_us=10)
+    route.read_on_thread(total_ns=300 * US, disk_ns=200 * US)
+    for _ in range(100):
+        route.read_inline(3 * US)  # cached
+    assert route.disk_ns == 200 * US
+    route.read_inline(120 * US)  # the disk
+    assert route.disk_ns is not None
+    assert 120 * US < route.disk_ns < 200 * US
+
+
 @given(
     st.lists(
         st.tuples(st.integers(0, 10_000_000), st.integers(0, 10_000_000), st.booleans()),
@@ -63,7 +76,7 @@ def test_a_disk_turning_slow_moves_reads_back_to_threads_within_a_few_reads() ->
     )
 )
 def test_the_averages_stay_within_what_was_seen(samples: list[tuple[int, int, bool]]) -> None:
-    route = ReadRoute()
+    route = ReadRoute(cached_below_us=0)  # every sample counts
     disks, hops = [], []
     for first, second, on_thread in samples:
         if on_thread:
