@@ -220,7 +220,8 @@ def _evict(path: str) -> None:
                 os.close(fd)
 
 
-FLOOR_PAGES = 256 * MIB // 4096
+FLOOR_BYTES = 256 * MIB
+FLOOR_PAGES = FLOOR_BYTES // 4096
 
 
 @dataclass
@@ -251,7 +252,7 @@ def floor_file(directory: str) -> Floor:
     """A 256 MiB file of random bytes on the disk under test, synced (evicted before use)."""
     path = os.path.join(directory, "floor.bin")
     with open(path, "wb") as out:
-        for _ in range(FLOOR_PAGES * 4096 // MIB):
+        for _ in range(FLOOR_BYTES // MIB):
             out.write(os.urandom(MIB))
         out.flush()
         os.fsync(out.fileno())

@@ -15,7 +15,8 @@ system call and, for a page not cached, a raised error: 7-9 us of a cold read he
 of them are page-cache hits; those say nothing of the disk and are not counted
 (``cached_below_us``). A read goes inline while the disk's average is below both the hop's
 and ``max_inline_us`` (a bound on how long one read may hold the loop, whatever a hop costs);
-one read in ``probe_every`` still takes a thread, so the hop's figure stays current. A fast disk
+one read in ``probe_every`` still goes the slow way (the page cache asked first, then a
+thread if it must wait), so the hop's figure stays current. A fast disk
 (NVMe, a cached virtual disk) then reads inline; a slow one (a spinning disk, milliseconds)
 always on threads; a disk that turns slow moves its reads back to threads within a few reads.
 
