@@ -1,6 +1,6 @@
 """Physical floors measured in the same run as the thing they bound.
 
-- fdatasync: append 4 KiB to a file on the data disk and fdatasync it, sequentially.
+- fdatasync: write the next 4 KiB of a file on the data disk and fdatasync it, sequentially.
 - loopback round trip: 64 bytes ping-pong between two processes with blocking sockets (the
   least Python can spend on a round trip).
 - copying: read a cold file and write it to another with an fdatasync every chunk, on the same
@@ -9,6 +9,13 @@
   as N bookies sharing the disk do); the time until the k-th finishes. With one disk that
   serialises cache flushes, the 2nd of 3 costs nearly two fdatasyncs: the least an
   E3 WQ3 AQ2 add can wait on this machine, whatever the software does.
+
+The fdatasync floors write into files zero-filled and synced beforehand, as the bookie's journal
+(``PREALLOCATE``) and etcd's WAL (64 MB segments) are: an fdatasync of blocks already allocated
+commits no metadata. Until 2026-11-27 they appended to a growing file, whose every fdatasync
+also writes the inode for the new size: measured side by side on this machine, 1.4-1.9x one
+overwrite's time, 1.25-1.5x for the 2nd of 3 -- a floor more generous than the disk work the
+journal does.
 """
 
 from __future__ import annotations
@@ -44,16 +51,36 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(1, 60_000_000, 3)
 
 
+BLOCK = 4096
+
+
+def preallocated(path: str, size: int) -> int:
+    """A new file of ``size`` zero bytes, synced (data and size): its blocks are allocated, so
+    a write over them and an fdatasync commit no metadata. Returns the descriptor."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        zeros = bytes(min(size, 1 << 20))
+        done = 0
+        while done < size:
+            done += os.pwrite(fd, zeros[: size - done], done)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.remove(path)
+        raise
+    return fd
+
+
 def fdatasync_floor(directory: str, count: int, max_seconds: float = 10.0) -> HdrHistogram:
     histogram = new_histogram()
     path = os.path.join(directory, "fdatasync-floor.tmp")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    block = os.urandom(4096)
+    fd = preallocated(path, count * BLOCK)
+    block = os.urandom(BLOCK)
     deadline = time.monotonic() + max_seconds
     try:
-        for _ in range(count):
+        for index in range(count):
             started = time.perf_counter_ns()
-            os.write(fd, block)
+            os.pwrite(fd, block, index * BLOCK)
             os.fdatasync(fd)
             histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
             if time.monotonic() > deadline:
@@ -67,12 +94,20 @@ def fdatasync_floor(directory: str, count: int, max_seconds: float = 10.0) -> Hd
 def quorum_fdatasync_floor(
     directory: str, writers: int, kth: int, count: int, max_seconds: float = 10.0
 ) -> HdrHistogram:
-    """Rounds of ``writers`` concurrent 4 KiB append + fdatasync, one file and thread each;
-    records when the ``kth`` of them finished, from the round's start."""
+    """Rounds of ``writers`` concurrent writes of the next 4 KiB + fdatasync, one preallocated
+    file and thread each; records when the ``kth`` of them finished, from the round's start."""
     histogram = new_histogram()
     paths = [os.path.join(directory, f"quorum-floor-{i}.tmp") for i in range(writers)]
-    fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for path in paths]
-    block = os.urandom(4096)
+    fds: list[int] = []
+    try:
+        fds.extend(preallocated(path, count * BLOCK) for path in paths)
+    except BaseException:
+        for fd, path in zip(fds, paths, strict=False):
+            os.close(fd)
+            os.remove(path)
+        raise
+    block = os.urandom(BLOCK)
+    written = [0] * writers
     start = threading.Barrier(writers + 1, timeout=30)
     finish = threading.Barrier(writers + 1, timeout=30)
     finished = [0] * writers
@@ -83,7 +118,8 @@ def quorum_fdatasync_floor(
             start.wait()
             if stop:
                 return
-            os.write(fds[index], block)
+            os.pwrite(fds[index], block, written[index])
+            written[index] += BLOCK
             os.fdatasync(fds[index])
             finished[index] = time.perf_counter_ns()
             finish.wait()

@@ -16,6 +16,7 @@ safely -- none of it was acknowledged -- and the second may hide acknowledged ad
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,6 +104,14 @@ def padding(position: int, alignment: int) -> bytes:
         gap += alignment
     if gap == 0:
         return b""
+    return _padding_record(gap)
+
+
+@functools.lru_cache(maxsize=16)
+def _padding_record(gap: int) -> bytes:
+    """The padding record of ``gap`` bytes: always the same bytes (LSN 0, zeros), so the few
+    sizes a writer of like-sized entries keeps needing are made once -- not a zeroed buffer
+    and a CRC over it per journal write, on the lone add's path (issue 19)."""
     return encode_record(RecordType.PADDING, 0, bytes(gap - RECORD_HEADER.size))
 
 

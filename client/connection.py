@@ -156,8 +156,12 @@ class BookieConnection(asyncio.Protocol):
     def next_txn_id(self) -> int:
         return next(self._txn_ids)
 
-    def send_frame(self, txn_id: int, frame: bytes, timeout: float, callback: Callback) -> None:
-        """Send an encoded request; ``callback`` gets the response (any status) or a BKError."""
+    def send_frame(
+        self, txn_id: int, frame: bytes, timeout: float, callback: Callback, now: bool = False
+    ) -> None:
+        """Send an encoded request; ``callback`` gets the response (any status) or a BKError.
+        ``now``: write it at once (with anything queued before it) instead of at the end of
+        the loop turn -- a lone add, which nothing would join."""
         if self._closed_error is not None:
             self._loop.call_soon(callback, self._closed_error)
             return
@@ -166,12 +170,17 @@ class BookieConnection(asyncio.Protocol):
         if queue is None:
             queue = self._by_timeout[timeout] = deque()
         queue.append(txn_id)
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
         self._out.append(frame)
+        if now:
+            # Written here: no turn-end flush is scheduled for it (one callback less on the
+            # loop per bookie per lone add, run before the loop can wait for the answers).
+            self._flush()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        if self._sweeper is None:
-            self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def send_request(self, request: Request, timeout: float, callback: Callback) -> None:
         self.send_frame(request.txn_id, encode(request), timeout, callback)

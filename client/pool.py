@@ -213,9 +213,7 @@ class Sender(Generic[T]):
         if bookie not in self._backlog:
             conn = self._pool.get_nowait(bookie)
             if conn is not None:
-                conn.send_frame(txn_id, frame, self._timeout, callback)
-                if flush:
-                    conn.flush_now()
+                conn.send_frame(txn_id, frame, self._timeout, callback, flush)
                 return
         timeout = self._timeout
 
