@@ -20,6 +20,7 @@ import contextlib
 import errno
 import os
 import shutil
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -51,6 +52,12 @@ class AppendFile(Protocol):
 
     def write_now(self, data: bytes) -> None:
         """Write (no sync) on the calling thread: a small write into the page cache."""
+        ...
+
+    @property
+    def room(self) -> int:
+        """Bytes a write may take now without first allocating more of the file (which a
+        preallocated file does by writing zeros and an fsync: nothing for the event loop)."""
         ...
 
     async def sync(self) -> None: ...
@@ -152,6 +159,12 @@ class _OsAppendFile:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def room(self) -> int:
+        if not self._chunk:
+            return sys.maxsize  # appending grows the file: no zero-fill, no fsync
+        return self._allocated - self._size
 
     def _write_all(self, data: bytes) -> None:
         if not self._chunk:

@@ -13,6 +13,13 @@ batch brings anyway. An idle volatile writer then costs a sync per delay, not on
 the fewer fdatasyncs BP-14 is for ("Performance degradation happens when using single-disk
 layout").
 
+Where a batch is written (``journal_policy.batch_plan``): a lone small persistent record of an
+idle journal is written and synced on the event loop; a batch of volatile records up to
+``INLINE_WRITE_BYTES`` is written on the loop (a copy into the page cache) and answered; the
+rest, and any batch whose write would first have to allocate more of the file, on the journal's
+thread. A write on the loop slower than ``SLOW_WRITE`` (the kernel throttling a writer that
+dirties pages faster than the disk takes them) sends the next batches to the thread.
+
 Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
 Replay (``bookie.journal_replay``) reads every record after the checkpoint's LSN and refuses
 (``JournalCorruptError``) if one is missing or damaged in a way that is not a torn tail.
@@ -58,6 +65,12 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
 PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites commit no metadata
+# A write on the event loop that takes longer than this (the kernel throttling a writer while
+# the disk drains dirty pages: a copy into the page cache takes well under a millisecond a
+# batch) sends the next SLOW_WRITE_BATCHES batches to the journal's thread, where waiting for
+# the disk holds up nobody but the journal.
+SLOW_WRITE = 0.010
+SLOW_WRITE_BATCHES = 256
 
 
 def _notify(callbacks: Iterable[Callback], error: BaseException | None) -> None:
@@ -143,6 +156,7 @@ class Journal:
         self._wakeup: asyncio.Future[None] | None = None
         self._failed: BaseException | None = None
         self._stalled: list[_Batch] = []  # failed, in LSN order: written again by recover()
+        self._offload_writes = 0  # batches still to hand to the thread after a slow write here
         self.on_failure: Callable[[BaseException], None] | None = None
         self._stopping = False
 
@@ -331,13 +345,15 @@ class Journal:
             return False
         offset = handle.size
         pad = padding(offset + self._queued_bytes, self._alignment)
+        size = self._queued_bytes + len(pad)
         plan = batch_plan(
             len(self._callbacks),
             len(self._written),
-            self._queued_bytes + len(pad),
+            size,
             sync_data=self._sync_data,
             sync_busy=self._sync_busy(),
             inline_records=self._inline_records,
+            write_here=not self._offload_writes and handle.room >= size,
         )
         if plan is not BatchPlan.SYNC_HERE:
             return False  # the writer task takes it, a loop turn later
@@ -425,6 +441,7 @@ class Journal:
                     sync_data=self._sync_data,
                     sync_busy=self._sync_busy(),
                     inline_records=self._inline_records,
+                    write_here=self._may_write_here(handle, len(data)),
                 )
                 started = self.stats.clock()
                 if plan is BatchPlan.SYNC_HERE:
@@ -434,9 +451,11 @@ class Journal:
                     continue
                 if plan is BatchPlan.WRITE_HERE:
                     handle.write_now(data)  # volatile: into the page cache, answer at once
+                    if self._count(data, records, started, synced=False) > SLOW_WRITE:
+                        self._offload_writes = SLOW_WRITE_BATCHES
                 else:
                     await handle.write(data)
-                self._count(data, records, started, synced=False)
+                    self._count(data, records, started, synced=False)
             except OSError as exc:
                 if self._sync_busy():
                     # Batches before this one wait for a sync: the sync stage fails them and
@@ -521,9 +540,18 @@ class Journal:
         log.warning("journal recovered: it takes records again")
         return True
 
-    def _count(self, data: bytes, records: int, started: float, synced: bool) -> None:
+    def _may_write_here(self, handle: AppendFile, size: int) -> bool:
+        """Whether a batch of ``size`` bytes may be written on the event loop now: the file
+        has the room allocated (making more is a zero-fill and an fsync, the thread's work),
+        and no write here was slow lately (``SLOW_WRITE``)."""
+        if self._offload_writes:
+            self._offload_writes -= 1
+            return False
+        return handle.room >= size
+
+    def _count(self, data: bytes, records: int, started: float, synced: bool) -> float:
         """Count a batch of ``records`` (0: not known) just written -- and synced, by the same
-        call, if ``synced`` -- by a call made at ``started``."""
+        call, if ``synced`` -- by a call made at ``started``; return how long it took."""
         stats = self.stats
         elapsed = stats.clock() - started
         stats.journal_batches += 1
@@ -537,6 +565,7 @@ class Journal:
             histograms.journal_sync.record(elapsed)
         else:
             histograms.journal_flush.record(elapsed)
+        return elapsed
 
     def _sync_busy(self) -> bool:
         return self._syncing or bool(self._sync_groups) or bool(self._lazy_groups)

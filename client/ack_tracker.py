@@ -120,9 +120,15 @@ class AckTracker(Generic[T]):
         candidate = min(candidate, self.last_acked if ceiling is None else ceiling)
         if candidate > self.lac:
             self.lac = candidate
-            self.lac_length = self._lengths.get(candidate, self.lac_length)
-            for entry in [e for e in self._lengths if e <= candidate]:
-                del self._lengths[entry]
+            lengths = self._lengths
+            self.lac_length = lengths.get(candidate, self.lac_length)
+            passed = []
+            for entry in lengths:  # in entry order (completed in order): the passed come first
+                if entry > candidate:
+                    break
+                passed.append(entry)
+            for entry in passed:
+                del lengths[entry]
         return self.lac
 
     def forget_slots(self, slots: list[int]) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiobk.client.add import AddMode, AddPipeline, ReplacementsChosen
+from aiobk.client.add import AddMode, AddPipeline, PendingAdd, ReplacementsChosen
 from aiobk.client.backpressure import acquire
 from aiobk.client.close import close_as_writer
 from aiobk.client.connection import status_error
@@ -106,15 +106,28 @@ class LedgerHandle:
     async def append(self, data: bytes) -> int:
         """Add ``data`` as the next entry; return its id once it and all before it are
         confirmed (PERSISTENT: on an ack quorum of fsynced copies)."""
-        _entry_id, confirmed = await self.submit(data)
+        payload = self._checked(data)
+        if self._budget.admit(len(payload)):  # room at once: no wait, no coroutine for it
+            op = self._pipeline.add(payload)  # gives the grant back itself if it raises
+        else:
+            op = await self._queued(payload)
         # No shield needed: a caller that is cancelled cancels only its wait; the pipeline never
         # sets a result on a future that is done, and the add itself carries on.
-        return await confirmed
+        return await op.future
 
     async def submit(self, data: bytes) -> tuple[int, asyncio.Future[int]]:
         """Start adding ``data``: its entry id now, and a future that resolves (to that id)
         as ``append`` would return. For callers that must know which entry an add that later
         fails was (the log writer resolves it against the recovered end of the ledger)."""
+        payload = self._checked(data)
+        if self._budget.admit(len(payload)):
+            op = self._pipeline.add(payload)
+        else:
+            op = await self._queued(payload)
+        return op.entry_id, op.future
+
+    def _checked(self, data: bytes) -> bytes:
+        """The payload of an append this handle may start, or the error it fails with."""
         if self._closed or self._closing is not None:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         pipeline = self._pipeline
@@ -122,14 +135,16 @@ class LedgerHandle:
             raise pipeline.error
         payload = bytes(data)
         pipeline.check_size(payload)  # never queue for what can never be sent
-        # Backpressure (client-wide, FIFO): wait for one add and len(payload) bytes of the
-        # budget; from here the grant belongs to the add and comes back when it finishes.
+        return payload
+
+    async def _queued(self, payload: bytes) -> PendingAdd:
+        """Backpressure (client-wide, FIFO): wait for one add and len(payload) bytes of the
+        budget; from here the grant belongs to the add and comes back when it finishes."""
         await acquire(self._budget, len(payload))
         if self._is_closing():  # closed while this append waited
             self._budget.release(1, len(payload))
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
-        op = pipeline.add(payload)  # gives the grant back itself if it raises
-        return op.entry_id, op.future
+        return self._pipeline.add(payload)
 
     def _is_closing(self) -> bool:
         return self._closed or self._closing is not None

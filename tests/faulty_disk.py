@@ -59,6 +59,10 @@ class _FaultyFile:
     def size(self) -> int:
         return self._inner.size
 
+    @property
+    def room(self) -> int:
+        return self._inner.room
+
     def _check(self, data: bytes, write: Any) -> None:
         if not self._disk.full:
             return

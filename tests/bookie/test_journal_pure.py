@@ -18,7 +18,13 @@ from aiobk.bookie.journal_format import (
     scan,
     valid_record_after,
 )
-from aiobk.bookie.journal_policy import INLINE_BYTES, BatchPlan, GroupCommitPolicy, batch_plan
+from aiobk.bookie.journal_policy import (
+    INLINE_BYTES,
+    INLINE_WRITE_BYTES,
+    BatchPlan,
+    GroupCommitPolicy,
+    batch_plan,
+)
 
 
 def test_policy_flushes_at_once_when_queue_empty_is_set() -> None:
@@ -110,7 +116,7 @@ def test_an_idle_lone_persistent_record_is_synced_where_it_is() -> None:
     assert _plan(size=INLINE_BYTES) is BatchPlan.SYNC_HERE
 
 
-def test_load_a_big_batch_or_a_sync_under_way_go_to_the_io_lane() -> None:
+def test_load_a_big_record_or_a_sync_under_way_go_to_the_io_lane() -> None:
     assert _plan(records=2) is BatchPlan.OFFLOAD  # more than inline_records
     assert _plan(records=2, inline_records=4) is BatchPlan.SYNC_HERE
     assert _plan(size=INLINE_BYTES + 1) is BatchPlan.OFFLOAD
@@ -118,10 +124,17 @@ def test_load_a_big_batch_or_a_sync_under_way_go_to_the_io_lane() -> None:
     assert _plan(sync_data=False) is BatchPlan.OFFLOAD  # nothing to sync here
 
 
-def test_small_volatile_batches_are_written_at_once_and_never_synced_inline() -> None:
+def test_volatile_batches_are_written_at_once_and_never_synced_inline() -> None:
     assert _plan(records=2, volatile=1) is BatchPlan.WRITE_HERE
     assert _plan(records=1, volatile=1, inline_records=4) is BatchPlan.WRITE_HERE
-    assert _plan(records=2, volatile=1, size=INLINE_BYTES + 1) is BatchPlan.OFFLOAD
+    assert _plan(records=300, volatile=300, size=INLINE_WRITE_BYTES) is BatchPlan.WRITE_HERE
+    assert _plan(records=300, volatile=1, size=INLINE_WRITE_BYTES) is BatchPlan.WRITE_HERE
+    assert _plan(records=300, volatile=300, size=INLINE_WRITE_BYTES + 1) is BatchPlan.OFFLOAD
+
+
+def test_without_room_or_after_a_slow_write_everything_goes_to_the_io_lane() -> None:
+    assert _plan(write_here=False) is BatchPlan.OFFLOAD  # not even a lone idle record
+    assert _plan(records=2, volatile=1, write_here=False) is BatchPlan.OFFLOAD
 
 
 @given(

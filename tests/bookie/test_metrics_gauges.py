@@ -68,6 +68,10 @@ class _HeldFile:
     def size(self) -> int:
         return self._inner.size
 
+    @property
+    def room(self) -> int:
+        return self._inner.room
+
     async def write(self, data: bytes) -> None:
         if self._disk.holding:
             self._disk.held.set()

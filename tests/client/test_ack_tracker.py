@@ -73,6 +73,23 @@ def test_volatile_lac_follows_last_add_synced_never_past_what_completed() -> Non
     assert tracker.advance_volatile_lac(ceiling=1) == 2
 
 
+def test_volatile_lac_steps_keep_lengths_only_above_it() -> None:
+    """Completed volatile entries keep their lengths until the LAC passes them: each step of
+    the LAC gives its entry's length, and what it passed is forgotten (from the front, in
+    entry order -- a sync behind 1,000 completed entries costs the entries it passes)."""
+    tracker = _tracker(volatile=True)
+    entries = _track(tracker, 1_000)
+    for entry in entries:
+        tracker.ack(entry, 0)
+        tracker.ack(entry, 1)
+    assert tracker.pop_ready() == entries
+    for step in (0, 1, 7, 500, 501, 998, 999):
+        tracker.synced_to(0, step)
+        assert tracker.synced_to(1, step)
+        assert (tracker.lac, tracker.lac_length) == (step, entries[step].length)
+        assert list(tracker._lengths) == [e.entry_id for e in entries[step + 1 :]]
+
+
 def test_drain_hands_back_everything_in_flight() -> None:
     tracker = _tracker()
     entries = _track(tracker, 3)

@@ -162,6 +162,10 @@ class _QuotaFile:
     def size(self) -> int:
         return self._inner.size
 
+    @property
+    def room(self) -> int:
+        return self._inner.room
+
     async def write(self, data: bytes) -> None:
         self._disk.check(self._path, len(data))
         await self._inner.write(data)
