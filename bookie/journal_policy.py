@@ -35,11 +35,12 @@ class GroupCommitPolicy:
 INLINE_BYTES = 16 * 1024  # a lone record up to this size may be written and synced on the loop
 # A batch with BP-14 volatile records, up to this size, is written on the loop: a copy into the
 # page cache, answered at once -- where a hop to the journal's thread and back stood between
-# the write and the answers (issue 19: 512 volatile adds in flight, 0-21% more appends/s over
-# six pairs of runs). Persistent batches stay on the thread: their answers wait for the sync
-# stage anyway, and the copy there overlaps the loop's next work (written here they measured
-# -4 to +8%, no gain). The journal still hands a batch to its thread when the write would have
-# to allocate the file ahead (a zero-fill and an fsync) or when writes here have turned slow.
+# the write and the answers (issue 19: 512 volatile adds in flight, -9% to +21% appends/s in
+# six alternating pairs of runs, median +9%). Persistent batches stay on the thread: their
+# answers wait for the sync stage anyway, and the copy there overlaps the loop's next work
+# (written here they measured -4% to +8%, no gain). The journal still hands a batch to its
+# thread when the write would first allocate more of the file (a zero-fill and an fsync) or
+# when writes here have turned slow.
 INLINE_WRITE_BYTES = 1024 * 1024
 
 
