@@ -9,6 +9,7 @@ import errno
 from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
+from tests.append_file import DelegatingAppendFile
 
 
 class FaultyDisk(OsDisk):
@@ -50,18 +51,10 @@ class FaultyDisk(OsDisk):
         return (0 if self.full else self.free), 1 << 40
 
 
-class _FaultyFile:
+class _FaultyFile(DelegatingAppendFile):
     def __init__(self, disk: FaultyDisk, inner: AppendFile) -> None:
+        super().__init__(inner)
         self._disk = disk
-        self._inner = inner
-
-    @property
-    def size(self) -> int:
-        return self._inner.size
-
-    @property
-    def room(self) -> int:
-        return self._inner.room
 
     def _check(self, data: bytes, write: Any) -> None:
         if not self._disk.full:
@@ -104,9 +97,3 @@ class _FaultyFile:
         await self._stalled()
         self._sync_check()
         await self._inner.sync()
-
-    async def rewind(self, size: int) -> None:
-        await self._inner.rewind(size)
-
-    async def close(self) -> None:
-        await self._inner.close()

@@ -12,20 +12,17 @@ from aiobk.bookie.journal import SLOW_WRITE, SLOW_WRITE_BATCHES, Journal
 from aiobk.bookie.journal_format import RecordType
 from aiobk.bookie.journal_policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
+from tests.append_file import DelegatingAppendFile
 from tests.bookie.helpers import append_records
 
 
-class _Counted:
+class _Counted(DelegatingAppendFile):
     """An append file whose writes are counted by where they ran; ``room`` may be overridden,
     and a write on the loop may be made to look slow (the clock jumps while it runs)."""
 
     def __init__(self, inner: AppendFile, owner: _CountingDisk) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._owner = owner
-
-    @property
-    def size(self) -> int:
-        return self._inner.size
 
     @property
     def room(self) -> int:
@@ -36,9 +33,6 @@ class _Counted:
         self._owner.lane_writes += 1
         await self._inner.write(data)
 
-    async def write_and_sync(self, data: bytes) -> None:
-        await self._inner.write_and_sync(data)
-
     def write_and_sync_now(self, data: bytes) -> None:
         self._owner.synced_here += 1
         self._inner.write_and_sync_now(data)
@@ -48,15 +42,6 @@ class _Counted:
         self._owner.now += self._owner.slow_by
         self._owner.slow_by = 0.0
         self._inner.write_now(data)
-
-    async def sync(self) -> None:
-        await self._inner.sync()
-
-    async def rewind(self, size: int) -> None:
-        await self._inner.rewind(size)
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 class _CountingDisk(OsDisk):

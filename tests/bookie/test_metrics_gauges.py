@@ -24,6 +24,7 @@ from aiobk.client import BookKeeper
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MemoryKV
 from aiobk.runner import start_http_admin
+from tests.append_file import DelegatingAppendFile
 from tests.conftest import unique_name
 from tests.faulty_disk import FaultyDisk
 from tests.procs import HOST_DISK_SETTINGS
@@ -59,42 +60,16 @@ class HeldJournalDisk(OsDisk):
         return inner
 
 
-class _HeldFile:
+class _HeldFile(DelegatingAppendFile):
     def __init__(self, disk: HeldJournalDisk, inner: AppendFile) -> None:
+        super().__init__(inner)
         self._disk = disk
-        self._inner = inner
-
-    @property
-    def size(self) -> int:
-        return self._inner.size
-
-    @property
-    def room(self) -> int:
-        return self._inner.room
 
     async def write(self, data: bytes) -> None:
         if self._disk.holding:
             self._disk.held.set()
             await self._disk.release.wait()
         await self._inner.write(data)
-
-    async def write_and_sync(self, data: bytes) -> None:
-        await self._inner.write_and_sync(data)
-
-    def write_and_sync_now(self, data: bytes) -> None:
-        self._inner.write_and_sync_now(data)
-
-    def write_now(self, data: bytes) -> None:
-        self._inner.write_now(data)
-
-    async def sync(self) -> None:
-        await self._inner.sync()
-
-    async def rewind(self, size: int) -> None:
-        await self._inner.rewind(size)
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 @dataclass

@@ -31,6 +31,16 @@ def _track(tracker: AckTracker[Entry], count: int, first: int = 0) -> list[Entry
     return entries
 
 
+def _completed(tracker: AckTracker[Entry], count: int) -> list[Entry]:
+    """``count`` entries acknowledged by slots 0 and 1, and completed."""
+    entries = _track(tracker, count)
+    for entry in entries:
+        tracker.ack(entry, 0)
+        tracker.ack(entry, 1)
+    assert tracker.pop_ready() == entries
+    return entries
+
+
 def test_an_entry_completes_at_its_ack_quorum_and_only_after_those_before_it() -> None:
     tracker = _tracker()
     first, second = _track(tracker, 2)
@@ -58,11 +68,7 @@ def test_a_replaced_slot_s_acks_no_longer_count() -> None:
 def test_volatile_lac_follows_last_add_synced_never_past_what_completed() -> None:
     """BP-14: the LAC is what WQ - AQ + 1 slots have synced, capped by completion."""
     tracker = _tracker(volatile=True)
-    entries = _track(tracker, 3)
-    for entry in entries:
-        tracker.ack(entry, 0)
-        tracker.ack(entry, 1)
-    assert tracker.pop_ready() == entries
+    _completed(tracker, 3)
     assert (tracker.last_acked, tracker.lac) == (2, -1)  # written, nothing synced yet
     assert not tracker.synced_to(0, 2)  # one slot is not enough (WQ - AQ + 1 = 2)
     assert tracker.synced_to(1, 1)
@@ -78,11 +84,7 @@ def test_volatile_lac_steps_keep_lengths_only_above_it() -> None:
     the LAC gives its entry's length, and what it passed is forgotten (from the front, in
     entry order -- a sync behind 1,000 completed entries costs the entries it passes)."""
     tracker = _tracker(volatile=True)
-    entries = _track(tracker, 1_000)
-    for entry in entries:
-        tracker.ack(entry, 0)
-        tracker.ack(entry, 1)
-    assert tracker.pop_ready() == entries
+    entries = _completed(tracker, 1_000)
     for step in (0, 1, 7, 500, 501, 998, 999):
         tracker.synced_to(0, step)
         assert tracker.synced_to(1, step)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
+from tests.append_file import DelegatingAppendFile
 
 QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES[,ROOT:BYTES]" for the bookie process
 SIMULATE_ENV = "AIOBK_TEST_SIMULATED_DISK"  # set: the simulated disk even as root
@@ -152,19 +153,11 @@ class QuotaDisk(OsDisk):
         return hash(found[0]) if found is not None else await super().filesystem(path)
 
 
-class _QuotaFile:
+class _QuotaFile(DelegatingAppendFile):
     def __init__(self, disk: QuotaDisk, path: str, inner: AppendFile) -> None:
+        super().__init__(inner)
         self._disk = disk
         self._path = path
-        self._inner = inner
-
-    @property
-    def size(self) -> int:
-        return self._inner.size
-
-    @property
-    def room(self) -> int:
-        return self._inner.room
 
     async def write(self, data: bytes) -> None:
         self._disk.check(self._path, len(data))
@@ -181,15 +174,6 @@ class _QuotaFile:
     def write_now(self, data: bytes) -> None:
         self._disk.check(self._path, len(data))
         self._inner.write_now(data)
-
-    async def sync(self) -> None:
-        await self._inner.sync()
-
-    async def rewind(self, size: int) -> None:
-        await self._inner.rewind(size)
-
-    async def close(self) -> None:
-        await self._inner.close()
 
 
 def install(spec: str) -> None:
