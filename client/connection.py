@@ -209,11 +209,6 @@ class BookieConnection(asyncio.Protocol):
             raise status_error(response, self.address)
         return response
 
-    def flush_now(self) -> None:
-        """Write what is queued without waiting for the end of the loop turn."""
-        if self._out:
-            self._flush()
-
     def _sweep(self) -> None:
         self._sweeper = None
         now = self._loop.time()
