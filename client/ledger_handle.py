@@ -106,10 +106,8 @@ class LedgerHandle:
     async def append(self, data: bytes) -> int:
         """Add ``data`` as the next entry; return its id once it and all before it are
         confirmed (PERSISTENT: on an ack quorum of fsynced copies)."""
-        payload = self._checked(data)
-        if self._budget.admit(len(payload)):  # room at once: no wait, no coroutine for it
-            op = self._pipeline.add(payload)  # gives the grant back itself if it raises
-        else:
+        payload, op = self._start_now(data)
+        if op is None:
             op = await self._queued(payload)
         # No shield needed: a caller that is cancelled cancels only its wait; the pipeline never
         # sets a result on a future that is done, and the add itself carries on.
@@ -119,23 +117,24 @@ class LedgerHandle:
         """Start adding ``data``: its entry id now, and a future that resolves (to that id)
         as ``append`` would return. For callers that must know which entry an add that later
         fails was (the log writer resolves it against the recovered end of the ledger)."""
-        payload = self._checked(data)
-        if self._budget.admit(len(payload)):
-            op = self._pipeline.add(payload)
-        else:
+        payload, op = self._start_now(data)
+        if op is None:
             op = await self._queued(payload)
         return op.entry_id, op.future
 
-    def _checked(self, data: bytes) -> bytes:
-        """The payload of an append this handle may start, or the error it fails with."""
-        if self._closed or self._closing is not None:
+    def _start_now(self, data: bytes) -> tuple[bytes, PendingAdd | None]:
+        """The payload of an append this handle may start (else the error it fails with), and
+        its add if the budget has room at once -- no wait, and no coroutine for one."""
+        if self._is_closing():
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
         pipeline = self._pipeline
         if pipeline.error is not None:
             raise pipeline.error
         payload = bytes(data)
         pipeline.check_size(payload)  # never queue for what can never be sent
-        return payload
+        if self._budget.admit(len(payload)):
+            return payload, pipeline.add(payload)  # gives the grant back itself if it raises
+        return payload, None
 
     async def _queued(self, payload: bytes) -> PendingAdd:
         """Backpressure (client-wide, FIFO): wait for one add and len(payload) bytes of the
