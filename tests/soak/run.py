@@ -1,0 +1,317 @@
+"""One soak run: the cluster and the services started, the operator and the nemesis at work for
+``settings.seconds``, then the end (faults stop, the writer stops and drains, the reader catches
+up with the last acknowledgement) and the judgement. See the package doc."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiobk.client import BookKeeper, LogPosition
+from aiobk.protocol.errors import BKError
+from tests.soak.checks import Growth, LogVerdict, check_log, judge_growth
+from tests.soak.cluster import Service, SoakCluster, disk_usage, rss
+from tests.soak.history import History
+from tests.soak.settings import SoakSettings
+
+log = logging.getLogger(__name__)
+
+LOG = "soak"
+TRUNCATE_BOUND = 60.0  # one truncate_log call
+FAULT_BOUND = 180.0  # one fault, restart included
+CATCH_UP_POLL = 0.5
+
+
+@dataclass
+class SoakResult:
+    settings: SoakSettings
+    history: History = field(default_factory=History)
+    started: float = 0.0  # wall time of the writer's start (time 0 of every series)
+    ended: float = 0.0  # wall time of the writer's stop
+    faults: dict[str, int] = field(default_factory=dict)
+    truncated_ledgers: int = 0
+    churn: dict[str, Any] = field(default_factory=dict)
+    writer_events: list[str] = field(default_factory=list)  # reopenings and the like
+    writer_failures: list[str] = field(default_factory=list)
+    memory: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    disk: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    timeline: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the harness's own trouble: fails the run
+    log_verdict: LogVerdict | None = None
+    growth: list[Growth] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)  # series a window had no sample of
+    base: str = ""
+
+    @property
+    def failures(self) -> list[str]:
+        failures = list(self.errors)
+        if self.log_verdict is not None:
+            failures += [f"log: {v}" for v in self.log_verdict.violations]
+        if self.writer_failures:
+            shown = "; ".join(self.writer_failures[:3])
+            failures.append(f"writer failed {len(self.writer_failures)} appends: {shown}")
+        failures += [
+            f"{g.name} kept growing: {g.earlier_peak / 2**20:.1f} MiB -> "
+            f"{g.later_peak / 2**20:.1f} MiB (+{g.growth / 2**20:.1f}, allowed "
+            f"{g.allowed / 2**20:.1f})"
+            for g in self.growth
+            if not g.ok
+        ]
+        failures += [f"{name}: no sample in a window of the second half" for name in self.unjudged]
+        return failures
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+async def run_soak(settings: SoakSettings, base: Path, *, keep: bool = False) -> SoakResult:
+    """Run the soak under ``base`` (created; its data removed at the end unless ``keep`` or
+    the run failed: then the logs stay, and with ``keep`` the data too)."""
+    result = SoakResult(settings, base=str(base))
+    base.mkdir(parents=True, exist_ok=True)
+    run = _Run(settings, base, result)
+    try:
+        await run.main()
+    finally:
+        await run.teardown()
+        if not keep:
+            for path in base.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif result.passed:
+                    path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                base.rmdir()  # when empty: the run passed
+    return result
+
+
+class _Run:
+    def __init__(self, settings: SoakSettings, base: Path, result: SoakResult) -> None:
+        self.settings = settings
+        self.base = base
+        self.result = result
+        self.history = result.history
+        self.rng = random.Random(settings.seed)
+        self.cluster = SoakCluster(base, settings)
+        self.services: dict[str, Service] = {}
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stopping = asyncio.Event()
+        self.writer_done = asyncio.Event()
+        self.bk: BookKeeper | None = None
+
+    # ------------------------------------------------------------------ the run
+
+    async def main(self) -> None:
+        s = self.settings
+        self.note("starting etcd and bookies")
+        await self.cluster.start()
+        self.bk = await BookKeeper.connect(self.cluster.uri)
+        uri = self.cluster.uri
+        await self.service("writer", "--metadata", uri, "--log", LOG, "--rate", str(s.rate),
+                           "--record-size", str(s.record_size), "--in-flight", str(s.in_flight),
+                           "--roll-bytes", str(s.roll_bytes))  # fmt: skip
+        self.result.started = time.time()
+        await self.service("reader", "--metadata", uri, "--log", LOG)
+        await self.service("churn", "--metadata", uri, "--interval", str(s.churn_interval),
+                           "--keep", str(s.churn_keep), "--min-entries", str(s.churn_entries[0]),
+                           "--max-entries", str(s.churn_entries[1]), "--seed", str(s.seed),
+                           "--record-size", str(s.record_size))  # fmt: skip
+        self.note("load started")
+        self.tasks = [
+            asyncio.create_task(self.sampler()),
+            asyncio.create_task(self.every(s.truncate_interval, self.truncate)),
+            asyncio.create_task(self.every(s.kill_interval, self.kill_bookie)),
+            asyncio.create_task(self.every(s.etcd_interval, self.restart_etcd)),
+        ]
+        await asyncio.sleep(max(0.0, self.result.started + s.seconds - time.time()))
+        self.note("stopping the faults")
+        self.stopping.set()
+        sampler, *periodic = self.tasks
+        await asyncio.gather(*periodic)
+        self.note("stopping the writer")
+        code = await self.services["writer"].stop()
+        self.result.ended = time.time()
+        if code != 0:
+            self.result.errors.append(f"writer service exited with {code}")
+        self.note("waiting for the reader to catch up")
+        deadline = time.monotonic() + s.catch_up
+        while not self.history.caught_up() and time.monotonic() < deadline:
+            await asyncio.sleep(CATCH_UP_POLL)
+        if not self.history.caught_up():
+            self.result.errors.append(
+                f"the reader did not reach the last acknowledgement within {s.catch_up:.0f}s "
+                f"(read up to {self.history.last_read()}, last acked {self.history.last_ack})"
+            )
+        for name in ("reader", "churn"):
+            code = await self.services[name].stop()
+            if code != 0:
+                self.result.errors.append(f"{name} service exited with {code}")
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        self.judge()
+
+    async def service(self, name: str, *args: str) -> None:
+        service = Service(name, list(args), self.base / f"{name}.log", self.on_event)
+        self.services[name] = service
+        await service.start()
+
+    def on_event(self, name: str, event: dict[str, Any]) -> None:
+        h = self.history
+        minute = 0
+        for kind, body in event.items():
+            if kind == "acked":
+                for sequence, ledger, entry, latency, wall in body:
+                    h.ack(sequence, ledger, entry)
+                    minute = int(max(0.0, wall - self.result.started) // 60)
+                    h.latency(minute, latency)
+            elif kind == "read":
+                for sequence, ledger, entry, intact in body:
+                    h.read(sequence, ledger, entry, intact)
+            elif kind == "failed":
+                for sequence, generation, error in body:
+                    h.fail(sequence, error)
+                    failure = f"#{sequence} (writer {generation}): {error}"
+                    self.result.writer_failures.append(failure)
+            elif kind == "done":
+                h.called = body["called"]
+                h.unresolved = body["unresolved"]
+            elif kind == "churn":
+                self.result.churn = body
+            elif kind == "reader_error":
+                h.reader_errors.append(f"at {body['position']}: {body['error']}")
+                self.note(f"reader: {body['error']} at {body['position']}; opened again")
+            elif kind in ("reopened", "open_failed", "close_failed", "garbled"):
+                self.result.writer_events.append(f"{name} {kind}: {body}")
+                self.note(f"{name} {kind}: {body}")
+
+    async def every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
+        """``action`` every ``interval`` s (jittered by a fifth either way; the first after
+        about half of one), until the run stops. One that fails is noted and counted as the
+        harness's error: the nemesis must be able to do what it set out to."""
+        await self._pause(interval * self.rng.uniform(0.4, 0.6))
+        while not self.stopping.is_set():
+            try:
+                async with asyncio.timeout(FAULT_BOUND):
+                    await action()
+            except Exception as exc:
+                self.result.errors.append(f"{action.__name__}: {exc!r}")
+                self.note(f"{action.__name__} failed: {exc!r}")
+            await self._pause(interval * self.rng.uniform(0.8, 1.2))
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.stopping.wait()
+
+    # ------------------------------------------------------------------ the operator
+
+    async def truncate(self) -> None:
+        """Retention: drop the ledgers wholly below the last record the reader has read."""
+        assert self.bk is not None
+        last = self.history.last_read()
+        if last is None:
+            return
+        try:
+            async with asyncio.timeout(TRUNCATE_BOUND):
+                removed = await self.bk.truncate_log(LOG, LogPosition(*last))
+        except (BKError, TimeoutError) as exc:
+            self.count("truncate_failed")
+            self.note(f"truncate before {last[0]}:{last[1]} failed: {exc!r}")
+            return
+        self.count("truncations")
+        self.result.truncated_ledgers += len(removed)
+        self.note(f"truncated before {last[0]}:{last[1]}: {len(removed)} ledgers")
+
+    # ------------------------------------------------------------------ the nemesis
+
+    async def kill_bookie(self) -> None:
+        index = self.rng.randrange(len(self.cluster.bookies))
+        hold = self.rng.uniform(*self.settings.kill_hold)
+        self.note(f"SIGKILL bookie{index}, back in {hold:.1f}s")
+        self.count("bookie_kills")
+        await self.cluster.kill_bookie(index, hold)
+        self.note(f"bookie{index} restarted")
+
+    async def restart_etcd(self) -> None:
+        index = self.rng.randrange(len(self.cluster.etcd.members))
+        hold = self.rng.uniform(*self.settings.etcd_hold)
+        crash = self.rng.random() < 0.5
+        how = "SIGKILL" if crash else "SIGTERM"
+        self.note(f"{how} etcd{index}, back in {hold:.1f}s")
+        self.count("etcd_restarts")
+        await self.cluster.restart_etcd(index, hold, crash=crash)
+        self.note(f"etcd{index} back, leader elected")
+
+    # ------------------------------------------------------------------ measuring
+
+    async def sampler(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.settings.sample_interval)
+
+    def sample(self) -> None:
+        now = time.time() - self.result.started
+        pids = self.cluster.pids()
+        pids.update({name: pid for name, s in self.services.items() if (pid := s.pid)})
+        for name, pid in pids.items():
+            size = rss(pid)
+            if size is not None:
+                self.result.memory.setdefault(name, []).append((round(now, 1), size))
+        for name, path in self.cluster.directories().items():
+            self.result.disk.setdefault(name, []).append((round(now, 1), disk_usage(path)))
+
+    def judge(self) -> None:
+        s = self.settings
+        self.result.log_verdict = check_log(self.history)
+        end = self.result.ended - self.result.started
+
+        def disk_floor(name: str) -> int:
+            return s.etcd_disk_growth_floor if name.startswith("etcd") else s.disk_growth_floor
+
+        Series = dict[str, list[tuple[float, int]]]
+        judged: list[tuple[str, Series, float, Callable[[str], int]]] = [
+            ("memory", self.result.memory, s.memory_growth_share, lambda _: s.memory_growth_floor),
+            ("disk", self.result.disk, s.disk_growth_share, disk_floor),
+        ]
+        for kind, samples_by_name, share, floor in judged:
+            for name, samples in samples_by_name.items():
+                label = f"{kind} {name}"
+                growth = judge_growth(label, samples, 0.0, end, share, floor(name))
+                if growth is None:
+                    self.result.unjudged.append(label)
+                else:
+                    self.result.growth.append(growth)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def count(self, kind: str) -> None:
+        self.result.faults[kind] = self.result.faults.get(kind, 0) + 1
+
+    def note(self, text: str) -> None:
+        since = time.time() - self.result.started if self.result.started else 0.0
+        self.result.timeline.append(f"{since:8.1f} {text}")
+        log.info("%s", text)
+
+    async def teardown(self) -> None:
+        self.stopping.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for service in self.services.values():
+            service.kill()
+            with contextlib.suppress(Exception):
+                await service.stop(10.0)
+        if self.bk is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(10):
+                    await self.bk.close()
+        await self.cluster.stop()
