@@ -179,6 +179,14 @@ class SoakCluster:
         await asyncio.to_thread(member.wait_ready)
         await asyncio.to_thread(self.etcd.wait_leader)
 
+    def down(self) -> list[str]:
+        """The servers not running (when no fault holds one down: those that died)."""
+        down = [f"etcd{i}" for i, member in enumerate(self.etcd.members) if not member.running]
+        for index, bookie in enumerate(self.bookies):
+            if bookie.process is None or bookie.process.poll() is not None:
+                down.append(f"bookie{index}")
+        return down
+
     def pids(self) -> dict[str, int]:
         """The pid of each server process running now, by name."""
         pids: dict[str, int] = {}

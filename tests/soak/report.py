@@ -73,7 +73,8 @@ def to_json(result: SoakResult) -> dict[str, Any]:
             "examples": verdict.examples if verdict else {},
             "reader_errors": result.history.reader_errors,
         },
-        "writer": {"failures": result.writer_failures, "events": result.writer_events},
+        "writer": {"failures": result.writer_failures},
+        "service_events": result.service_events,
         "faults": {**result.faults, "ledgers_truncated": result.truncated_ledgers},
         "churn": result.churn,
         "growth": {g.name: _growth(g) for g in result.growth},
@@ -158,12 +159,12 @@ def summary(result: SoakResult) -> str:
                                               if churn.get("last_error") else "")
     )  # fmt: skip
     lines.append(
-        f"writer: {len(result.writer_events)} events, {len(result.writer_failures)} failed "
-        f"appends; reader: opened again {len(result.history.reader_errors)} times, "
+        f"services: {len(result.service_events)} events; writer: {len(result.writer_failures)} "
+        f"failed appends; reader: opened again {len(result.history.reader_errors)} times, "
         f"{data['log']['failed_but_present']} failed appends found in the log"
     )
-    for event in result.writer_events[:5]:
-        lines.append(f"  writer: {event}")
+    for event in result.service_events[:5]:
+        lines.append(f"  {event}")
     for error in result.history.reader_errors[:5]:
         lines.append(f"  reader: {error}")
     lines.append("")

@@ -39,7 +39,7 @@ class SoakResult:
     faults: dict[str, int] = field(default_factory=dict)
     truncated_ledgers: int = 0
     churn: dict[str, Any] = field(default_factory=dict)
-    writer_events: list[str] = field(default_factory=list)  # reopenings and the like
+    service_events: list[str] = field(default_factory=list)  # a writer reopened and the like
     writer_failures: list[str] = field(default_factory=list)
     memory: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     disk: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
@@ -94,6 +94,36 @@ async def run_soak(settings: SoakSettings, base: Path, *, keep: bool = False) ->
     return result
 
 
+def record(
+    result: SoakResult, name: str, event: dict[str, Any], note: Callable[[str], None]
+) -> None:
+    """One event from service ``name`` into the result (service.py, writer.py, reader.py)."""
+    h = result.history
+    for kind, body in event.items():
+        if kind == "acked":
+            for sequence, ledger, entry, latency, wall in body:
+                h.ack(sequence, ledger, entry)
+                h.latency(int(max(0.0, wall - result.started) // 60), latency)
+        elif kind == "read":
+            for sequence, ledger, entry, intact in body:
+                h.read(sequence, ledger, entry, intact)
+        elif kind == "failed":
+            for sequence, generation, error in body:
+                h.fail(sequence, error)
+                result.writer_failures.append(f"#{sequence} (writer {generation}): {error}")
+        elif kind == "done":
+            h.called = body["called"]
+            h.unresolved = body["unresolved"]
+        elif kind == "churn":
+            result.churn = body
+        elif kind == "reader_error":
+            h.reader_errors.append(f"at {body['position']}: {body['error']}")
+            note(f"reader: {body['error']} at {body['position']}; opened again")
+        elif kind in ("reopened", "open_failed", "close_failed", "garbled"):
+            result.service_events.append(f"{name} {kind}: {body}")
+            note(f"{name} {kind}: {body}")
+
+
 class _Run:
     def __init__(self, settings: SoakSettings, base: Path, result: SoakResult) -> None:
         self.settings = settings
@@ -137,6 +167,9 @@ class _Run:
         self.stopping.set()
         sampler, *periodic = self.tasks
         await asyncio.gather(*periodic)
+        self.result.errors += [
+            f"{name} died on its own (see its log)" for name in self.cluster.down()
+        ]
         self.note("stopping the writer")
         code = await self.services["writer"].stop()
         self.result.ended = time.time()
@@ -165,33 +198,7 @@ class _Run:
         await service.start()
 
     def on_event(self, name: str, event: dict[str, Any]) -> None:
-        h = self.history
-        minute = 0
-        for kind, body in event.items():
-            if kind == "acked":
-                for sequence, ledger, entry, latency, wall in body:
-                    h.ack(sequence, ledger, entry)
-                    minute = int(max(0.0, wall - self.result.started) // 60)
-                    h.latency(minute, latency)
-            elif kind == "read":
-                for sequence, ledger, entry, intact in body:
-                    h.read(sequence, ledger, entry, intact)
-            elif kind == "failed":
-                for sequence, generation, error in body:
-                    h.fail(sequence, error)
-                    failure = f"#{sequence} (writer {generation}): {error}"
-                    self.result.writer_failures.append(failure)
-            elif kind == "done":
-                h.called = body["called"]
-                h.unresolved = body["unresolved"]
-            elif kind == "churn":
-                self.result.churn = body
-            elif kind == "reader_error":
-                h.reader_errors.append(f"at {body['position']}: {body['error']}")
-                self.note(f"reader: {body['error']} at {body['position']}; opened again")
-            elif kind in ("reopened", "open_failed", "close_failed", "garbled"):
-                self.result.writer_events.append(f"{name} {kind}: {body}")
-                self.note(f"{name} {kind}: {body}")
+        record(self.result, name, event, self.note)
 
     async def every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
         """``action`` every ``interval`` s (jittered by a fifth either way; the first after
