@@ -28,6 +28,9 @@ LOG = "soak"
 TRUNCATE_BOUND = 60.0  # one truncate_log call
 FAULT_BOUND = 180.0  # one fault, restart included
 CATCH_UP_POLL = 0.5
+# A truncation may fail now and then (an etcd election under it); failing this many times in a
+# row, retention has stalled and the log grows without bound: the run fails.
+RETENTION_STALLED = 2
 
 
 @dataclass
@@ -137,6 +140,7 @@ class _Run:
         self.stopping = asyncio.Event()
         self.writer_done = asyncio.Event()
         self.bk: BookKeeper | None = None
+        self.retention_failures = 0  # in a row
 
     # ------------------------------------------------------------------ the run
 
@@ -233,7 +237,15 @@ class _Run:
         except (BKError, TimeoutError) as exc:
             self.count("truncate_failed")
             self.note(f"truncate before {last[0]}:{last[1]} failed: {exc!r}")
+            self.retention_failures += 1
+            if self.retention_failures == RETENTION_STALLED:
+                self.result.errors.append(
+                    f"retention stalled: truncate_log failed {RETENTION_STALLED} times in a row "
+                    f"by {self.note_time():.0f}s into the run (count: truncate_failed), last: "
+                    f"{exc!r}"
+                )
             return
+        self.retention_failures = 0
         self.count("truncations")
         self.result.truncated_ledgers += len(removed)
         self.note(f"truncated before {last[0]}:{last[1]}: {len(removed)} ledgers")
@@ -303,9 +315,12 @@ class _Run:
     def count(self, kind: str) -> None:
         self.result.faults[kind] = self.result.faults.get(kind, 0) + 1
 
+    def note_time(self) -> float:
+        """Seconds since the load started (0 before)."""
+        return time.time() - self.result.started if self.result.started else 0.0
+
     def note(self, text: str) -> None:
-        since = time.time() - self.result.started if self.result.started else 0.0
-        self.result.timeline.append(f"{since:8.1f} {text}")
+        self.result.timeline.append(f"{self.note_time():8.1f} {text}")
         log.info("%s", text)
 
     async def teardown(self) -> None:
