@@ -1,7 +1,8 @@
 """``make soak``: python -m tests.soak --minutes 60 [--report PATH]
 
 Runs the soak (see the package doc) for ``--minutes`` of load, writes the JSON report to
-``--report`` and prints the summary; exits 1 when any check failed. The processes' data goes
+``--report`` and prints the summary; exits 1 when any check failed. Ctrl-C (or SIGTERM) ends
+the load early and judges what ran; a second one abandons the run. The processes' data goes
 to a new directory under ``--dir`` (default: the system's temporary directory), removed at the
 end; a failed run leaves the logs there (``--keep``: the data too).
 """
@@ -24,13 +25,23 @@ from tests.soak.settings import SoakSettings
 
 
 async def soak(settings: SoakSettings, base: Path, keep: bool) -> SoakResult:
-    """The run, ended cleanly (teardown included) by SIGTERM or SIGINT."""
+    """The run. A first SIGINT or SIGTERM ends the load early (the end and the judgement
+    still run, the report is written); a second one cancels it (the teardown still runs)."""
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
+    finish = asyncio.Event()
+
+    def interrupted() -> None:
+        if finish.is_set():
+            task.cancel()
+        else:
+            print("soak: finishing early (again to abandon the run)", file=sys.stderr)
+            finish.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    return await run_soak(settings, base, keep=keep)
+        loop.add_signal_handler(signum, interrupted)
+    return await run_soak(settings, base, keep=keep, finish=finish)
 
 
 def main() -> int:

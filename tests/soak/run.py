@@ -76,12 +76,19 @@ class SoakResult:
         return not self.failures
 
 
-async def run_soak(settings: SoakSettings, base: Path, *, keep: bool = False) -> SoakResult:
+async def run_soak(
+    settings: SoakSettings,
+    base: Path,
+    *,
+    keep: bool = False,
+    finish: asyncio.Event | None = None,
+) -> SoakResult:
     """Run the soak under ``base`` (created; its data removed at the end unless ``keep`` or
-    the run failed: then the logs stay, and with ``keep`` the data too)."""
+    the run failed: then the logs stay, and with ``keep`` the data too). ``finish`` set ends
+    the load early; the end and the judgement run as after a full run."""
     result = SoakResult(settings, base=str(base))
     base.mkdir(parents=True, exist_ok=True)
-    run = _Run(settings, base, result)
+    run = _Run(settings, base, result, finish or asyncio.Event())
     try:
         await run.main()
     finally:
@@ -128,7 +135,10 @@ def record(
 
 
 class _Run:
-    def __init__(self, settings: SoakSettings, base: Path, result: SoakResult) -> None:
+    def __init__(
+        self, settings: SoakSettings, base: Path, result: SoakResult, finish: asyncio.Event
+    ) -> None:
+        self.finish = finish
         self.settings = settings
         self.base = base
         self.result = result
@@ -166,7 +176,10 @@ class _Run:
             asyncio.create_task(self.every(s.kill_interval, self.kill_bookie)),
             asyncio.create_task(self.every(s.etcd_interval, self.restart_etcd)),
         ]
-        await asyncio.sleep(max(0.0, self.result.started + s.seconds - time.time()))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, self.result.started + s.seconds - time.time())):
+                await self.finish.wait()
+                self.note("finishing early")
         self.note("stopping the faults")
         self.stopping.set()
         sampler, *periodic = self.tasks
