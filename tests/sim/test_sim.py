@@ -9,8 +9,8 @@ import os
 import pytest
 
 import aiobk.bookie.gc as bookie_gc
-from tests.sim.checker import _check_ledger
-from tests.sim.history import Append, History
+from tests.sim.checker import _check_ledger, _check_log_order
+from tests.sim.history import Append, History, LogAppend
 from tests.sim.run import SimOptions, run_seed, run_seeds
 from tests.sim.world import Switches
 
@@ -86,6 +86,23 @@ def test_checker_flags_lost_and_phantom_writes() -> None:
     _check_ledger(history, 1, 1, {0: b"a", 1: b"x"})
     kinds = sorted(v.split()[0] for v in history.violations)
     assert kinds == ["I1", "I14", "I2"], history.violations
+
+
+def test_checker_flags_log_appends_out_of_call_order() -> None:
+    """One writer's appends must hold positions in call order, also across a roll; another
+    writer's are judged on their own."""
+    history = History()
+    history.log_appends = [
+        LogAppend("w1", b"a", "ok", (5, 0)),
+        LogAppend("w1", b"b", "ok", (5, 1)),
+        LogAppend("w2", b"x", "ok", (4, 9)),  # another writer: not compared with w1's
+        LogAppend("w1", b"c", "unknown"),
+        LogAppend("w1", b"d", "ok", (9, 1)),  # called before e, but after it in the log
+        LogAppend("w1", b"e", "ok", (9, 0)),
+    ]
+    _check_log_order(history)
+    (violation,) = history.violations
+    assert violation.startswith("I14 log: w1 called b'd' before b'e'"), violation
 
 
 def test_checker_flags_a_refused_append_that_shows_up() -> None:
