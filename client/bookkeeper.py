@@ -1,4 +1,4 @@
-"""``BookKeeper``: the client's entry point (API.md "Client API")."""
+"""``BookKeeper``: the client's entry point."""
 
 from __future__ import annotations
 

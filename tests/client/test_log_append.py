@@ -58,7 +58,7 @@ async def test_out_of_order_ledgers_are_refused_and_the_log_is_unchanged(
     cluster: Cluster,
 ) -> None:
     """Positions compare by ledger id: a log whose ledgers are not ascending would read its
-    records out of order (the Spark sink appended in partition order before issue 14)."""
+    records out of order (the Spark sink once appended in partition order)."""
     async with await BookKeeper.connect(cluster.uri) as bk:
         first, second, third = await _closed_ledgers(bk, 3)
         await append_ledgers_to_log(bk, "ordered", [second])

@@ -1,4 +1,4 @@
-"""Logs on ledgers (API.md "Logs"; protocol.md "Opening a log") on real in-process bookies."""
+"""Logs on ledgers (docs/design/logs.md) on real in-process bookies."""
 
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ async def wait_until_readable(bk: BookKeeper, name: str, last: LogPosition) -> N
 async def test_a_reader_that_does_not_follow_stops_at_the_end_it_saw(
     logs_cluster: Cluster,
 ) -> None:
-    """Issue 13: ``open_log_reader(follow=False)`` reads to the end of the log as it is when
+    """``open_log_reader(follow=False)`` reads to the end of the log as it is when
     opened -- every ledger then, the last up to its bookies' LAC then -- and stops, while the
     writer keeps appending (a following reader never ends)."""
     async with await BookKeeper.connect(logs_cluster.uri) as bk:

@@ -1,4 +1,4 @@
-"""A metadata store outage during an ensemble change (issue 12, finding 8): the change retries
+"""A metadata store outage during an ensemble change: the change retries
 for ``metadata_retry_timeout`` with acknowledgements held, then fails the ledger. Component
 tests on fake bookies with a store that can be switched off, then the real thing: etcd stopped,
 a bookie killed, etcd started again on the same port and data."""
@@ -116,7 +116,7 @@ async def test_close_rides_out_a_metadata_outage(world) -> None:
 
 async def test_creating_a_ledger_rides_out_a_metadata_outage(world) -> None:
     """A log writer's roll creates a ledger: an etcd blip must not fail it (found by the
-    multi-host test, issue 17)."""
+    multi-host test)."""
     await world.bookies(3)
     bk = await world.client(metadata_retry_timeout=30.0)
     store = world.store

@@ -119,7 +119,7 @@ def _auditor(world: World) -> Auditor | None:
 
 
 async def quiesce(world: World, history: History) -> None:
-    """Issue 16, before I15 is judged: the elected auditor's full check of every ledger (every
+    """Before I15 is judged: the elected auditor's full check of every ledger (every
     owed entry asked: ``loss.autorecovery_config``), then until autorecovery has nothing left --
     no mark lists missing bookies and no ledger names a bookie lost for good -- for a few
     polls in a row. Bounded: what is left then is for I15 to report."""

@@ -102,7 +102,7 @@ class Result:
     states_loaded: int = 0  # ledger states the bookies read back from their index
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
-    repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work (issue 16)
+    repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work
     virtual_seconds: float = 0.0
     journal_less: bool = False
 

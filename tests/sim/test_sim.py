@@ -33,7 +33,7 @@ def test_campaign_holds_every_invariant(chunk: int) -> None:
     assert sum(sum(r.faults.values()) for r in results) > CHUNK  # faults really happened
 
 
-# Issue 16: two bookies lost for good per run while the writers go on, with the other I15
+# Two bookies lost for good per run while the writers go on, with the other I15
 # faults (tests.sim.loss); about 1.5 s of CPU a seed.
 LOSS_CHUNK = 20
 LOSS_CHUNKS = 2
@@ -149,7 +149,7 @@ def test_checker_catches_a_gc_that_removes_live_entry_logs(
 
 
 # Each protection switched off, with the fault pattern it exists for: the checker must catch
-# the loss within a bounded number of seeds (RELIABILITY "Teeth"). With it on, the same seeds
+# the loss within a bounded number of seeds (docs/design/invariants.md). With it on, the same seeds
 # hold (test_protections_on_hold_under_their_patterns).
 #
 # name -> (switches turned off, profile, journal-less, violation kind). Holding acks during an
@@ -170,7 +170,7 @@ TEETH: dict[str, tuple[tuple[str, ...], str, bool, str]] = {
         False,
         "I",
     ),
-    # Issue 16: a worker holding a stale view of a ledger (its swap held at the store, its claim
+    # A worker holding a stale view of a ledger (its swap held at the store, its claim
     # lapsed) while a second worker repairs it for two lost bookies. Without the compare-and-set
     # on the version read, the stale swap writes the second lost bookie back into the ledger:
     # I15 (not repaired in time, and named in the final metadata).
