@@ -1,4 +1,4 @@
-"""Certificates made where they are needed (issue 18): a certificate authority writing PEM
+"""Certificates made where they are needed: a certificate authority writing PEM
 files into a temporary directory, and certificates it signs for bookies, clients and etcd --
 for tests (``tests/certs.py``) and for benchmarks that run TLS. Needs ``cryptography`` (the
 ``bench`` and ``dev`` extras); nothing else in aiobk does.

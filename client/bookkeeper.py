@@ -1,4 +1,4 @@
-"""``BookKeeper``: the client's entry point (API.md "Client API")."""
+"""``BookKeeper``: the client's entry point."""
 
 from __future__ import annotations
 
@@ -259,12 +259,13 @@ class BookKeeper:
         "Opening a log"). The ledger rolls over past ``roll_bytes`` of payload or after
         ``roll_seconds``. Every writer of one log must use the same password.
 
-        ``record_format`` (``"raw"`` or ``"envelope"``: records with a key, headers and a
-        timestamp) is the format a new log is created with (None: raw); an existing log keeps
-        its own, and asking for another is ValueError."""
+        ``record_format`` is the format a new log is created with: ``"envelope"`` (the
+        default: records with a key, headers and a timestamp) or ``"raw"`` (the payload alone);
+        an existing log keeps its own, and asking for another is ValueError. Envelope records
+        are stamped with the client's wall clock unless ``append`` is given a timestamp."""
         settings = LogWriterSettings(
             ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
-            roll_seconds, create, record_format,
+            roll_seconds, create, record_format, self._wall_clock,
         )  # fmt: skip
         return await open_log_writer(self, name, settings)
 

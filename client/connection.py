@@ -1,6 +1,6 @@
 """One pipelined connection to one bookie.
 
-In-flight requests live in ``dict[txn_id, (deadline, callback)]`` (STYLE 3); responses may
+In-flight requests live in ``dict[txn_id, (deadline, callback)]``; responses may
 arrive in any order. Requests queued in one event-loop turn leave in one ``writelines`` (one
 writev under uvloop), which keeps a reference to each frame rather than copying: an add's frame
 goes to every bookie of its write set as the same bytes object, so while bookies are slow to read,
@@ -66,7 +66,7 @@ class BookieConnection(asyncio.Protocol):
     ) -> None:
         self.address = address
         self.bookie_id = ""
-        # Agreed at the handshake: 2 and up take ADD_BATCH (issue 19).
+        # Agreed at the handshake: 2 and up take ADD_BATCH.
         self.protocol_version = MIN_PROTOCOL_VERSION
         self._loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(max_frame_size)
@@ -76,7 +76,7 @@ class BookieConnection(asyncio.Protocol):
         # so a sweep looks at the head of each and stops at the first that is still due
         # (answered ones leave from the head as it reaches them): O(1) per request, where a
         # scan of every pending request every SWEEP_INTERVAL cost 5% of the client's CPU at
-        # 512 appends in flight (issue 19).
+        # 512 appends in flight.
         self._by_timeout: dict[float, deque[int]] = {}
         self._txn_ids = txn_ids if txn_ids is not None else itertools.count(1)
         self._out: list[bytes] = []

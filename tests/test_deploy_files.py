@@ -1,4 +1,4 @@
-"""The deployment kit in deploy/ (issue 17) agrees with the code, checked without docker or
+"""The deployment kit in deploy/ agrees with the code, checked without docker or
 systemd (neither runs here): the sample bookie.toml names every setting at its default, and
 the systemd units, the Dockerfile and the compose file only use commands, flags and paths
 that exist, with etcd as three members and three bookies on volumes and addresses of their own.

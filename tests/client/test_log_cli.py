@@ -1,4 +1,4 @@
-"""``aiobk log list|show|tail|truncate|delete`` against real bookies and etcd (issue 13)."""
+"""``aiobk log list|show|tail|truncate|delete`` against real bookies and etcd."""
 
 from __future__ import annotations
 

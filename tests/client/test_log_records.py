@@ -1,4 +1,4 @@
-"""Logs of envelope records (issue 20): a key, headers and a time per record, read back as
+"""Logs of envelope records: a key, headers and a time per record, read back as
 written; raw logs as before; a log's format fixed at creation; the time search's answers and
 its cost."""
 

@@ -1,4 +1,4 @@
-"""Issue 20: the Spark source's records (key, headers, time), its choice of logs, positions
+"""The Spark source's records (key, headers, time), its choice of logs, positions
 and times, data loss, partitions and admission control, on a local[2] session against a real
 cluster (tests/pipeline/conftest.py)."""
 

@@ -1,5 +1,5 @@
-"""Issue 20 on a local[2] session against a real cluster: streams over several logs chosen by a
-pattern, from a time or a position, with logs that appear later; what the source refuses; and
+"""The Spark source on a local[2] session against a real cluster: streams over several logs chosen
+by a pattern, from a time or a position, with logs that appear later; what the source refuses; and
 the write columns' other shapes (a long time, binary keys, string headers, recordFormat)."""
 
 from __future__ import annotations
