@@ -1,7 +1,7 @@
 """The soak's judgements, pure: over the history of the log, and over the resource series.
 
-The log (RELIABILITY.md I14 and I17, for one writer whose ``append`` calls carry increasing
-sequence numbers):
+The log's history, for one writer whose ``append`` calls carry increasing sequence numbers
+(the checks of the simulator's history checker, tests/sim/checker.py, over a real run):
 
 - every acknowledged record is read, exactly once, at the position its acknowledgement gave
   (lost, duplicated, misplaced);
