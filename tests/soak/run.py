@@ -61,6 +61,9 @@ class SoakResult:
         if self.writer_failures:
             shown = "; ".join(self.writer_failures[:3])
             failures.append(f"writer failed {len(self.writer_failures)} appends: {shown}")
+        if self.history.unresolved:
+            shown = ", ".join(map(str, self.history.unresolved[:5]))
+            failures.append(f"{len(self.history.unresolved)} appends never returned: {shown}")
         failures += [
             f"{g.name} kept growing: {g.earlier_peak / 2**20:.1f} MiB -> "
             f"{g.later_peak / 2**20:.1f} MiB (+{g.growth / 2**20:.1f}, allowed "
@@ -148,7 +151,6 @@ class _Run:
         self.services: dict[str, Service] = {}
         self.tasks: list[asyncio.Task[None]] = []
         self.stopping = asyncio.Event()
-        self.writer_done = asyncio.Event()
         self.bk: BookKeeper | None = None
         self.retention_failures = 0  # in a row
 
@@ -192,6 +194,8 @@ class _Run:
         self.result.ended = time.time()
         if code != 0:
             self.result.errors.append(f"writer service exited with {code}")
+        if self.history.called is None:
+            self.result.errors.append("the writer service never reported its end")
         self.note("waiting for the reader to catch up")
         deadline = time.monotonic() + s.catch_up
         while not self.history.caught_up() and time.monotonic() < deadline:
