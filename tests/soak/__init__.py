@@ -13,14 +13,16 @@ subprocess of its own, use them as an application would:
 
 The harness itself is the operator and the nemesis: it truncates the log below what the
 reader has passed every ~60 s, SIGKILLs a bookie and restarts it on its data every ~150 s,
-restarts an etcd member now and then, and samples every process's memory (from /proc) and
-every data directory's size. Short runs scale the intervals down so that each happens several
-times (``SoakSettings.scaled``).
+restarts an etcd member now and then, and samples every process's memory (from /proc), every
+data directory's size and the bookie registry. Short runs scale the intervals down so that
+each happens several times (``SoakSettings.scaled``).
 
 At the end (``checks``): every acknowledged record was read exactly once, at the position its
 acknowledgement gave, and the log holds the records in the order of their sequence numbers
-(the order of the writer's ``append`` calls); the writer never failed; no process's memory
-and no data directory kept growing over the second half of the run beyond a bound. The report
-(``report``) has the per-minute append latency, the memory and disk series, the faults
-injected and the verdict: JSON to a file, a text summary on stdout.
+(the order of the writer's ``append`` calls); the writer never failed; retention never failed
+twice in a row; no server died on its own and no running bookie stayed out of the registry
+for more than a minute; no process's memory and no data directory kept growing over the
+second half of the run beyond a bound. The report (``report``) has the per-minute append
+latency, the memory and disk series, the faults injected and the verdict: JSON to a file, a
+text summary on stdout.
 """

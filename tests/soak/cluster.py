@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiobk.metadata.etcd_process import AUTO_COMPACTION, EtcdCluster
+from aiobk.metadata.etcd_process import EtcdCluster
 from tests.procs import HOST_DISK_SETTINGS, BookieProcess
 from tests.soak.settings import SoakSettings
 
@@ -125,7 +125,7 @@ class SoakCluster:
         self.base = base
         self.settings = settings
         self.etcd = EtcdCluster(
-            size=settings.etcd_members, data_dir=str(base / "etcd"), extra_args=AUTO_COMPACTION
+            size=settings.etcd_members, data_dir=str(base / "etcd"), extra_args=settings.etcd_args()
         )
         self.bookies: list[BookieProcess] = []
         self.uri = ""

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.soak.checks import Growth
-from tests.soak.run import SoakResult
+from tests.soak.run import SoakResult, grouped
 
 MIB = 2**20
 POINTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # where the summary shows each series
@@ -73,7 +73,7 @@ def to_json(result: SoakResult) -> dict[str, Any]:
             "examples": verdict.examples if verdict else {},
             "reader_errors": result.history.reader_errors,
         },
-        "writer": {"failures": result.writer_failures},
+        "writer": {"failures": [list(failure) for failure in result.writer_failures]},
         "service_events": result.service_events,
         "faults": {**result.faults, "ledgers_truncated": result.truncated_ledgers},
         "churn": result.churn,
@@ -163,10 +163,8 @@ def summary(result: SoakResult) -> str:
         f"failed appends; reader: opened again {len(result.history.reader_errors)} times, "
         f"{data['log']['failed_but_present']} failed appends found in the log"
     )
-    for event in result.service_events[:5]:
-        lines.append(f"  {event}")
-    for error in result.history.reader_errors[:5]:
-        lines.append(f"  reader: {error}")
+    lines += [f"  {event}" for event in grouped(result.service_events)]
+    lines += [f"  reader: {error}" for error in grouped(result.history.reader_errors)]
     lines.append("")
     if result.passed:
         lines.append("verdict: PASS")

@@ -10,7 +10,8 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ LOG = "soak"
 TRUNCATE_BOUND = 60.0  # one truncate_log call
 FAULT_BOUND = 180.0  # one fault, restart included
 CATCH_UP_POLL = 0.5
+REGISTRY_BOUND = 10.0  # one listing of the registry
 # A truncation may fail now and then (an etcd election under it); failing this many times in a
 # row, retention has stalled and the log grows without bound: the run fails.
 RETENTION_STALLED = 2
@@ -43,7 +45,7 @@ class SoakResult:
     truncated_ledgers: int = 0
     churn: dict[str, Any] = field(default_factory=dict)
     service_events: list[str] = field(default_factory=list)  # a writer reopened and the like
-    writer_failures: list[str] = field(default_factory=list)
+    writer_failures: list[tuple[int, str]] = field(default_factory=list)  # (sequence, error)
     memory: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     disk: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     timeline: list[str] = field(default_factory=list)
@@ -59,8 +61,10 @@ class SoakResult:
         if self.log_verdict is not None:
             failures += [f"log: {v}" for v in self.log_verdict.violations]
         if self.writer_failures:
-            shown = "; ".join(self.writer_failures[:3])
-            failures.append(f"writer failed {len(self.writer_failures)} appends: {shown}")
+            failures.append(
+                f"writer failed {len(self.writer_failures)} appends: "
+                + "; ".join(grouped(error for _sequence, error in self.writer_failures))
+            )
         if self.history.unresolved:
             shown = ", ".join(map(str, self.history.unresolved[:5]))
             failures.append(f"{len(self.history.unresolved)} appends never returned: {shown}")
@@ -107,6 +111,12 @@ async def run_soak(
     return result
 
 
+def grouped(texts: Iterable[str], limit: int = 5) -> list[str]:
+    """Repeated texts once each, with their counts (``N x text``), most frequent first."""
+    counts = Counter(texts)
+    return [f"{n} x {text}" if n > 1 else text for text, n in counts.most_common(limit)]
+
+
 def record(
     result: SoakResult, name: str, event: dict[str, Any], note: Callable[[str], None]
 ) -> None:
@@ -123,7 +133,7 @@ def record(
         elif kind == "failed":
             for sequence, generation, error in body:
                 h.fail(sequence, error)
-                result.writer_failures.append(f"#{sequence} (writer {generation}): {error}")
+                result.writer_failures.append((sequence, f"writer {generation}: {error}"))
         elif kind == "done":
             h.called = body["called"]
             h.unresolved = body["unresolved"]
@@ -153,6 +163,7 @@ class _Run:
         self.stopping = asyncio.Event()
         self.bk: BookKeeper | None = None
         self.retention_failures = 0  # in a row
+        self.unregistered: dict[str, float] = {}  # running bookie -> out of the registry since
 
     # ------------------------------------------------------------------ the run
 
@@ -211,6 +222,8 @@ class _Run:
                 self.result.errors.append(f"{name} service exited with {code}")
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
+        for name in list(self.unregistered):
+            self.absence_ended(name, self.result.ended - self.result.started)
         self.judge()
 
     async def service(self, name: str, *args: str) -> None:
@@ -292,7 +305,38 @@ class _Run:
     async def sampler(self) -> None:
         while True:
             self.sample()
+            await self.check_registry()
             await asyncio.sleep(self.settings.sample_interval)
+
+    async def check_registry(self) -> None:
+        """Track each running bookie's absence from the registry: clients place ledgers only
+        on registered bookies, so one that runs unregistered shrinks the cluster unseen."""
+        assert self.bk is not None
+        try:
+            async with asyncio.timeout(REGISTRY_BOUND):
+                registered = {info.bookie_id for info in await self.bk.store.list_bookies()}
+        except (BKError, TimeoutError):
+            return  # etcd electing a leader, say: the next sample looks again
+        now = self.note_time()
+        for index, bookie in enumerate(self.cluster.bookies):
+            name = f"bookie{index}"
+            running = bookie.process is not None and bookie.process.poll() is None
+            if running and f"{bookie.address[0]}:{bookie.port}" not in registered:
+                if name not in self.unregistered:
+                    self.note(f"{name} is running but not in the registry")
+                self.unregistered.setdefault(name, now)
+            elif name in self.unregistered:
+                self.absence_ended(name, now)
+
+    def absence_ended(self, name: str, now: float) -> None:
+        since = self.unregistered.pop(name)
+        self.note(f"{name} out of the registry for {now - since:.0f}s")
+        if now - since > self.settings.registry_grace:
+            self.result.errors.append(
+                f"{name} ran outside the registry for {now - since:.0f}s from {since:.0f}s "
+                f"into the run (allowed {self.settings.registry_grace:.0f}s): no client could "
+                "place a ledger on it"
+            )
 
     def sample(self) -> None:
         now = time.time() - self.result.started

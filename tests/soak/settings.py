@@ -6,7 +6,11 @@ The bookies' storage sizes are scaled down for every run: with the defaults (1 G
 512 MiB journal files, a GC pass every 5 minutes) a bookie at this load completes no entry log
 within an hour, so garbage collection would reclaim nothing and the disk bound would judge
 only the warm-up. With the sizes here a bookie completes an entry log and a journal file every
-minute or so and the steady state is reached within the first minutes.
+minute or so and the steady state is reached within the first minutes. etcd's history is
+scaled the same way: it keeps 100,000 revisions by default (in memory, its key index and raft
+log), about three hours of this load at ~10 revisions a second, so over an hour its memory
+only grows; the soak keeps 10,000 (a quarter of an hour), compacted by etcd and by the
+bookies' GC passes, and etcd snapshots (and trims its in-memory raft log) as often.
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ class SoakSettings:
     kill_hold: tuple[float, float] = (1.0, 5.0)  # a killed bookie stays down this long
     etcd_interval: float = 600.0
     etcd_hold: tuple[float, float] = (1.0, 5.0)
-    sample_interval: float = 5.0  # memory and disk
+    sample_interval: float = 5.0  # memory, disk and the registry
+    # A running bookie out of the registry longer than this fails the run (a restarted bookie
+    # registers as it starts; a lost lease is taken again within seconds).
+    registry_grace: float = 60.0
     # The end: how long the reader has to catch up with the last acknowledgement.
     catch_up: float = 120.0
     # Growth allowed between the peaks of the second half's first and last eighths (checks):
@@ -54,6 +61,8 @@ class SoakSettings:
     entry_log_max_size: int = 16 * MIB
     journal_max_file_size: int = 16 * MIB
     gc_interval: float = 30.0
+    etcd_history_revisions: int = 10_000  # etcd's auto-compaction and the bookies' compaction
+    etcd_snapshot_count: int = 10_000
 
     @classmethod
     def scaled(cls, seconds: float, **changes: Any) -> SoakSettings:
@@ -79,4 +88,12 @@ class SoakSettings:
             "entry_log_max_size": self.entry_log_max_size,
             "journal_max_file_size": self.journal_max_file_size,
             "gc_interval": self.gc_interval,
+            "metadata_history_revisions": self.etcd_history_revisions,
         }
+
+    def etcd_args(self) -> tuple[str, ...]:
+        return (
+            "--auto-compaction-mode=revision",
+            f"--auto-compaction-retention={self.etcd_history_revisions}",
+            f"--snapshot-count={self.etcd_snapshot_count}",
+        )
