@@ -1,6 +1,6 @@
 """Taking a log as its writer, and appending whole ledgers to it (the Spark sink's commit).
 
-Taking a log (protocol.md "Opening a log"; the guide's "Segment Based Logs"): read its ledger
+Taking a log (docs/design/logs.md; "The BookKeeper protocol", "Opening a log"): read its ledger
 list (creating the log if asked), then fence -- open with recovery -- its last two ledgers: the
 previous writer may still be writing to the penultimate one while adding the last. After that a
 previous writer can complete no append, and the compare-and-set on the version read -- which
@@ -97,7 +97,7 @@ async def append_ledgers_to_log(
             )
         try:
             # Committing ledgers is writing to the log: the sink takes it, as a writer opening
-            # would, and a live writer finds itself taken over (docs/guide/spark.md).
+            # would, and a live writer finds itself taken over (docs/design/logs.md).
             return await store.write_log(record.taken((*record.ledgers, *ids)))
         except MetadataVersionError:
             continue

@@ -1,5 +1,5 @@
-"""The single writer of a named log (docs/design/logs.md; BookKeeper's "Replication protocol"
-guide, "Segment Based Logs").
+"""The single writer of a named log (docs/design/logs.md; "A Guide to the BookKeeper
+Replication Protocol", "Segment Based Logs").
 
 Theory of operation.
 
