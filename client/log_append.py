@@ -4,8 +4,8 @@ Taking a log (docs/design/logs.md; "The BookKeeper protocol", "Opening a log"): 
 list (creating the log if asked), then fence -- open with recovery -- its last two ledgers: the
 previous writer may still be writing to the penultimate one while adding the last. After that a
 previous writer can complete no append, and the compare-and-set on the version read -- which
-also raises the log's writer epoch (``LogRecord.writer_epoch``) -- decides between two writers
-that take the log at once. ``LogWriter`` opens a log this way, and so does
+also names the new writer in the log record (``LogRecord.writer``) -- decides between two
+writers that take the log at once. ``LogWriter`` opens a log this way, and so does
 ``append_ledgers_to_log``: the Spark sink's commit is a writer taking the log, so it fences a
 live writer, as any second writer of a single-writer log must.
 
@@ -98,7 +98,7 @@ async def append_ledgers_to_log(
         try:
             # Committing ledgers is writing to the log: the sink takes it, as a writer opening
             # would, and a live writer finds itself taken over (docs/design/logs.md).
-            return await store.write_log(record.taken((*record.ledgers, *ids)))
+            return await store.write_log(record.taken((*record.ledgers, *ids), ids[0]))
         except MetadataVersionError:
             continue
     raise MetadataVersionError(f"log {name!r}: could not append ledgers {ids}")
