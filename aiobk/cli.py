@@ -28,7 +28,7 @@ from aiobk.commands.autorecovery import autorecovery_group
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
-@click.version_option(package_name="aiobk")
+@click.version_option(package_name="aiobk", message="%(prog)s %(version)s")
 def cli() -> None:
     pass
 
