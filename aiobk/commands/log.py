@@ -17,7 +17,8 @@ import click
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.entry import Entry
-from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.log_position import LogPosition
+from aiobk.client.log_position import LogRecord as ReadRecord  # beside metadata's LogRecord
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,
@@ -126,7 +127,7 @@ def log_show(name: str, metadata: str | None, as_json: bool) -> None:
             click.echo(f"  {ledger['ledger_id']}\t{ledger['state']}")
 
 
-def _record_fields(record: LogEntry) -> dict[str, Any] | None:
+def _record_fields(record: ReadRecord) -> dict[str, Any] | None:
     """An envelope record's key, headers and time for ``tail --json`` (bytes in base64)."""
     if record.timestamp is None:
         return None

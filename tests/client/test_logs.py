@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.client import BookKeeper, Durability, LogEntry, LogPosition, LogReader
+from aiobk.client import BookKeeper, Durability, LogPosition, LogReader, LogRecord
 from aiobk.client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
 from tests.cluster import Cluster, forget, start_cluster
 
@@ -24,9 +24,9 @@ async def logs_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         forget(cluster)
 
 
-async def take(reader: LogReader, count: int, timeout: float = 20.0) -> list[LogEntry]:
+async def take(reader: LogReader, count: int, timeout: float = 20.0) -> list[LogRecord]:
     """The next ``count`` records of a (tailing) reader."""
-    out: list[LogEntry] = []
+    out: list[LogRecord] = []
 
     async def run() -> None:
         async for record in reader:
@@ -173,7 +173,7 @@ async def test_a_killed_writer_is_taken_over_without_losing_acked_records(
         after = await successor.append(b"next")
         assert after > acked[-1]
         # Appends in flight when it died may have made it too: read up to the successor's.
-        records: list[LogEntry] = []
+        records: list[LogRecord] = []
 
         async def until_after() -> None:
             async for record in await bk.open_log_reader("takeover"):
