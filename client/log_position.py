@@ -68,7 +68,7 @@ class LogRecord:
 LogEntry = LogRecord
 
 
-def log_entry(position: LogPosition, body: bytes, record_format: str) -> LogRecord:
+def log_record(position: LogPosition, body: bytes, record_format: str) -> LogRecord:
     """The record stored as ``body`` in a log of ``record_format``; in an envelope log,
     RecordFormatError naming the position when ``body`` is no envelope."""
     if record_format == RAW:

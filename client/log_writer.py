@@ -6,7 +6,7 @@ Theory of operation.
 *Taking the log.* Opening reads the log record, fences (opens with recovery) its last two
 ledgers -- the previous writer may still be writing to the penultimate one while adding the
 last -- creates a ledger and puts it at the end of the log by a compare-and-set that also
-names this writer in the log record, by that ledger's id (``LogRecord.writer``). The fencing
+names this writer in the log record, by that ledger's id (``LogMetadata.writer``). The fencing
 and the CAS together mean at most one writer can complete appends: the previous writer's next
 append fails because its ledger is fenced, and its next change of the log record finds
 another writer named there.
@@ -50,7 +50,7 @@ from aiobk.client.log_append import take_log
 from aiobk.client.log_format import ENVELOPE, RAW, encode
 from aiobk.client.log_position import LogPosition
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.metadata import LogRecord
+from aiobk.metadata import LogMetadata
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
     BKError,
@@ -184,12 +184,12 @@ class LogWriter:
         self._opened_at = asyncio.get_running_loop().time()
         log.info("log %s: writing to ledger %d", self.name, handle.ledger_id)
 
-    async def _read_record(self, retry: MetadataRetry) -> LogRecord:
+    async def _read_record(self, retry: MetadataRetry) -> LogMetadata:
         return await retry.call(
             "reading the log", functools.partial(self._bk.store.read_log, self.name)
         )
 
-    def _taken_over(self, record: LogRecord) -> LogFencedError | None:
+    def _taken_over(self, record: LogMetadata) -> LogFencedError | None:
         if record.writer == self._taken_with:
             return None
         return LogFencedError(

@@ -138,7 +138,7 @@ class Cookie:
 
 
 @dataclass(frozen=True, slots=True)
-class LogRecord:
+class LogMetadata:
     """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
     records (``record_format``: ``"raw"``, what a record without the field means, or
     ``"envelope"``; ``aiobk.client.log_format`` defines both), and which writer holds it.
@@ -171,7 +171,7 @@ class LogRecord:
         return _dump(fields)
 
     @classmethod
-    def from_json(cls, data: bytes, version: int = -1) -> LogRecord:
+    def from_json(cls, data: bytes, version: int = -1) -> LogMetadata:
         d = _load(data, "log record")
         try:
             ledgers = tuple(d["ledgers"])
@@ -188,11 +188,11 @@ class LogRecord:
         except (KeyError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 
-    def with_ledgers(self, ledgers: tuple[int, ...]) -> LogRecord:
+    def with_ledgers(self, ledgers: tuple[int, ...]) -> LogMetadata:
         """The same log, writer and version with another ledger list (a roll, a truncation)."""
         return dataclasses.replace(self, ledgers=ledgers)
 
-    def taken(self, ledgers: tuple[int, ...], writer: int) -> LogRecord:
+    def taken(self, ledgers: tuple[int, ...], writer: int) -> LogMetadata:
         """The log taken by a new writer, named by the ledger ``writer`` it takes it with."""
         return dataclasses.replace(self, ledgers=ledgers, writer=writer)
 

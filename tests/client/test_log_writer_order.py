@@ -15,7 +15,7 @@ import pytest
 from aiobk.client import BookKeeper, LogPosition, LogWriter
 from aiobk.client.errors import LogFencedError
 from aiobk.client.log_writer import _Append, split_at
-from aiobk.metadata import LogRecord
+from aiobk.metadata import LogMetadata
 from aiobk.metadata.etcd_process import EtcdProcess
 from tests.cluster import Cluster, start_cluster
 from tests.conftest import unique_name
@@ -107,7 +107,7 @@ async def test_a_roll_that_loses_its_race_to_a_truncation_tries_again(cluster: C
         read_log = store.read_log
         raced = 0
 
-        async def read_then_truncate(name: str) -> LogRecord:
+        async def read_then_truncate(name: str) -> LogMetadata:
             nonlocal raced
             record = await read_log(name)
             if len(record.ledgers) >= 2:  # a roll read it: change it under the roll
