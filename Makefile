@@ -38,7 +38,7 @@ system-packages:
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,spark,bench]'
+	$(PY) -m pip install -q -e '.[all,dev]'
 	@# Spark's Python workers must run the venv's interpreter, not the system one.
 	grep -q PYSPARK_PYTHON $(VENV)/bin/activate || \
 		printf '\nexport PYSPARK_PYTHON="%s"\nexport PYSPARK_DRIVER_PYTHON="%s"\n' \

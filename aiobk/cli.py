@@ -25,10 +25,11 @@ from aiobk.commands import (
     with_tls_options,
 )
 from aiobk.commands.autorecovery import autorecovery_group
+from aiobk.commands.extras import extra_message
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
-@click.version_option(package_name="aiobk")
+@click.version_option(package_name="aiobk", message="%(prog)s %(version)s")
 def cli() -> None:
     pass
 
@@ -74,8 +75,27 @@ for _command in {
     with_tls_options(_command)
 
 
+def _refusal(name: str, extra: str, message: str) -> click.Command:
+    """Stands in for a command whose ``extra`` is not installed: listed by ``--help`` as
+    needing it, and refusing with ``message`` whatever the arguments (``--help`` too)."""
+
+    def refuse(args: tuple[str, ...]) -> None:
+        raise click.ClickException(message)
+
+    return click.Command(
+        name,
+        callback=refuse,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=message,
+        short_help=f"(needs the {extra} extra)",
+        add_help_option=False,
+    )
+
+
 class _BenchGroup(click.Group):
-    """The benchmarks, each imported only when asked for (they load the client, rich, hdrh).
+    """The benchmarks, each imported only when asked for (they load the client, rich, hdrh),
+    and only when the extras it needs are installed (else it refuses with one line).
 
     Each is the click command of its module, so ``aiobk bench NAME`` and
     ``python -m aiobk.bench.NAME`` take the same options and print the same help.
@@ -91,6 +111,7 @@ class _BenchGroup(click.Group):
         "scale": "aiobk.bench.scale",
         "spark": "aiobk.bench.spark",
     }
+    extras_by_command: ClassVar[dict[str, tuple[str, ...]]] = {"spark": ("bench", "spark")}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.commands_by_module})
@@ -99,6 +120,10 @@ class _BenchGroup(click.Group):
         module = self.commands_by_module.get(cmd_name)
         if module is None:
             return super().get_command(ctx, cmd_name)
+        for extra in self.extras_by_command.get(cmd_name, ("bench",)):
+            message = extra_message(f"aiobk bench {cmd_name}", extra)
+            if message is not None:
+                return _refusal(cmd_name, extra, message)
         command = importlib.import_module(module).command
         assert isinstance(command, click.Command)
         return with_log_level(command)

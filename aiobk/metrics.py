@@ -1,7 +1,8 @@
 """Prometheus exporters for the figures aiobk keeps: a bookie's (``--metrics-port``: its
 ``BookieStats`` counters and histograms, its gauges, the disk usage of its directories), an
 autorecovery process's (``AutoRecoveryStats``), and a client's, on an application's own registry
-(``register_client_metrics``).
+(``register_client_metrics``). Every process that serves metrics also exports
+``aiobk_build_info{version, python}`` (``register_build_info``).
 
 The bookie, autorecovery and client keep plain figures; one collector reads them at scrape time
 (from the exporter's thread), so the hot path pays an addition, or a ``bisect`` for a histogram,
@@ -24,10 +25,12 @@ exporters' convention: whoever opens the port by hand learns what it is; a scrap
 
 from __future__ import annotations
 
+import platform
 import shutil
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -43,6 +46,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import CollectorRegistry
 
+import aiobk
 from aiobk.autorecovery import AutoRecoveryStats
 from aiobk.bookie.stats import BookieStats
 from aiobk.client import BookKeeper
@@ -281,6 +285,32 @@ class DiskCollector:
         yield total
 
 
+BUILD_INFO_HELP = "The aiobk version and Python version of this process (always 1)."
+
+
+class BuildInfoCollector:
+    """``aiobk_build_info{version, python} 1``: what a process runs, for a dashboard to show
+    and an alert to compare across the cluster (Prometheus' ``*_build_info`` convention)."""
+
+    def collect(self) -> Iterator[Any]:
+        info = GaugeMetricFamily("aiobk_build_info", BUILD_INFO_HELP, labels=["version", "python"])
+        info.add_metric([aiobk.__version__, platform.python_version()], 1)
+        yield info
+
+
+_build_info_lock = threading.Lock()
+_build_info_on: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+
+
+def register_build_info(registry: CollectorRegistry = REGISTRY) -> None:
+    """Put ``aiobk_build_info`` on ``registry`` once (every process that serves metrics: each
+    bookie of a standalone cluster asks for it on the same registry)."""
+    with _build_info_lock:
+        if registry not in _build_info_on:
+            registry.register(BuildInfoCollector())
+            _build_info_on.add(registry)
+
+
 def _split(figures: Figures, gauge_names: Collection[str]) -> tuple[Figures, Figures]:
     """One source of figures as two: the counters, and the gauges among them."""
 
@@ -374,6 +404,7 @@ def start_exporter(
 def _serve(collectors: Iterable[Any], host: str, port: int, title: str) -> None:
     """Bind the exporter first: a port in use fails here (OSError) before anything registers."""
     start_exporter(host, port, title)
+    register_build_info()
     for collector in collectors:
         REGISTRY.register(collector)
 
@@ -450,8 +481,10 @@ __all__ = [
     "AUTORECOVERY_GAUGES",
     "AUTORECOVERY_HELP",
     "BOOKIE_HELP",
+    "BUILD_INFO_HELP",
     "CLIENT_HELP",
     "METRICS_PATH",
+    "BuildInfoCollector",
     "DiskCollector",
     "FiguresCollector",
     "add_autorecovery_metrics",
@@ -460,6 +493,7 @@ __all__ = [
     "client_collector",
     "exporter_app",
     "histogram_name",
+    "register_build_info",
     "register_client_metrics",
     "serve_autorecovery_metrics",
     "serve_metrics",

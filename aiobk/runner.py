@@ -39,6 +39,7 @@ from aiobk.metrics import (
     add_autorecovery_metrics,
     autorecovery_collector,
     bookie_collectors,
+    register_build_info,
     serve_metrics,
 )
 
@@ -177,6 +178,7 @@ async def start_http_admin(bookie: Bookie, **options: Any) -> HttpAdmin | None:
     config = bookie.config
     if config.http_port is None:
         return None
+    register_build_info()  # REGISTRY's, served here as by the exporter
     registries: list[CollectorRegistry] = [REGISTRY]
     if config.metrics_port is None:
         own = CollectorRegistry(auto_describe=False)  # nothing collected before a scrape

@@ -33,7 +33,6 @@ from aiobk.bookie.entry_index import EntryIndex, check_layout
 from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
 from aiobk.bookie.index_db import IndexDb
 from aiobk.bookie.index_log import LogIndexDb
-from aiobk.bookie.index_rocks import RocksIndexDb
 from aiobk.bookie.ledger import LedgerState
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.upgrade import upgrade_legacy_index
@@ -51,6 +50,10 @@ def default_opener(disk: Disk, config: BookieConfig) -> IndexOpener:
     fault-injecting disks see every index write)."""
 
     async def open_rocks(path: str) -> IndexDb:
+        # RocksDB (rocksdict) is the bookie extra's: imported when a bookie opens its index, so
+        # the rest of the layer (its config, cookies, `aiobk bookie format`) loads without it.
+        from aiobk.bookie.index_rocks import RocksIndexDb  # noqa: PLC0415
+
         return await RocksIndexDb.open(
             path, cache_bytes=config.index_cache_size, write_buffer=config.index_write_buffer_size
         )

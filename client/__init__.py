@@ -1,5 +1,8 @@
 """The aiobk async client."""
 
+import typing as _typing
+import warnings as _warnings
+
 from aiobk.client import errors
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig, ProtocolSwitches
@@ -8,7 +11,7 @@ from aiobk.client.digest import Digester
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log_format import ENVELOPE, RAW, RecordFormatError
-from aiobk.client.log_position import LogEntry, LogPosition, LogRecord
+from aiobk.client.log_position import LogPosition, LogRecord
 from aiobk.client.log_reader import LogReader
 from aiobk.client.log_writer import LogWriter, LogWriterSettings
 from aiobk.client.net import AsyncioConnector, Connector
@@ -27,7 +30,6 @@ __all__ = [
     "ENVELOPE",
     "Entry",
     "LedgerHandle",
-    "LogEntry",
     "LogPosition",
     "LogRecord",
     "LogReader",
@@ -39,3 +41,14 @@ __all__ = [
     "RecordFormatError",
     "errors",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name == "LogEntry":
+        _warnings.warn(
+            "aiobk.client.LogEntry is deprecated: the class is LogRecord",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return LogRecord
+    raise AttributeError(f"module 'aiobk.client' has no attribute {name!r}")

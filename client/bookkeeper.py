@@ -255,8 +255,8 @@ class BookKeeper:
         create: bool = True,
         record_format: str | None = None,
     ) -> LogWriter:
-        """Become the log's writer: fence the previous one, start a new ledger (protocol.md
-        "Opening a log"). The ledger rolls over past ``roll_bytes`` of payload or after
+        """Become the log's writer: fence the previous one, start a new ledger
+        (docs/design/logs.md). The ledger rolls over past ``roll_bytes`` of payload or after
         ``roll_seconds``. Every writer of one log must use the same password.
 
         ``record_format`` is the format a new log is created with: ``"envelope"`` (the

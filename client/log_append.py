@@ -1,11 +1,11 @@
 """Taking a log as its writer, and appending whole ledgers to it (the Spark sink's commit).
 
-Taking a log (protocol.md "Opening a log"; the guide's "Segment Based Logs"): read its ledger
+Taking a log (docs/design/logs.md; "The BookKeeper protocol", "Opening a log"): read its ledger
 list (creating the log if asked), then fence -- open with recovery -- its last two ledgers: the
 previous writer may still be writing to the penultimate one while adding the last. After that a
 previous writer can complete no append, and the compare-and-set on the version read -- which
-also raises the log's writer epoch (``LogRecord.writer_epoch``) -- decides between two writers
-that take the log at once. ``LogWriter`` opens a log this way, and so does
+also names the new writer in the log record (``LogMetadata.writer``) -- decides between two
+writers that take the log at once. ``LogWriter`` opens a log this way, and so does
 ``append_ledgers_to_log``: the Spark sink's commit is a writer taking the log, so it fences a
 live writer, as any second writer of a single-writer log must.
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.log_format import ENVELOPE, check_format
-from aiobk.metadata import LogRecord
+from aiobk.metadata import LogMetadata
 from aiobk.protocol.errors import (
     LogExistsError,
     LogFencedError,
@@ -40,7 +40,7 @@ async def take_log(
     *,
     create: bool = True,
     record_format: str | None = None,
-) -> LogRecord:
+) -> LogMetadata:
     """Read (or, with ``create``, create) the log and fence its last two ledgers; the record
     read, whose version a compare-and-set must then match. A log is created with
     ``record_format`` (envelope records when None); a log in another format than a
@@ -75,7 +75,7 @@ async def append_ledgers_to_log(
     password: bytes = b"",
     *,
     record_format: str | None = None,
-) -> LogRecord:
+) -> LogMetadata:
     """Take the log as its writer and append ``ledger_ids`` (closed ledgers, strictly
     ascending) with one compare-and-set, retried on a concurrent change up to the client's
     ``metadata_retries``. Raises ``ValueError`` for ids out of order and ``LogFencedError``
@@ -97,8 +97,8 @@ async def append_ledgers_to_log(
             )
         try:
             # Committing ledgers is writing to the log: the sink takes it, as a writer opening
-            # would, and a live writer finds itself taken over (docs/guide/spark.md).
-            return await store.write_log(record.taken((*record.ledgers, *ids)))
+            # would, and a live writer finds itself taken over (docs/design/logs.md).
+            return await store.write_log(record.taken((*record.ledgers, *ids), ids[0]))
         except MetadataVersionError:
             continue
     raise MetadataVersionError(f"log {name!r}: could not append ledgers {ids}")

@@ -1,6 +1,6 @@
 """How a log's records are stored in its ledgers' entries: raw, or in the record envelope.
 
-A log says its format in its metadata record (``LogRecord.record_format``), fixed when the log
+A log says its format in its metadata record (``LogMetadata.record_format``), fixed when the log
 is created. Logs created before formats existed, and logs created with ``"raw"``, hold each
 record's bytes as the entry's payload, nothing more. A log created with ``"envelope"`` holds
 each record in this envelope (all integers big-endian), part of the storage contract as the

@@ -51,7 +51,7 @@ LogPosition.EARLIEST = LogPosition(-1, -1)
 
 
 @dataclass(frozen=True, slots=True)
-class LogEntry:
+class LogRecord:
     """One record read from a log. ``key``, ``headers`` and ``timestamp`` (ms since the
     epoch) are those the writer gave, in a log of envelope records; in a raw log they are
     None, empty and None."""
@@ -63,16 +63,18 @@ class LogEntry:
     timestamp: int | None = None
 
 
-LogRecord = LogEntry  # the name the Spark-facing API uses for a record read from a log
+# The former name of LogRecord, kept so that code written against it still runs; ``aiobk.client``
+# warns (DeprecationWarning) when it is looked up there.
+LogEntry = LogRecord
 
 
-def log_entry(position: LogPosition, body: bytes, record_format: str) -> LogEntry:
+def log_record(position: LogPosition, body: bytes, record_format: str) -> LogRecord:
     """The record stored as ``body`` in a log of ``record_format``; in an envelope log,
     RecordFormatError naming the position when ``body`` is no envelope."""
     if record_format == RAW:
-        return LogEntry(position, body)
+        return LogRecord(position, body)
     try:
         record = decode(body)
     except RecordFormatError as exc:
         raise RecordFormatError(f"the record at {position}: {exc}") from None
-    return LogEntry(position, record.data, record.key, record.headers, record.timestamp)
+    return LogRecord(position, record.data, record.key, record.headers, record.timestamp)

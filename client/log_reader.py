@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator, Sequence
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.log_format import RAW, check_format
-from aiobk.client.log_position import LogEntry, LogPosition, log_entry
+from aiobk.client.log_position import LogPosition, LogRecord, log_record
 from aiobk.client.passwords import check_delete
 from aiobk.client.read_handle import ReadHandle
-from aiobk.metadata import LogRecord
+from aiobk.metadata import LogMetadata
 from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
 
 
@@ -48,7 +48,7 @@ class LogReader:
         self._end_handle: ReadHandle | None = None
         self.record_format: str | None = None  # the log's, once its record was read
 
-    def __aiter__(self) -> AsyncIterator[LogEntry]:
+    def __aiter__(self) -> AsyncIterator[LogRecord]:
         return self._records() if self.follow else self._to_end()
 
     async def find_end(self) -> LogPosition | None:
@@ -71,7 +71,7 @@ class LogReader:
                 break
         return self.end
 
-    async def _to_end(self) -> AsyncIterator[LogEntry]:
+    async def _to_end(self) -> AsyncIterator[LogRecord]:
         if self._ledgers is None:
             await self.find_end()
         end, ledgers = self.end, self._ledgers or ()
@@ -94,7 +94,7 @@ class LogReader:
                     async with contextlib.aclosing(stream):
                         async for entry in stream:
                             at = LogPosition(ledger_id, entry.entry_id)
-                            record = log_entry(at, entry.data, self.record_format or RAW)
+                            record = log_record(at, entry.data, self.record_format or RAW)
                             self.position = at.next()
                             yield record
             except NoSuchLedgerError:
@@ -102,7 +102,7 @@ class LogReader:
             if ledger_id < end.ledger_id:  # the end's ledger may grow: resume inside it
                 self.position = LogPosition(ledger_id + 1, 0)
 
-    async def _records(self) -> AsyncIterator[LogEntry]:
+    async def _records(self) -> AsyncIterator[LogRecord]:
         store = self._bk.store
         watch = store.watch_log(self.name)
         try:
@@ -118,7 +118,7 @@ class LogReader:
                 first = self.position.entry_id if ledger_id == self.position.ledger_id else 0
                 async for entry in self._ledger(ledger_id, max(first, 0)):
                     at = LogPosition(ledger_id, entry.entry_id)
-                    entry_record = log_entry(at, entry.data, fmt)
+                    entry_record = log_record(at, entry.data, fmt)
                     self.position = at.next()
                     yield entry_record
                 # Done with this ledger (closed and read, or truncated away).
@@ -130,7 +130,7 @@ class LogReader:
                 with contextlib.suppress(Exception):
                     await closer()
 
-    def _next_ledger(self, record: LogRecord) -> int | None:
+    def _next_ledger(self, record: LogMetadata) -> int | None:
         """The first ledger of the log at or after the read position."""
         for ledger_id in record.ledgers:
             if ledger_id >= self.position.ledger_id:

@@ -1,19 +1,20 @@
-"""The single writer of a named log (docs/design/logs.md; BookKeeper's "Replication protocol"
-guide, "Segment Based Logs").
+"""The single writer of a named log (docs/design/logs.md; "A Guide to the BookKeeper
+Replication Protocol", "Segment Based Logs").
 
 Theory of operation.
 
 *Taking the log.* Opening reads the log record, fences (opens with recovery) its last two
 ledgers -- the previous writer may still be writing to the penultimate one while adding the
 last -- creates a ledger and puts it at the end of the log by a compare-and-set that also
-raises the log's writer epoch (``LogRecord.writer_epoch``). The fencing and the CAS together
-mean at most one writer can complete appends: the previous writer's next append fails because
-its ledger is fenced, and its next change of the log record finds a higher epoch.
+names this writer in the log record, by that ledger's id (``LogMetadata.writer``). The fencing
+and the CAS together mean at most one writer can complete appends: the previous writer's next
+append fails because its ledger is fenced, and its next change of the log record finds
+another writer named there.
 
 *Telling a takeover from maintenance.* A roll changes the log record by compare-and-set, and so
-do truncation and retention. A roll that loses that race reads the record again: if the epoch
-is still its own, someone trimmed the log (routine) and the roll simply tries again on what it
-read; only a higher epoch means another writer took the log, and only that fails the writer
+do truncation and retention. A roll that loses that race reads the record again: if it still
+names this writer, someone trimmed the log (routine) and the roll simply tries again on what it
+read; only another writer's name means the log was taken, and only that fails the writer
 (``LogFencedError``). A fenced ledger is judged the same way: fenced by a takeover, the writer
 stops; fenced by anything else (an operator's recovery), it recovers the ledger and moves on.
 
@@ -49,7 +50,7 @@ from aiobk.client.log_append import take_log
 from aiobk.client.log_format import ENVELOPE, RAW, encode
 from aiobk.client.log_position import LogPosition
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.metadata import LogRecord
+from aiobk.metadata import LogMetadata
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
     BKError,
@@ -115,7 +116,7 @@ class LogWriter:
         self.name = name
         self._settings = settings
         self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
-        self._epoch = 0  # the log's writer epoch this writer took
+        self._taken_with = -1  # the ledger this writer took the log with: its name there
         self._opened_at = 0.0
         self._bytes = 0
         self._queue: deque[_Append] = deque()  # called, not yet sent: call order
@@ -141,20 +142,19 @@ class LogWriter:
             )
             self.record_format = record.record_format
             handle = await self._create_ledger()
-            wanted = record.taken((*record.ledgers, handle.ledger_id))
+            wanted = record.taken((*record.ledgers, handle.ledger_id), handle.ledger_id)
             try:
                 await retry.call(
                     "taking the log", functools.partial(self._bk.store.write_log, wanted)
                 )
             except MetadataVersionError:
                 now = await self._read_record(retry)
-                if now.writer_epoch == wanted.writer_epoch and now.ledgers[-1:] == (
-                    handle.ledger_id,
-                ):
-                    self._started(handle, now.writer_epoch)  # an earlier attempt landed
+                if now.writer == handle.ledger_id:
+                    self._taken_with = handle.ledger_id
+                    self._started(handle)  # an earlier attempt landed
                     return
                 await self._discard(handle)
-                if now.writer_epoch != record.writer_epoch:
+                if now.writer != record.writer:
                     raise LogFencedError(
                         f"log {self.name!r}: another writer took it while this one opened"
                     ) from None
@@ -162,7 +162,8 @@ class LogWriter:
             except BKError:
                 await self._discard(handle)
                 raise
-            self._started(handle, wanted.writer_epoch)
+            self._taken_with = handle.ledger_id
+            self._started(handle)
             return
         raise MetadataVersionError(f"log {self.name!r}: taking it kept losing races")
 
@@ -177,24 +178,23 @@ class LogWriter:
             custom_metadata={"log": self.name.encode()},
         )
 
-    def _started(self, handle: LedgerHandle, epoch: int) -> None:
+    def _started(self, handle: LedgerHandle) -> None:
         self._handle = handle
-        self._epoch = epoch
         self._bytes = 0
         self._opened_at = asyncio.get_running_loop().time()
         log.info("log %s: writing to ledger %d", self.name, handle.ledger_id)
 
-    async def _read_record(self, retry: MetadataRetry) -> LogRecord:
+    async def _read_record(self, retry: MetadataRetry) -> LogMetadata:
         return await retry.call(
             "reading the log", functools.partial(self._bk.store.read_log, self.name)
         )
 
-    def _taken_over(self, record: LogRecord) -> LogFencedError | None:
-        if record.writer_epoch == self._epoch:
+    def _taken_over(self, record: LogMetadata) -> LogFencedError | None:
+        if record.writer == self._taken_with:
             return None
         return LogFencedError(
-            f"log {self.name!r}: another writer took it over (writer epoch "
-            f"{record.writer_epoch}, this writer's {self._epoch})"
+            f"log {self.name!r}: another writer took it over (the writer that took it with "
+            f"ledger {record.writer}; this one took it with ledger {self._taken_with})"
         )
 
     async def _discard(self, handle: LedgerHandle) -> None:
@@ -459,7 +459,7 @@ class LogWriter:
         except BKError:
             await self._discard(handle)
             raise
-        self._started(handle, self._epoch)
+        self._started(handle)
 
     def _fail(self, error: BKError) -> None:
         """The writer stops for good: every unsettled append fails with ``error``."""

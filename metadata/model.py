@@ -80,6 +80,12 @@ class LedgerMetadata:
     creation_time: int = 0  # milliseconds, from the creating client's clock
     password_salt: bytes = b""  # per ledger, random; empty: the legacy digest
     version: int = field(default=-1, compare=False)
+    # Fields a newer version wrote that this one does not know: kept as read and written back
+    # with every change (closing, an ensemble change, a repair), so what a newer client
+    # recorded survives an older one updating the ledger.
+    extra: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         e, wq, aq = self.ensemble_size, self.write_quorum, self.ack_quorum
@@ -173,6 +179,7 @@ class LedgerMetadata:
 
     def to_json(self) -> bytes:
         document = {
+            **self.extra,
             "format": FORMAT,
             "ensemble_size": self.ensemble_size,
             "write_quorum": self.write_quorum,
@@ -225,11 +232,21 @@ class LedgerMetadata:
                 creation_time=_int(document["creation_time"]),
                 password_salt=_unb64(document.get("password_salt", "")),
                 version=version,
+                extra=MappingProxyType(
+                    {k: v for k, v in document.items() if k not in _LEDGER_FIELDS}
+                ),
             )
         except MetadataFormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise MetadataFormatError(f"unreadable ledger metadata: {exc!r}") from None
+
+
+_LEDGER_FIELDS = frozenset({
+    "format", "ensemble_size", "write_quorum", "ack_quorum", "state", "last_entry_id", "length",
+    "fragments", "durability", "digest_type", "password_digest", "custom_metadata",
+    "creation_time", "password_salt",
+})  # fmt: skip
 
 
 def _int(value: object) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,35 +138,40 @@ class Cookie:
 
 
 @dataclass(frozen=True, slots=True)
-class LogRecord:
+class LogMetadata:
     """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
     records (``record_format``: ``"raw"``, what a record without the field means, or
     ``"envelope"``; ``aiobk.client.log_format`` defines both), and which writer holds it.
 
-    ``writer_epoch`` counts the times a writer took the log: taking it (a log writer opening,
-    the Spark sink committing) raises the epoch by the same compare-and-set that adds its first
-    ledger. Every other change -- a roll, a truncation, a retention pass -- keeps it, so a writer
-    that finds the record changed under it tells a takeover (a higher epoch) from routine
-    maintenance (its own epoch) by this number alone. The format is fixed when the log is
-    created; fields are stored only when not at their defaults, so older code reads such
-    records."""
+    ``writer`` names the writer that holds the log by the id of the ledger it took the log
+    with: taking a log (a log writer opening, the Spark sink committing) sets it in the same
+    compare-and-set that adds that ledger. Every other change -- a roll, a truncation, a
+    retention pass -- keeps it, so a writer that finds the record changed under it tells a
+    takeover (another writer's ledger) from routine maintenance (its own) by this field alone.
+    Ledger ids are never reused, so a writer can never find its own name again after a
+    takeover, whatever happened between. -1: no writer recorded.
+
+    Fields this version does not know (``extra``) are kept as read and written back with every
+    change, so a newer version's additions survive an older client's truncation. Fields are
+    stored only when not at their defaults, so older code reads such records."""
 
     name: str
     ledgers: tuple[int, ...] = ()
     version: int = field(default=-1, compare=False)
     record_format: str = "raw"
-    writer_epoch: int = 0
+    writer: int = -1
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> bytes:
-        fields: dict[str, Any] = {"name": self.name, "ledgers": list(self.ledgers)}
+        fields: dict[str, Any] = {**self.extra, "name": self.name, "ledgers": list(self.ledgers)}
         if self.record_format != "raw":
             fields["record_format"] = self.record_format
-        if self.writer_epoch:
-            fields["writer_epoch"] = self.writer_epoch
+        if self.writer >= 0:
+            fields["writer"] = self.writer
         return _dump(fields)
 
     @classmethod
-    def from_json(cls, data: bytes, version: int = -1) -> LogRecord:
+    def from_json(cls, data: bytes, version: int = -1) -> LogMetadata:
         d = _load(data, "log record")
         try:
             ledgers = tuple(d["ledgers"])
@@ -174,17 +180,21 @@ class LogRecord:
             record_format = d.get("record_format", "raw")
             if not isinstance(record_format, str):
                 raise TypeError("the record format must be a string")
-            epoch = d.get("writer_epoch", 0)
-            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-                raise TypeError("the writer epoch must be a non-negative integer")
-            return cls(str(d["name"]), ledgers, version, record_format, epoch)
+            writer = d.get("writer", -1)
+            if not isinstance(writer, int) or isinstance(writer, bool):
+                raise TypeError("the writer must be a ledger id")
+            extra = {k: v for k, v in d.items() if k not in _LOG_FIELDS}
+            return cls(str(d["name"]), ledgers, version, record_format, writer, extra)
         except (KeyError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 
-    def with_ledgers(self, ledgers: tuple[int, ...]) -> LogRecord:
+    def with_ledgers(self, ledgers: tuple[int, ...]) -> LogMetadata:
         """The same log, writer and version with another ledger list (a roll, a truncation)."""
         return dataclasses.replace(self, ledgers=ledgers)
 
-    def taken(self, ledgers: tuple[int, ...]) -> LogRecord:
-        """The log taken by a new writer: the next epoch, with ``ledgers``."""
-        return dataclasses.replace(self, ledgers=ledgers, writer_epoch=self.writer_epoch + 1)
+    def taken(self, ledgers: tuple[int, ...], writer: int) -> LogMetadata:
+        """The log taken by a new writer, named by the ledger ``writer`` it takes it with."""
+        return dataclasses.replace(self, ledgers=ledgers, writer=writer)
+
+
+_LOG_FIELDS = frozenset({"format", "name", "ledgers", "record_format", "writer"})

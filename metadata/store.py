@@ -25,7 +25,7 @@ from aiobk.metadata.kv import (
 )
 from aiobk.metadata.listing import walk_ids
 from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
-from aiobk.metadata.records import BookieServiceInfo, Cookie, LogRecord
+from aiobk.metadata.records import BookieServiceInfo, Cookie, LogMetadata
 from aiobk.metadata.registration import Registration
 from aiobk.protocol.errors import (
     BookieAlreadyRegisteredError,
@@ -329,21 +329,21 @@ class MetadataStore:
 
     # ------------------------------------------------------------------ logs
 
-    async def create_log(self, name: str, record_format: str = "raw") -> LogRecord:
-        record = LogRecord(name, record_format=record_format)
+    async def create_log(self, name: str, record_format: str = "raw") -> LogMetadata:
+        record = LogMetadata(name, record_format=record_format)
         try:
             version = await self.kv.create(self.keys.log(name), record.to_json())
         except KeyExistsError:
             raise LogExistsError(f"log {name!r} already exists") from None
         return dataclasses.replace(record, version=version)
 
-    async def read_log(self, name: str) -> LogRecord:
+    async def read_log(self, name: str) -> LogMetadata:
         found, _revision = await self.kv.get(self.keys.log(name))
         if found is None:
             raise NoSuchLogError(f"log {name!r} does not exist")
-        return LogRecord.from_json(found.value, found.mod_revision)
+        return LogMetadata.from_json(found.value, found.mod_revision)
 
-    async def write_log(self, record: LogRecord) -> LogRecord:
+    async def write_log(self, record: LogMetadata) -> LogMetadata:
         """Replace the log's ledger list if it is still at ``record.version``."""
         try:
             version = await self.kv.compare_and_set(
@@ -375,10 +375,12 @@ class MetadataStore:
                 return
             after = page[-1].key
 
-    async def watch_log(self, name: str) -> AsyncIterator[LogRecord | None]:
+    async def watch_log(self, name: str) -> AsyncIterator[LogMetadata | None]:
         """The log record now, then after every change (None once deleted)."""
         async with contextlib.aclosing(self._follow(self.keys.log(name))) as states:
             async for found in states:
                 yield (
-                    None if found is None else LogRecord.from_json(found.value, found.mod_revision)
+                    None
+                    if found is None
+                    else LogMetadata.from_json(found.value, found.mod_revision)
                 )

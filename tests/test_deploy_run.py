@@ -464,8 +464,13 @@ class ImageBuilder:
         _flags, operands = _options(words, {"--no-cache-dir"}, set())
         assert operands[:1] == ["install"], f"pip {' '.join(words)}: only pip install"
         assert len(operands) == 2, f"pip {' '.join(words)}: one project to install"
-        where = self._path(cwd, operands[1])
-        assert (self.image.path(where) / "pyproject.toml").is_file(), f"pip install: {where}"
+        project, _bracket, extras = operands[1].partition("[")
+        where = self._path(cwd, project)
+        pyproject = self.image.path(where) / "pyproject.toml"
+        assert pyproject.is_file(), f"pip install: {where}"
+        known = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
+        for extra in filter(None, extras.rstrip("]").split(",")):
+            assert extra in known, f"pip install {operands[1]}: no extra {extra!r}"
         python = self.image.usr_local / "bin" / "python"
         env = {"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(self.image.workspace)}
         done = subprocess.run(

@@ -21,9 +21,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-import uvloop
-from rich.console import Console
-from rich.table import Table
 
 from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
 from aiobk.autorecovery.status import (
@@ -38,11 +35,13 @@ from aiobk.commands.common import (
     client_connector,
     json_option,
     metadata_option,
+    run_loop,
     run_with_store,
 )
+from aiobk.commands.extras import require_extras
+from aiobk.commands.text import echo_table
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataFormatError, MetadataStore, MetadataURIError, open_store
-from aiobk.metrics import serve_autorecovery_metrics
 from aiobk.protocol.errors import BKError
 
 # BookieConfig requires a data directory; a standalone autorecovery process has none.
@@ -125,6 +124,7 @@ def start_command(
     are the bookie's own and are ignored here; `aiobk autorecovery disable` pauses every
     worker, this one included.
     """
+    require_extras("aiobk autorecovery start", "bookie")
     config = _settings(config_file, {"metadata_uri": metadata, **flags})
     uri = config.metadata_uri
     if not uri:
@@ -135,7 +135,7 @@ def start_command(
     name = node_id or _node_id()
     configure_logging(log_level or config.log_level)
     try:
-        uvloop.run(_serve(uri, recovery_config, name, metrics_host, metrics_port, as_json))
+        run_loop(_serve(uri, recovery_config, name, metrics_host, metrics_port, as_json))
     except MetadataURIError as exc:
         raise click.UsageError(str(exc)) from None
     except (BKError, MetadataFormatError) as exc:
@@ -168,6 +168,8 @@ async def _serve(
             secret_bytes=os.urandom,
         )
         if metrics_port is not None:
+            from aiobk.metrics import serve_autorecovery_metrics  # noqa: PLC0415 - bookie extra
+
             try:
                 serve_autorecovery_metrics(service.stats, node_id, metrics_host, metrics_port)
             except OSError as exc:
@@ -278,20 +280,18 @@ def list_command(metadata: str | None, as_json: bool) -> None:
         click.echo("no under-replicated ledgers")
         return
     now = time.time()
-    table = Table()
-    for column in ("ledger", "missing", "since", "reasons", "lost entries", "worker"):
-        table.add_column(column)
-    for m in marked:
-        mark = m.mark
-        table.add_row(
-            str(mark.ledger_id),
-            ", ".join(mark.missing),
-            _when(mark.since, now),
-            ", ".join(mark.reasons),
-            _ranges(mark.lost) or "-",
+    rows = [
+        (
+            str(m.mark.ledger_id),
+            ", ".join(m.mark.missing),
+            _when(m.mark.since, now),
+            ", ".join(m.mark.reasons),
+            _ranges(m.mark.lost) or "-",
             m.claimed_by or "-",
         )
-    Console().print(table)
+        for m in marked
+    ]
+    echo_table(rows, ("ledger", "missing", "since", "reasons", "lost entries", "worker"))
 
 
 # ------------------------------------------------------------------------------------- switches

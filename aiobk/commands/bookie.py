@@ -1,7 +1,8 @@
 """``aiobk bookie start|format|gc|state`` (also ``python -m aiobk.bookie``).
 
 ``start`` builds the bookie through ``aiobk.runner``, which hands it the client's repairer for
-BP-46's boot repair: the bookie layer itself never imports the client."""
+BP-46's boot repair: the bookie layer itself never imports the client. ``start`` needs the
+bookie extra; the others work from the client install."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import uvloop
 
 from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.client.connection import status_error
-from aiobk.commands.common import QuietPipeGroup, client_connector
+from aiobk.commands.common import QuietPipeGroup, client_connector, run_loop
 from aiobk.commands.cookie import cookie_group
+from aiobk.commands.extras import require_extras
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataURIError
 from aiobk.protocol import (
@@ -35,7 +36,6 @@ from aiobk.protocol import (
     StatusCode,
 )
 from aiobk.protocol.errors import BKError
-from aiobk.runner import make_bookie, run_until_signalled
 
 
 @click.group(name="bookie", cls=QuietPipeGroup, help="Run and manage a bookie (storage server).")
@@ -112,6 +112,10 @@ def start_command(
     tls_reload_interval: float | None,
     log_level: str | None,
 ) -> None:
+    require_extras("aiobk bookie start", "bookie")
+    # The server's wiring (RocksDB, the exporter, the HTTP admin API): the bookie extra's.
+    from aiobk.runner import make_bookie, run_until_signalled  # noqa: PLC0415
+
     overrides: dict[str, Any] = {
         "tls_cert_file": tls_cert_file,
         "tls_key_file": tls_key_file,
@@ -197,7 +201,7 @@ def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) ->
         return response
 
     try:
-        return uvloop.run(run())
+        return run_loop(run())
     except BKError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -7,16 +7,6 @@ import json
 import time
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
 from aiobk.autorecovery.decommission import (
     STATE_TIMEOUT,
@@ -28,6 +18,7 @@ from aiobk.autorecovery.decommission import Progress as DrainProgress
 from aiobk.autorecovery.decommission import cancel as cancel_decommission
 from aiobk.client.connection import BookieConnection
 from aiobk.commands.common import client_connector, json_option, metadata_option, run_with_store
+from aiobk.commands.text import ProgressLine, echo_table, progress_line
 from aiobk.metadata import MetadataStore
 from aiobk.protocol import BookieStateRequest, StateChange
 
@@ -43,7 +34,7 @@ def bookies_group() -> None:
 def bookies_list(metadata: str | None, as_json: bool) -> None:
     bookies = run_with_store(metadata, lambda store: store.list_bookies())
     if as_json:
-        rows = [
+        documents = [
             {
                 "id": b.bookie_id,
                 "address": b.address,
@@ -54,16 +45,13 @@ def bookies_list(metadata: str | None, as_json: bool) -> None:
             }
             for b in bookies
         ]
-        click.echo(json.dumps(rows))
+        click.echo(json.dumps(documents))
         return
-    table = Table()
-    for column in ("id", "address", "state", "free GiB", "version"):
-        table.add_column(column)
-    for b in bookies:
-        table.add_row(
-            b.bookie_id, b.address, b.state, f"{b.free_bytes / 2**30:.1f}", b.software_version
-        )
-    Console().print(table)
+    rows = [
+        (b.bookie_id, b.address, b.state, f"{b.free_bytes / 2**30:.1f}", b.software_version)
+        for b in bookies
+    ]
+    echo_table(rows, ("id", "address", "state", "free GiB", "version"))
 
 
 @bookies_group.command(
@@ -117,8 +105,7 @@ def decommission_command(
     if cancel:
         _cancel(metadata, bookie_id, as_json)
         return
-    console = Console(stderr=True)
-    reporter = _DrainReporter(console, bookie_id, live=console.is_terminal and not as_json)
+    reporter = _DrainReporter(bookie_id, None if as_json else progress_line())
 
     runs: list[Decommission] = []
     connector = client_connector()
@@ -211,54 +198,39 @@ def _cancel(metadata: str | None, bookie_id: str, as_json: bool) -> None:
 
 
 class _DrainReporter:
-    """Shows a decommission's progress on stderr: a bar on a terminal, else a line whenever the
-    count of ledgers still naming the bookie changes (at most every few seconds)."""
+    """Shows a decommission's progress on stderr: a line redrawn in place on a terminal, else a
+    line whenever the count of ledgers still naming the bookie changes (at most every few
+    seconds)."""
 
     LINE_EVERY = 5.0
 
-    def __init__(self, console: Console, bookie_id: str, *, live: bool) -> None:
-        self._console = console
+    def __init__(self, bookie_id: str, live: ProgressLine | None) -> None:
         self._bookie_id = bookie_id
-        self._bar = (
-            Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            )
-            if live
-            else None
-        )
-        self._task: TaskID | None = None
+        self._live = live
         self._shown: tuple[str, int] | None = None
         self._shown_at = 0.0
 
     def __enter__(self) -> _DrainReporter:
-        if self._bar is not None:
-            self._bar.__enter__()
-            self._task = self._bar.add_task(f"draining {self._bookie_id}", total=None)
+        if self._live is not None:
+            self._live.__enter__()
+            self._live.show(f"draining {self._bookie_id}", now=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
 
     def notify(self, progress: DrainProgress) -> None:
         if progress.note is not None:
-            if self._bar is not None:
-                self._console.print(progress.note, highlight=False)
+            if self._live is not None:
+                self._live.note(progress.note)
             else:
                 click.echo(progress.note, err=True)
         moved = progress.total - progress.remaining
-        if self._bar is not None and self._task is not None:
-            self._bar.update(
-                self._task,
-                total=progress.total,
-                completed=moved,
-                description=f"{progress.stage} {self._bookie_id}: "
-                f"{progress.remaining} ledger(s) still name it",
+        if self._live is not None:
+            self._live.show(
+                f"{progress.stage} {self._bookie_id}: {progress.remaining} ledger(s) still name "
+                f"it ({moved}/{progress.total} done)"
             )
             return
         key = (progress.stage, progress.remaining)

@@ -17,15 +17,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import click
-import uvloop
-from rich.console import Console
-from rich.table import Table
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig
 from aiobk.client.entry import Entry
 from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.tls_files import TlsFilesError, client_context
+from aiobk.commands.text import echo_table
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import (
     LedgerMetadata,
@@ -89,6 +87,16 @@ def run_group(group: click.Command, prog_name: str, argv: list[str] | None = Non
 
 
 T = TypeVar("T")
+
+
+def run_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on uvloop when it is installed (the bookie extra brings it), else on
+    asyncio's own loop: a client command works the same on either."""
+    try:
+        import uvloop  # noqa: PLC0415 - optional: not a dependency of the client install
+    except ModuleNotFoundError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 metadata_option = click.option(
@@ -162,7 +170,8 @@ def client_connector() -> Connector | None:
 
 
 def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    """Open the store, run ``action`` on uvloop, close; store errors become one-line errors."""
+    """Open the store, run ``action`` (``run_loop``), close; store errors become one-line
+    errors."""
     if not uri:
         raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
 
@@ -174,7 +183,7 @@ def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[
             await store.close()
 
     try:
-        return uvloop.run(main())
+        return run_loop(main())
     except MetadataURIError as exc:
         raise click.UsageError(str(exc)) from None
     except (BKError, MetadataFormatError) as exc:
@@ -190,9 +199,6 @@ def ledger_document(ledger_id: int, metadata: LedgerMetadata) -> dict[str, Any]:
 
 def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
     """One ledger's metadata as a two-column table (``ledger show``, ``ledger recover``)."""
-    table = Table(show_header=False)
-    table.add_column("field")
-    table.add_column("value")
     last = "-" if found.last_entry_id is None else str(found.last_entry_id)
     rows = [
         ("ledger", str(ledger_id)),
@@ -209,13 +215,11 @@ def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
     ]
     rows += [(f"fragment from {f.first_entry_id}", ", ".join(f.ensemble)) for f in found.fragments]
     rows += [(f"custom {k}", repr(v)) for k, v in found.custom_metadata.items()]
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+    echo_table(rows)
 
 
 def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]]) -> T:
-    """Connect (TLS to bookies as ``client_tls`` says), run ``action`` on uvloop, close;
+    """Connect (TLS to bookies as ``client_tls`` says), run ``action`` (``run_loop``), close;
     client errors become one-line errors."""
     if not uri:
         raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
@@ -226,7 +230,7 @@ def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]
             return await action(bk)
 
     try:
-        return uvloop.run(main())
+        return run_loop(main())
     except MetadataURIError as exc:
         raise click.UsageError(str(exc)) from None
     except BKError as exc:

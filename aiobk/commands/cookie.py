@@ -6,11 +6,11 @@ import json
 import os
 
 import click
-import uvloop
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.cookies import COOKIE_FILE, directories, fix_cookies, marker_present
 from aiobk.bookie.disk import OsDisk
+from aiobk.commands.common import run_loop
 from aiobk.metadata import MetadataURIError, open_store
 from aiobk.protocol.errors import BKError
 
@@ -58,7 +58,7 @@ def cookie_show(
         return out
 
     try:
-        found = uvloop.run(collect())
+        found = run_loop(collect())
     except (MetadataURIError, BKError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
@@ -100,7 +100,7 @@ def cookie_fix(
             await disk.close()
 
     try:
-        instance = uvloop.run(fix())
+        instance = run_loop(fix())
     except (MetadataURIError, BKError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"cookies of {bookie_id} rewritten (instance {instance}); the next start fences")

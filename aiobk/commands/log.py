@@ -17,7 +17,7 @@ import click
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.entry import Entry
-from aiobk.client.log_position import LogEntry, LogPosition
+from aiobk.client.log_position import LogPosition, LogRecord
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,
@@ -31,7 +31,7 @@ from aiobk.commands.common import (
     until_signalled,
     yes_option,
 )
-from aiobk.metadata import KeyLayout, LogRecord, MetadataStore
+from aiobk.metadata import KeyLayout, LogMetadata, MetadataStore
 from aiobk.protocol.errors import NoSuchLedgerError
 
 
@@ -77,7 +77,7 @@ def log_list(metadata: str | None, as_json: bool) -> None:
             click.echo(name)
 
 
-async def _log_document(store: MetadataStore, record: LogRecord) -> dict[str, Any]:
+async def _log_document(store: MetadataStore, record: LogMetadata) -> dict[str, Any]:
     ledgers: list[dict[str, Any]] = []
     for ledger_id in record.ledgers:
         try:
@@ -126,7 +126,7 @@ def log_show(name: str, metadata: str | None, as_json: bool) -> None:
             click.echo(f"  {ledger['ledger_id']}\t{ledger['state']}")
 
 
-def _record_fields(record: LogEntry) -> dict[str, Any] | None:
+def _record_fields(record: LogRecord) -> dict[str, Any] | None:
     """An envelope record's key, headers and time for ``tail --json`` (bytes in base64)."""
     if record.timestamp is None:
         return None

@@ -5,33 +5,47 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
+from collections import Counter
 from typing import Any
 
 import click
-from hdrh.histogram import HdrHistogram
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.commands.common import metadata_option, run_with_client
+from aiobk.commands.text import progress_line
 
 
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,  # the bar goes; the summary line stays
-    )
+class Latencies:
+    """Latencies in whole microseconds, each kept rounded up to three significant digits (as
+    an HdrHistogram of that precision keeps them): memory grows with the distinct values, a
+    few thousand at most, not with --entries."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[int] = Counter()
+        self._total = 0
+
+    def record(self, micros: int) -> None:
+        scale = 10 ** max(0, len(str(micros)) - 3)
+        self._counts[-(-micros // scale) * scale] += 1
+        self._total += 1
+
+    def percentile(self, percent: float) -> int:
+        """The least recorded value that ``percent`` of the values are at or below (0: none)."""
+        rank = max(1, math.ceil(percent / 100 * self._total))
+        seen = 0
+        for value in sorted(self._counts):
+            seen += self._counts[value]
+            if seen >= rank:
+                return value
+        return 0
 
 
 @click.command(
     "simpletest",
     help="Write entries to a new ledger, read them back, verify, and report appends/s and "
-    "append latency (a progress bar on a terminal).",
+    "append latency (its progress on a terminal).",
 )
 @click.option("--ensemble", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--write-quorum", type=click.IntRange(min=1), default=3, show_default=True)
@@ -57,9 +71,7 @@ def simpletest_command(
     if not ensemble >= write_quorum >= ack_quorum:
         raise click.UsageError("need --ensemble >= --write-quorum >= --ack-quorum")
     size = max(entry_size, 10)  # room for the entry's number, which the check reads back
-    console = Console(stderr=True)
-    # Microseconds, 1 us .. 10 min at 3 significant digits: flat memory at any --entries.
-    latency = HdrHistogram(1, 600_000_000, 3)
+    latency = Latencies()
 
     async def action(bk: BookKeeper) -> dict[str, Any]:
         def payload(i: int) -> bytes:
@@ -68,24 +80,25 @@ def simpletest_command(
         async def timed_append(data: bytes) -> None:
             started = time.perf_counter_ns()
             await lh.append(data)
-            latency.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
+            latency.record(max(1, (time.perf_counter_ns() - started) // 1000))
 
         with contextlib.ExitStack() as stack:
-            progress = stack.enter_context(_progress(console)) if console.is_terminal else None
+            progress = progress_line()
+            if progress is not None:
+                stack.enter_context(progress)
+                progress.show(f"appending 0/{entries}", now=True)
             lh = await bk.create_ledger(ensemble, write_quorum, ack_quorum)
-            task = progress.add_task("appending", total=entries) if progress else None
             started = time.perf_counter()
             window = 512
             for start in range(0, entries, window):
                 stop = min(start + window, entries)
                 await asyncio.gather(*(timed_append(payload(i)) for i in range(start, stop)))
-                if progress is not None and task is not None:
-                    progress.update(task, completed=stop)
+                if progress is not None:
+                    progress.show(f"appending {stop}/{entries}")
             written = time.perf_counter() - started
             await lh.close()
-            if progress is not None and task is not None:
-                progress.remove_task(task)
-            task = progress.add_task("reading back", total=entries) if progress else None
+            if progress is not None:
+                progress.show(f"reading back 0/{entries}", now=True)
             started = time.perf_counter()
             rh = await bk.open_ledger(lh.ledger_id)
             count = 0
@@ -96,8 +109,8 @@ def simpletest_command(
                             f"ledger {lh.ledger_id}: entry {entry.entry_id} read back differs"
                         )
                     count += 1
-                    if progress is not None and task is not None and count % 512 == 0:
-                        progress.update(task, completed=count)
+                    if progress is not None and count % 512 == 0:
+                        progress.show(f"reading back {count}/{entries}")
             if count != entries:
                 raise click.ClickException(f"ledger {lh.ledger_id}: read back {count} of {entries}")
             read = time.perf_counter() - started
@@ -111,7 +124,7 @@ def simpletest_command(
             "write_seconds": round(written, 3),
             "appends_per_second": round(entries / written, 1),
             "append_latency_ms": {
-                name: round(latency.get_value_at_percentile(p) / 1000, 3)
+                name: round(latency.percentile(p) / 1000, 3)
                 for name, p in (("p50", 50.0), ("p99", 99.0), ("max", 100.0))
             },
             "read_seconds": round(read, 3),

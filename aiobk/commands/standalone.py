@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 
 import click
 
@@ -19,6 +20,7 @@ from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.index_db import IndexCorruptError
 from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.bookie.server import Bookie
+from aiobk.commands.extras import require_extras
 from aiobk.metadata.etcd_process import (
     AUTO_COMPACTION,
     EtcdNotFoundError,
@@ -26,7 +28,6 @@ from aiobk.metadata.etcd_process import (
     port_in_use,
 )
 from aiobk.protocol.errors import BKError
-from aiobk.runner import install_event_loop_policy, make_bookie
 
 HOST = "127.0.0.1"
 
@@ -42,7 +43,13 @@ def _check_bookie_ports(bookies: int, bookie_port: int) -> None:
             )
 
 
-async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
+async def _run(
+    bookies: int,
+    data_dir: str,
+    etcd_port: int,
+    bookie_port: int,
+    make_bookie: Callable[[BookieConfig], Bookie],
+) -> None:
     if bookie_port and bookie_port + bookies - 1 > 65535:
         raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
     _check_bookie_ports(bookies, bookie_port)
@@ -107,5 +114,9 @@ async def _run(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) ->
 )
 @click.option("--bookie-port", type=click.IntRange(0, 65535), default=3181, show_default=True)
 def standalone_command(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
+    require_extras("aiobk standalone", "bookie")
+    # The server's wiring (RocksDB, the exporter, the HTTP admin API): the bookie extra's.
+    from aiobk.runner import install_event_loop_policy, make_bookie  # noqa: PLC0415
+
     install_event_loop_policy()
-    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port))
+    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port, make_bookie))

@@ -42,7 +42,26 @@ def handle_handshake(ctx: BookieContext, request: HandshakeRequest, conn: Replie
 def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:
     """BP-14 sync: answer once everything this bookie holds for the ledger is durable. The
     ledger's master key is required, as on an add (an empty key was once let through);
-    a ledger held without its key (BP-46) cannot be checked, so it is refused too."""
+    a ledger held without its key (BP-46) cannot be checked, so it is refused too.
+
+    A ledger's first adds wait for ``KeyCheck`` to find the ledger in the metadata before this
+    bookie holds it; a FORCE sent right behind them waits there too, in arrival order, and so
+    covers what they stored (answered at once, it would find no ledger: ENOLEDGER)."""
+    ledger_id = request.ledger_id
+    if ctx.ledgers.get(ledger_id) is None and ctx.keys.looking_up(ledger_id):
+
+        def admitted(status: StatusCode) -> None:
+            if status is StatusCode.EOK:
+                _force(ctx, request, conn)
+            else:
+                conn.reply(ForceResponse(request.txn_id, status, ledger_id))
+
+        ctx.keys.admit(ctx, ledger_id, request.master_key, conn.origin, conn.roles, admitted)
+        return
+    _force(ctx, request, conn)
+
+
+def _force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:
     txn_id, ledger_id = request.txn_id, request.ledger_id
     state = ctx.ledgers.get(ledger_id)
     if state is None:

@@ -161,7 +161,7 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
             await store.autorecovery.claim(11, "worker-7", lease.id)
             code, out, err = await aiobk("autorecovery", "list-underreplicated", "--metadata", uri)
             assert code == 0, err
-            rows = [line for line in out.splitlines() if " 11 " in line]
+            rows = [line for line in out.splitlines() if line.split()[:1] == ["11"]]
             assert len(rows) == 1, out
             for cell in ("b1:1, b2:2", "check", "worker-7"):
                 assert cell in rows[0], out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.client import BookKeeper, Durability, LogEntry, LogPosition, LogReader
+from aiobk.client import BookKeeper, Durability, LogPosition, LogReader, LogRecord
 from aiobk.client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
 from tests.cluster import Cluster, forget, start_cluster
 
@@ -24,9 +24,9 @@ async def logs_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         forget(cluster)
 
 
-async def take(reader: LogReader, count: int, timeout: float = 20.0) -> list[LogEntry]:
+async def take(reader: LogReader, count: int, timeout: float = 20.0) -> list[LogRecord]:
     """The next ``count`` records of a (tailing) reader."""
-    out: list[LogEntry] = []
+    out: list[LogRecord] = []
 
     async def run() -> None:
         async for record in reader:
@@ -65,9 +65,11 @@ async def test_reader_tails_across_rolls(logs_cluster: Cluster) -> None:
         assert [r.data for r in records] == [b"record-%04d" % i for i in range(120)]
         assert [r.position for r in records] == positions
         assert len({p.ledger_id for p in positions}) >= 2  # it rolled, invisibly
+        await writer.close()  # after the roll its last append may have started
+        written = sorted({p.ledger_id for p in positions})
         record = await bk.store.read_log("tail")
-        assert list(record.ledgers) == sorted({p.ledger_id for p in positions})
-        await writer.close()
+        assert list(record.ledgers[: len(written)]) == written
+        assert len(record.ledgers) <= len(written) + 1  # and perhaps that roll's empty ledger
 
 
 async def test_resume_from_a_saved_position(logs_cluster: Cluster) -> None:
@@ -171,7 +173,7 @@ async def test_a_killed_writer_is_taken_over_without_losing_acked_records(
         after = await successor.append(b"next")
         assert after > acked[-1]
         # Appends in flight when it died may have made it too: read up to the successor's.
-        records: list[LogEntry] = []
+        records: list[LogRecord] = []
 
         async def until_after() -> None:
             async for record in await bk.open_log_reader("takeover"):

@@ -36,6 +36,7 @@ from aiobk.protocol import (
     AddRequest,
     Durability,
     ForceRequest,
+    ForceResponse,
     ReadFlag,
     ReadRequest,
     ReadResponse,
@@ -174,6 +175,34 @@ async def test_force_needs_the_ledgers_key(
         assert right.status is StatusCode.EOK, right
         assert await handle.force() == 0  # the client sends the key
         await handle.close()
+    assert bookie.terminate() == 0, bookie.log_text()
+
+
+@pytest.mark.timeout(120)
+async def test_a_force_right_behind_a_new_ledgers_first_adds_covers_them(
+    launch: Launch, connect: Connect, etcd_server: EtcdProcess
+) -> None:
+    """The first adds of a ledger wait while the bookie looks it up in the metadata; a FORCE
+    sent right behind them waits with them instead of finding no ledger (ENOLEDGER)."""
+    uri = etcd_server.uri(unique_name("forcefirst"))
+    bookie = await launch(args=("--metadata", uri))
+    async with BookKeeper(uri) as bk:
+        key = master_key(b"pw")
+        for _round in range(5):
+            handle = await bk.create_ledger(1, 1, 1, password=b"pw", durability=Durability.VOLATILE)
+            conn = await connect(bookie)
+            requests = [
+                add_request(conn.next_txn_id(), handle.ledger_id, 0, b"a", key=key),
+                add_request(conn.next_txn_id(), handle.ledger_id, 1, b"b", key=key),
+                ForceRequest(conn.next_txn_id(), handle.ledger_id, key),
+            ]
+            answers = await conn.wait_for(conn.send_many(requests), 30)
+            force = answers[requests[2].txn_id]
+            assert [answers[r.txn_id].status for r in requests] == [StatusCode.EOK] * 3, answers
+            assert isinstance(force, ForceResponse)
+            assert force.last_add_synced == 1, force
+            junk = ForceRequest(conn.next_txn_id(), handle.ledger_id + 10_000, key)
+            assert (await conn.call(junk)).status is StatusCode.ENOLEDGER  # none: none waits
     assert bookie.terminate() == 0, bookie.log_text()
 
 

@@ -14,7 +14,7 @@ from aiobk.metadata import (
     Fragment,
     LedgerMetadata,
     LedgerState,
-    LogRecord,
+    LogMetadata,
     MetadataFormatError,
 )
 from aiobk.metadata.keys import KeyLayout
@@ -138,9 +138,9 @@ def test_records_round_trip_and_reject_garbage() -> None:
         "address: 'h:1' != 'h:2'",
         "data_dirs: ('/d',) != ('/x',)",
     ]
-    log = LogRecord("orders", (1, 2))
-    assert LogRecord.from_json(log.to_json()) == log
-    for loader in (BookieServiceInfo.from_json, Cookie.from_json, LogRecord.from_json):
+    log = LogMetadata("orders", (1, 2))
+    assert LogMetadata.from_json(log.to_json()) == log
+    for loader in (BookieServiceInfo.from_json, Cookie.from_json, LogMetadata.from_json):
         with pytest.raises(MetadataFormatError):
             loader(b"{")
         with pytest.raises(MetadataFormatError):
@@ -148,7 +148,7 @@ def test_records_round_trip_and_reject_garbage() -> None:
     with pytest.raises(MetadataFormatError, match="unknown bookie state"):
         BookieServiceInfo.from_json(info.to_json().replace(b"readonly", b"sleepy"))
     with pytest.raises(MetadataFormatError):
-        LogRecord.from_json(b'{"format":1,"name":"x","ledgers":["a"]}')
+        LogMetadata.from_json(b'{"format":1,"name":"x","ledgers":["a"]}')
 
 
 def test_key_layout() -> None:
@@ -162,3 +162,28 @@ def test_key_layout() -> None:
     with pytest.raises(ValueError, match="without '/'"):
         keys.bookie("a/b")
     assert keys.log_name(keys.log("orders.v2")) == "orders.v2"
+
+
+def test_fields_a_newer_version_wrote_survive_an_update() -> None:
+    """A field this version does not know is kept as read and written back by every change,
+    so an older client closing a ledger or truncating a log keeps what a newer one recorded."""
+    metadata = LedgerMetadata(3, 3, 2, (Fragment(0, E3),), creation_time=5)
+    document = json.loads(metadata.to_json())
+    document["offloaded"] = {"store": "s3://b/p", "object": "ledger-7"}
+    read = LedgerMetadata.from_json(json.dumps(document).encode())
+    assert read == metadata  # the known fields, unchanged
+    closed = read.closed(10, 100)
+    assert json.loads(closed.to_json())["offloaded"] == document["offloaded"]
+    assert json.loads(closed.to_json())["state"] == "CLOSED"
+
+    log = json.loads(LogMetadata("orders", (1, 2), record_format="envelope", writer=1).to_json())
+    log["producers"] = {"svc": [7, 3]}
+    record = LogMetadata.from_json(json.dumps(log).encode())
+    assert (record.ledgers, record.writer, record.record_format) == ((1, 2), 1, "envelope")
+    truncated = json.loads(record.with_ledgers((2,)).to_json())
+    assert truncated["producers"] == {"svc": [7, 3]}
+    assert truncated["ledgers"] == [2]
+    taken = LogMetadata.from_json(record.taken((2, 9), 9).to_json())
+    assert (taken.writer, taken.extra) == (9, {"producers": {"svc": [7, 3]}})
+    with pytest.raises(MetadataFormatError, match="writer"):
+        LogMetadata.from_json(b'{"format":1,"name":"x","ledgers":[],"writer":"me"}')

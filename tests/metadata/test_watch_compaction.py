@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.client import BookKeeper, LogEntry, LogReader
+from aiobk.client import BookKeeper, LogReader, LogRecord
 from aiobk.metadata import (
     BookieServiceInfo,
     EtcdProcess,
@@ -193,7 +193,7 @@ async def test_a_ledger_watch_cut_off_while_etcd_compacts_past_the_close_still_s
         await writer.close()
 
 
-async def _take(reader: LogReader, count: int, out: list[LogEntry]) -> list[LogEntry]:
+async def _take(reader: LogReader, count: int, out: list[LogRecord]) -> list[LogRecord]:
     async for record in reader:
         out.append(record)
         if len(out) == count:
@@ -212,7 +212,7 @@ async def test_a_tailing_log_reader_cut_off_while_etcd_compacts_past_the_roll_ca
     etcd, proxy = cut_off
     cluster = await start_cluster(tmp_path, 3, uri=etcd.uri("logtail"))
     name = unique_name("log")
-    reading: asyncio.Future[list[LogEntry]] | None = None
+    reading: asyncio.Future[list[LogRecord]] | None = None
     try:
         async with (
             await BookKeeper.connect(cluster.uri) as writing,
@@ -223,7 +223,7 @@ async def test_a_tailing_log_reader_cut_off_while_etcd_compacts_past_the_roll_ca
                 await first.append(b"before-%d" % i)
             await first.close()
             reader = await tailing.open_log_reader(name)
-            taken: list[LogEntry] = []
+            taken: list[LogRecord] = []
             reading = asyncio.ensure_future(_take(reader, 6, taken))
             for _ in range(200):  # until it has read the closed ledger
                 await asyncio.sleep(0.05)

@@ -13,7 +13,7 @@ from aiobk.autorecovery import Auditor
 from aiobk.autorecovery.fragments import closed_fragments, slot_entries
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.client import BookKeeper, LogPosition, ReadHandle
-from aiobk.client.log_position import log_entry
+from aiobk.client.log_position import log_record
 from aiobk.client.quorum import write_set
 from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol import parse_entry
@@ -366,7 +366,7 @@ async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
             try:
                 for entry in await handle.read(0, last):
                     at = LogPosition(ledger_id, entry.entry_id)
-                    record_data = log_entry(at, bytes(entry.data), record.record_format).data
+                    record_data = log_record(at, bytes(entry.data), record.record_format).data
                     found[(ledger_id, entry.entry_id)] = record_data
             except BKError as exc:
                 history.violations.append(f"I2 log ledger {ledger_id} unreadable: {exc!r}")

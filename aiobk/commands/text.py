@@ -1,0 +1,89 @@
+"""Plain-text output of the commands: aligned tables, and a progress line on a terminal.
+
+No terminal-UI library: these are all a command line needs, and the client install stays
+small (``aiobk.commands.extras``). Tables never wrap or clip a cell, so piped output keeps
+whole values on one line per row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TextIO
+
+import click
+
+
+def format_table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None) -> str:
+    """``rows`` as columns two spaces apart, each as wide as its widest cell, with
+    ``headers`` and a rule of dashes first when given. Line breaks in a cell become spaces."""
+    lines = [[cell.replace("\n", " ") for cell in row] for row in rows]
+    if headers is not None:
+        lines[:0] = [list(headers), ["-" * len(h) for h in headers]]
+    if not lines:
+        return ""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    if headers is not None:
+        lines[1] = ["-" * w for w in widths]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def echo_table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None) -> None:
+    """Print ``format_table(rows, headers)`` on stdout."""
+    click.echo(format_table(rows, headers))
+
+
+class ProgressLine:
+    """One line of progress on a terminal, rewritten in place at most every ``every`` seconds
+    and erased on exit, so that only the command's own output stays. ``note`` prints a line
+    that stays, above it."""
+
+    def __init__(self, stream: TextIO, every: float = 0.1) -> None:
+        self._stream = stream
+        self._every = every
+        self._text = ""
+        self._at = float("-inf")
+
+    def show(self, text: str, *, now: bool = False) -> None:
+        """Show ``text`` (at once with ``now``, else unless the line changed very lately)."""
+        self._text = text
+        moment = time.monotonic()
+        if not now and moment - self._at < self._every:
+            return
+        self._at = moment
+        width = max(10, shutil.get_terminal_size().columns - 1)  # a wrapped line cannot be redrawn
+        self._stream.write(f"\r{text[:width]}\x1b[K")
+        self._stream.flush()
+
+    def note(self, line: str) -> None:
+        self._stream.write(f"\r\x1b[K{line}\n")
+        self._stream.flush()
+        if self._text:
+            self.show(self._text, now=True)
+
+    def __enter__(self) -> ProgressLine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._at != float("-inf"):
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+
+
+def progress_line() -> ProgressLine | None:
+    """A progress line on stderr when stderr is a terminal; None otherwise."""
+    return ProgressLine(sys.stderr) if sys.stderr.isatty() else None
+
+
+__all__ = ["ProgressLine", "echo_table", "format_table", "progress_line"]
