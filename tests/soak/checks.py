@@ -106,7 +106,7 @@ def check_log(history: History) -> LogVerdict:
 
 
 def _around(history: History, index: int) -> str:
-    """The reads around ``index`` as (sequence, ledger:entry), the issue's shape."""
+    """The reads around ``index`` as (sequence, ledger:entry): where the order broke."""
     first = max(0, index - CONTEXT)
     last = min(len(history.read_seq), index + CONTEXT)
     return " ".join(
