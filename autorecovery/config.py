@@ -1,4 +1,4 @@
-"""Autorecovery settings (issue 16): one frozen value, durations in seconds, sizes in bytes,
+"""Autorecovery settings: one frozen value, durations in seconds, sizes in bytes,
 names after BookKeeper's. The bookie's TOML takes the same keys (``BookieConfig`` has each, with
 the same default: a test keeps the two in step); the wiring hands them over.
 """

@@ -33,7 +33,7 @@ class ClientConfig:
     speculative_read_timeout: float = 0.5  # no answer yet: ask the next bookie as well
     connect_timeout: float = 5.0  # TCP connect + handshake
     metadata_timeout: float = 5.0  # each metadata store call
-    digest_type: DigestType = DigestType.CRC32C
+    digest_type: DigestType = DigestType.CRC32C  # of new ledgers: CRC32C, or MAC (HMAC-SHA256)
     # append() waits beyond this many unfinished adds, counted over the whole client (all of its
     # ledgers share one FIFO budget, as BookKeeper's maxAddsInProgress).
     max_outstanding_adds: int = 10_000
@@ -63,6 +63,7 @@ class ClientConfig:
     # restart or leader election. Each attempt may take metadata_timeout on top.
     metadata_retry_timeout: float = 30.0
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
+    # Each protocol trap's fix, on (ProtocolSwitches); switched off only by tests.
     switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
     def __post_init__(self) -> None:
