@@ -23,6 +23,15 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class BookieConfig:
+    """A bookie's settings: what ``aiobk bookie start`` reads from its TOML file and flags.
+
+    Durations are float seconds, sizes bytes; names follow BookKeeper's settings in snake
+    case. Only ``data_dir`` is required. The configuration reference lists each field.
+
+    Raises:
+        ConfigError: A setting is missing, out of range, or inconsistent with another.
+    """
+
     data_dir: str  # ledger storage: entry logs (ledgers/entries) and the index (ledgers/index.db)
     port: int = 3181  # BookKeeper's default bookiePort
     host: str = "127.0.0.1"  # loopback unless told otherwise
@@ -269,24 +278,37 @@ class BookieConfig:
 
     @property
     def tls_enabled(self) -> bool:
+        """Whether the bookie offers TLS (it has a certificate and key)."""
         return self.tls_cert_file is not None
 
     @property
     def journal_path(self) -> str:
+        """The journal's directory: ``journal_dir``, else ``DATA_DIR/journal``."""
         return self.journal_dir or os.path.join(self.data_dir, "journal")
 
     @property
     def ledgers_path(self) -> str:
+        """Ledger storage's directory: ``DATA_DIR/ledgers``."""
         return os.path.join(self.data_dir, "ledgers")
 
     def with_changes(self, **changes: Any) -> BookieConfig:
+        """A copy with ``changes`` applied (checked again)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_toml(cls, path: str, **overrides: Any) -> BookieConfig:
-        """Read settings from a TOML file (flat keys, or under a [bookie] table).
+        """Read settings from a TOML file (flat keys, or under a ``[bookie]`` table).
 
-        ``overrides`` (typically CLI flags; ``None`` means "not given") win over the file.
+        Args:
+            path: The file.
+            **overrides: Settings that win over the file (typically flags; None means "not
+                given").
+
+        Returns:
+            The settings.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or holds an unknown or bad key.
         """
         try:
             with open(path, "rb") as handle:
@@ -304,6 +326,19 @@ class BookieConfig:
     def from_mapping(
         cls, table: dict[str, Any], source: str = "", **overrides: Any
     ) -> BookieConfig:
+        """Settings from a mapping of keys to values, each type-checked.
+
+        Args:
+            table: The keys and values (a TOML table).
+            source: Where they came from, for error messages.
+            **overrides: Settings that win over ``table`` (None means "not given").
+
+        Returns:
+            The settings.
+
+        Raises:
+            ConfigError: An unknown key, a value of the wrong type, or a bad setting.
+        """
         known = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for key, value in table.items():

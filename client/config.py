@@ -28,6 +28,15 @@ class ProtocolSwitches:
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
+    """The client's settings: timeouts (seconds), budgets (bytes or counts) and defaults.
+
+    Pass one to ``BookKeeper(uri, config)``; every field has a default. The configuration
+    reference lists each field with its meaning.
+
+    Raises:
+        ValueError: A timeout, budget or count is not positive.
+    """
+
     add_timeout: float = 10.0  # an add unanswered this long counts as a bookie failure
     read_timeout: float = 10.0  # per bookie, before giving up on it
     speculative_read_timeout: float = 0.5  # no answer yet: ask the next bookie as well
