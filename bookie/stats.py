@@ -118,7 +118,7 @@ class BookieStats:
     directories: tuple[str, ...] = ()  # journal and ledger directories, for their disk usage
 
     def as_dict(self) -> dict[str, int]:
-        """The counters."""
+        """The counters, by name (what the exporter turns into `aiobk_bookie_*_total`)."""
         return {name: getattr(self, name) for name in COUNTERS}
 
 

@@ -110,7 +110,15 @@ class BookKeeper:
         wall_clock: Callable[[], float] = time.time,
         tls: ssl.SSLContext | None = None,
     ) -> BookKeeper:
-        """A connected client; the arguments are the constructor's.
+        """A connected client.
+
+        Args:
+            metadata: As for the constructor (a URI or a store).
+            config: As for the constructor.
+            rng: As for the constructor.
+            connector: As for the constructor.
+            wall_clock: As for the constructor.
+            tls: As for the constructor.
 
         Returns:
             The client, to be closed with ``close()`` or ``async with``.

@@ -230,9 +230,7 @@ def _option_row(param: click.Parameter, ctx: click.Context) -> str | None:
 def cli_reference() -> str:
     out: list[str] = []
     for path, command, ctx in commands():
-        if len(path) == 1:
-            continue
-        level = "#" * min(len(path), 4)
+        level = "#" * max(2, min(len(path), 4))
         title = " ".join(path)
         out.append(f"{level} `{title}`\n")
         help_text = inspect.cleandoc(command.help or command.short_help or "")
@@ -240,8 +238,6 @@ def cli_reference() -> str:
         out.append(f"```text\n{title} {usage}\n```\n")
         if help_text:
             out.append(textwrap.dedent(help_text).replace("\b\n", "") + "\n")
-        if isinstance(command, click.Group):
-            continue
         rows = [row for p in command.params if (row := _option_row(p, ctx)) is not None]
         if rows:
             out.append("| option | meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
