@@ -11,7 +11,7 @@ A page asks for a generated part with a marker on a line of its own::
 
 Settings are documented where they are defined: each field of a config dataclass has a comment
 on its own line (one line) or, failing that, the comment block right above it. A field with
-neither stops the build (``ReferenceError``); ``tests/docs/test_reference.py`` runs the same
+neither stops the build (``GenerationError``); ``tests/docs/test_reference.py`` runs the same
 functions, so the suite fails too. Nothing here imports MkDocs: the tests call these functions
 directly.
 """
@@ -33,10 +33,16 @@ from typing import Any, NamedTuple
 
 import click
 
+from aiobk import metrics as exported
+from aiobk.bookie.stats import BookieStats
+from aiobk.cli import cli
+from aiobk.client import BookKeeper
+from aiobk.client import errors as client_errors
+
 MARKER = re.compile(r"^<!-- generated: ([a-z]+)(?: ([a-z]+))? -->$", re.M)
 
 
-class ReferenceError(Exception):  # noqa: A001 -- the build's own error, named for what it checks
+class GenerationError(Exception):
     """A generated part cannot be made: an undocumented setting, an unknown marker."""
 
 
@@ -79,9 +85,7 @@ def field_descriptions(cls: type) -> dict[str, str]:
     source = Path(inspect.getfile(cls)).read_text()
     comments, alone = _comments(source)
     tree = ast.parse(source)
-    node = next(
-        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
-    )
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     found: dict[str, str] = {}
     for statement in node.body:
         if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
@@ -126,7 +130,7 @@ def _default(field: dataclasses.Field[Any]) -> str:
 
 
 def settings(kind: str) -> list[Setting]:
-    """The settings of one config class, each with its description; ``ReferenceError`` names
+    """The settings of one config class, each with its description; ``GenerationError`` names
     every field that has none."""
     module, name = CONFIGS[kind]
     cls = getattr(importlib.import_module(module), name)
@@ -137,7 +141,7 @@ def settings(kind: str) -> list[Setting]:
             descriptions.setdefault(key, text)
     missing = [f.name for f in dataclasses.fields(cls) if not descriptions.get(f.name)]
     if missing:
-        raise ReferenceError(
+        raise GenerationError(
             f"{module}.{name}: no comment describes {', '.join(missing)} (a comment on the "
             "field's line, or a block right above it)"
         )
@@ -158,9 +162,7 @@ def _bookie_flags() -> set[str]:
     start = _cli().commands["bookie"]
     assert isinstance(start, click.Group)
     command = start.commands["start"]
-    return {
-        opt for param in command.params for opt in param.opts if opt.startswith("--")
-    }
+    return {opt for param in command.params for opt in param.opts if opt.startswith("--")}
 
 
 def _cell(text: str) -> str:
@@ -175,14 +177,11 @@ def config_table(kind: str) -> str:
         for s in rows:
             flag = "--" + s.name.replace("_", "-")
             shown = f"`{flag}`" if flag in flags else ""
-            lines.append(
-                f"| `{s.name}` | {shown} | {s.default} | {_cell(s.description)} |"
-            )
+            lines.append(f"| `{s.name}` | {shown} | {s.default} | {_cell(s.description)} |")
         return "\n".join(lines)
     lines = ["| setting | type | default | meaning |", "|---|---|---|---|"]
     lines += [
-        f"| `{s.name}` | `{_cell(s.type)}` | {s.default} | {_cell(s.description)} |"
-        for s in rows
+        f"| `{s.name}` | `{_cell(s.type)}` | {s.default} | {_cell(s.description)} |" for s in rows
     ]
     return "\n".join(lines)
 
@@ -191,8 +190,6 @@ def config_table(kind: str) -> str:
 
 
 def _cli() -> click.Group:
-    from aiobk.cli import cli
-
     return cli
 
 
@@ -248,14 +245,12 @@ def cli_reference() -> str:
 
 
 def error_classes() -> list[type[BaseException]]:
-    from aiobk.client import errors
-
     found = []
-    for name in errors.__all__:
-        value = getattr(errors, name)
-        if inspect.isclass(value) and issubclass(value, errors.BKError):
+    for name in client_errors.__all__:
+        value = getattr(client_errors, name)
+        if inspect.isclass(value) and issubclass(value, client_errors.BKError):
             found.append(value)
-    return sorted(found, key=lambda c: (c is not errors.BKError, c.__name__))
+    return sorted(found, key=lambda c: (c is not client_errors.BKError, c.__name__))
 
 
 def errors_table() -> str:
@@ -263,7 +258,7 @@ def errors_table() -> str:
     for cls in error_classes():
         doc = inspect.cleandoc(vars(cls).get("__doc__") or "")
         if not doc:
-            raise ReferenceError(f"{cls.__name__} has no docstring")
+            raise GenerationError(f"{cls.__name__} has no docstring")
         name = f"[`{cls.__name__}`][aiobk.client.errors.{cls.__name__}]"
         code = getattr(cls, "code", "")
         retriable = "yes" if getattr(cls, "retriable", False) else "no"
@@ -284,12 +279,8 @@ class Metric(NamedTuple):
 
 def metrics(subsystem: str) -> list[Metric]:
     """Every figure a process exports, by its exported name, kind and help text."""
-    from aiobk import metrics as exported
-
     found: list[Metric] = []
     if subsystem == "bookie":
-        from aiobk.bookie.stats import BookieStats
-
         stats = BookieStats()
         counters = set(stats.as_dict())
         histograms = {exported.histogram_name(k) for k in stats.histograms.as_dict()}
@@ -310,14 +301,12 @@ def metrics(subsystem: str) -> list[Metric]:
                     Metric(f"aiobk_autorecovery_{name}_total", "counter", "node", help_text)
                 )
     elif subsystem == "client":
-        from aiobk.client import BookKeeper
-
         collector = exported.client_collector(BookKeeper("memory://docs-reference"), "docs")
         for family in collector.collect():
             name = family.name + ("_total" if family.type == "counter" else "")
             found.append(Metric(name, family.type, "client", family.documentation))
     else:
-        raise ReferenceError(f"no metrics subsystem {subsystem!r}")
+        raise GenerationError(f"no metrics subsystem {subsystem!r}")
     return found
 
 
@@ -342,7 +331,7 @@ def generated(kind: str, argument: str | None) -> str:
         return errors_table()
     if kind == "metrics" and argument is not None:
         return metrics_table(argument)
-    raise ReferenceError(f"unknown marker: generated: {kind} {argument or ''}")
+    raise GenerationError(f"unknown marker: generated: {kind} {argument or ''}")
 
 
 def expand(markdown: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +32,8 @@ def _load_generator() -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, DOCS / "hooks" / "reference.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
@@ -88,7 +90,7 @@ def test_every_command_is_in_the_cli_reference() -> None:
 
 def test_every_option_of_every_command_is_listed() -> None:
     text = reference.cli_reference()
-    for _path, command, ctx in reference.commands():
+    for _path, command, _ctx in reference.commands():
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 assert param.opts[0] in text, f"{command.name}: {param.opts[0]}"
@@ -112,5 +114,17 @@ def test_every_metric_has_a_meaning(subsystem: str) -> None:
 
 
 def test_an_unknown_marker_fails_the_build() -> None:
-    with pytest.raises(reference.ReferenceError):
+    with pytest.raises(reference.GenerationError):
         reference.expand("<!-- generated: nothing -->")
+
+
+def test_every_spark_option_is_in_the_spark_guide() -> None:
+    source = (Path(__file__).resolve().parents[2] / "pipeline" / "options.py").read_text()
+    read = set(
+        re.findall(r'(?:options(?:\.get)?[\[(]|_(?:int|bool|bounds)\(options, )"(\w+)"', source)
+    )
+    read |= set(re.findall(r'\("(?:ca|cert|key)", "(\w+)"\)', source))
+    assert {"metadata", "logPattern", "maxTriggerDelay", "tlsCa", "split"} <= read
+    guide = (DOCS / "guide" / "spark.md").read_text()
+    for option in sorted(read):
+        assert f"`{option}`" in guide, option
