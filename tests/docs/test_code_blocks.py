@@ -104,3 +104,26 @@ def test_systemd_unit_block_verifies(block: Block, tmp_path: Path) -> None:
     assert done.returncode == 0, output
     complaints = [line for line in output.splitlines() if path.name in line]
     assert not complaints, "\n".join(complaints)
+
+
+def _etcd_env_blocks() -> list[Block]:
+    return [b for b in blocks("ini") if re.match(r"^# \S*/etcd\.env\b", b.code)]
+
+
+def test_the_etcd_settings_are_flags_etcd_takes() -> None:
+    found = _etcd_env_blocks()
+    assert found, "the cluster page shows an etcd member's settings"
+    etcd = shutil.which("etcd")
+    assert etcd is not None, "etcd is not on PATH; `make setup` installs it"
+    usage = subprocess.run(
+        [etcd, "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
+    flags = set(re.findall(r"--([a-z0-9-]+)", usage.stdout + usage.stderr))
+    for block in found:
+        for line in block.code.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            name = line.split("=", 1)[0]
+            assert name.startswith("ETCD_"), f"{block.where}: {line}"
+            flag = name.removeprefix("ETCD_").lower().replace("_", "-")
+            assert flag in flags, f"{block.where}: etcd has no --{flag}"
