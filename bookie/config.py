@@ -33,8 +33,8 @@ class BookieConfig:
     """
 
     data_dir: str  # ledger storage: entry logs (ledgers/entries) and the index (ledgers/index.db)
-    port: int = 3181  # BookKeeper's default bookiePort
-    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 3181  # where the bookie listens (BookKeeper's default bookiePort)
+    host: str = "127.0.0.1"  # the address it listens on: loopback unless told otherwise
     journal_dir: str | None = None  # default: DATA_DIR/journal (a separate disk is faster)
     bookie_id: str | None = None  # default: the advertised host:port
     # The host:port clients dial, registered in the metadata store (a proxy, NAT, a name). Unset:
