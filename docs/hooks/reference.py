@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import importlib
 import inspect
 import io
@@ -79,6 +80,7 @@ def _comments(source: str) -> tuple[dict[int, str], set[int]]:
     return comments, alone
 
 
+@functools.cache
 def field_descriptions(cls: type) -> dict[str, str]:
     """Each dataclass field's description, read from the comments of its class's source:
     the comment on the field's own lines, else the block of comment lines right above it."""
@@ -213,11 +215,24 @@ def commands(
             yield (*path, name), command, ctx
 
 
+@functools.cache
+def _setting_descriptions() -> dict[str, str]:
+    """Every bookie and autorecovery setting's description, by name: the meaning of a flag of
+    the same name that has no help text of its own."""
+    found = {s.name: s.description for s in settings("autorecovery")}
+    found.update({s.name: s.description for s in settings("bookie")})
+    return found
+
+
 def _option_row(param: click.Parameter, ctx: click.Context) -> str | None:
     record = param.get_help_record(ctx)
-    if record is None:
+    if record is None or isinstance(param, click.Argument):
         return None
     names, help_text = record
+    setting = (param.name or "").replace("-", "_")
+    described = _setting_descriptions().get(setting)
+    if described and not re.sub(r"\s*\[[^\]]*\]\s*$", "", help_text).strip():
+        help_text = f"{described} {help_text}".strip()
     envvar = getattr(param, "envvar", None)
     if isinstance(envvar, str) and envvar not in help_text:
         help_text = f"{help_text} (env `{envvar}`)".strip()

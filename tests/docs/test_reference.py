@@ -128,3 +128,12 @@ def test_every_spark_option_is_in_the_spark_guide() -> None:
     guide = (DOCS / "guide" / "spark.md").read_text()
     for option in sorted(read):
         assert f"`{option}`" in guide, option
+
+
+def test_every_option_says_what_it_does() -> None:
+    bare = []
+    for line in reference.cli_reference().splitlines():
+        match = re.fullmatch(r"\| `(--[^`]+)` \| (.*) \|", line)
+        if match and not re.sub(r"\[[^\]]*\]|\(env `[^`]+`\)", "", match.group(2)).strip():
+            bare.append(match.group(1))
+    assert not bare, f"options without a help text: {bare}"
