@@ -76,7 +76,7 @@ test: lint unit-protocol docs
 	timeout --kill-after=30 $(SUITE_TIMEOUT) env $(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) \
 		--dist loadfile --max-worker-restart=0 --durations=25 $(PYTEST_ARGS)
 
-# The long tests: etcd's database over 100,000 ledgers churned (issue 15).
+# The long tests: etcd's database over 100,000 ledgers churned.
 soak: setup
 	$(PYTEST_RUN) -m soak $(PYTEST_ARGS)
 

@@ -41,7 +41,7 @@ cli.add_command(ledger_group)
 cli.add_command(log_group)
 cli.add_command(simpletest_command)
 cli.add_command(autorecovery_group)
-# Every long-running command takes --log-level (API.md); bookie start has its own, which
+# Every long-running command takes --log-level; bookie start has its own, which
 # falls back on the log_level of its --config, as autorecovery start does.
 for _command in (
     standalone_command,
@@ -64,7 +64,7 @@ def _dialing_bookies(group: click.Group) -> list[click.Command]:
     return found
 
 
-# Client commands take --tls-ca/--tls-cert/--tls-key (API.md); bookie start has its own
+# Client commands take --tls-ca/--tls-cert/--tls-key; bookie start has its own
 # tls_* settings, and standalone's bookies are local and plaintext.
 for _command in {
     *_dialing_bookies(cli),

@@ -1,4 +1,4 @@
-"""The bookie's HTTP admin API (issue 17; BookKeeper's ``BookieHttpServer`` paths), on aiohttp.
+"""The bookie's HTTP admin API (BookKeeper's ``BookieHttpServer`` paths), on aiohttp.
 
 Off unless ``http_port`` is set; it listens on the bookie's host unless ``http_host`` says
 otherwise, on the bookie's own event loop, and is started after the bookie serves and stopped
@@ -131,7 +131,7 @@ class HttpAdmin:
         return f"{scheme}://{host}:{self._port}"
 
     def _ssl_context(self) -> ssl.SSLContext | None:
-        """HTTPS with the bookie's certificate when the bookie has TLS (issue 18). Each
+        """HTTPS with the bookie's certificate when the bookie has TLS. Each
         handshake switches to the bookie's current context, so renewed files (reloaded by the
         bookie) serve here too without a restart."""
         tls = self.bookie.tls

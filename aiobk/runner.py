@@ -52,7 +52,7 @@ M_ARENA_MAX = -8  # glibc's mallopt parameters
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MALLOC_ARENAS = 2
-# Issue 19: with glibc's sliding thresholds a bookie under load gave memory back to the system
+# With glibc's sliding thresholds a bookie under load gave memory back to the system
 # and faulted it in again -- 1.0-1.4 page faults an append over its three bookies at 512 in
 # flight (``bench add``, volatile), each a fresh page the kernel (and on a virtual machine the
 # host) must supply. Freed memory up to this much stays in the heap, and blocks under the mmap
@@ -82,7 +82,7 @@ def tune_malloc(arenas: int = MALLOC_ARENAS) -> bool:
 
     The bookie's disk and index work runs on worker threads, and glibc gives each thread its
     own arena that keeps what it freed: measured on a bookie taking 20,000 ledgers, the RSS
-    grew 770-850 B a ledger with the default arenas and 440 B with two (issue 15). What the
+    grew 770-850 B a ledger with the default arenas and 440 B with two. What the
     environment sets (``MALLOC_ARENA_MAX``, ``MALLOC_TRIM_THRESHOLD_`` and
     ``MALLOC_MMAP_THRESHOLD_``, glibc's own names) wins; on other C libraries this does
     nothing. True if the arena cap was set."""
@@ -97,7 +97,7 @@ def tune_malloc(arenas: int = MALLOC_ARENAS) -> bool:
     return bool(mallopt(M_ARENA_MAX, arenas))
 
 
-# Issue 19: a bookie in flight allocates a few objects per add (the request, its reply, the
+# A bookie in flight allocates a few objects per add (the request, its reply, the
 # journal's and the storage's records), and with CPython's default threshold (700) its young
 # generation was collected every few dozen adds, each pass walking every young object. A larger
 # young generation is collected a tenth as often for the same work per object; objects alive
@@ -117,7 +117,7 @@ def tune_gc() -> None:
 def autorecovery_companion(
     config: BookieConfig, connector: Connector | None = None
 ) -> CompanionFactory:
-    """Autorecovery beside a bookie (issue 16): its worker, and a candidate for auditor;
+    """Autorecovery beside a bookie: its worker, and a candidate for auditor;
     ``connector`` its bookie connections (the bookie's TLS, when it has TLS)."""
 
     def make(bookie_id: str, store: MetadataStore) -> AutoRecovery:

@@ -1,4 +1,4 @@
-"""Autorecovery on etcd (issue 16): an auditor elected among the bookies finds ledgers whose
+"""Autorecovery on etcd: an auditor elected among the bookies finds ledgers whose
 copies are missing -- a bookie lost for good, a check that finds entries gone -- and replication
 workers copy them to other bookies, changing each fragment's ensemble by compare-and-set.
 BookKeeper's ``replication/`` package, which its etcd driver does not support."""

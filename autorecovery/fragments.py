@@ -1,7 +1,8 @@
 """What a ledger's fragments hold, bookie by bookie, and how one copy moves to a new bookie: the
 pure part of autorecovery (no I/O; the auditor's checks and the workers' repairs build on it).
 
-Theory of operation (protocol.md "Ledger Fragments", "Write quorums"). A fragment is a range of
+Theory of operation ("A Guide to the BookKeeper Replication Protocol", "Ledger Fragments"; "The
+BookKeeper protocol", "Write quorums"). A fragment is a range of
 entries written to one ensemble; entry ``e`` lives on the ``WQ`` slots from ``e mod E``. So the
 copies one slot of a fragment owes are the entries of the fragment's range whose write set
 names that slot. A fragment's range is closed -- its entries will never change -- when a later

@@ -1,5 +1,5 @@
 """Autorecovery in one process: a replication worker, and a candidate for auditor that audits
-while it holds the election key (issue 16). Every bookie runs one by default
+while it holds the election key. Every bookie runs one by default
 (``autorecovery_enabled``); ``aiobk autorecovery start`` runs one on its own.
 
 Election: a candidate creates the auditor key under a lease of its own; while the key exists

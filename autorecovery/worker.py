@@ -418,7 +418,7 @@ class ReplicationWorker:
             # bookie that never saw it -- and close it empty. Its writer, if it ever writes,
             # meets fenced bookies (UnauthorizedError) and a closed ledger. The stand-in is made
             # with the cluster's secret: a bookie checks a fence of a ledger it does not hold
-            # against the key digest in the metadata (issue 18), and lets this one through
+            # against the key digest in the metadata, and lets this one through
             # only because it proves the secret (``protocol.keys.stand_in_key``).
             assert self._secret is not None  # read by _fetch_key
             key = stand_in_key(self._secret, ledger_id)

@@ -5,7 +5,7 @@ measures the floor in the same run -- fdatasync p50 plus one loopback round trip
 1 KiB entries to an E3 WQ3 AQ2 ledger with 1, 64 and 512 appends in flight for a fixed time each.
 Prints a table with HDR percentiles, checks the targets as ratios to the floor, writes JSON.
 
-Mode ``tls`` runs the persistent mode over TLS (issue 18): bookies with ``--tls-only`` and
+Mode ``tls`` runs the persistent mode over TLS: bookies with ``--tls-only`` and
 ``--tls-client-auth`` and certificates made for the run, the client with its own; run it beside
 ``persistent`` (``--modes persistent,tls``) and read the cost as the ratio of the two rows.
 """

@@ -1,5 +1,5 @@
 """Re-replication throughput after a bookie is lost for good, against the same run's disk copy
-floor (issue 16): target >= 0.30 x the floor with the throttle off.
+floor: target >= 0.30 x the floor with the throttle off.
 
 Per entry size (``--entry-size``, a comma list): a real etcd and ``--bookies`` bookie processes
 (data on one disk, their own autorecovery off) take ``--megabytes`` of payload through the client

@@ -1,10 +1,10 @@
-"""Certificates made where they are needed (issue 18): a certificate authority writing PEM
+"""Certificates made where they are needed: a certificate authority writing PEM
 files into a temporary directory, and certificates it signs for bookies, clients and etcd --
 for tests (``tests/certs.py``) and for benchmarks that run TLS. Needs ``cryptography`` (the
 ``bench`` and ``dev`` extras); nothing else in aiobk does.
 
 A certificate's roles go into its subject's organizational unit (OU) attributes, one per role,
-which is where a bookie looks for them (README "Security").
+which is where a bookie looks for them (docs/operations/security.md).
 """
 
 from __future__ import annotations

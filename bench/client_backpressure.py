@@ -1,5 +1,5 @@
-"""Client backpressure and read memory (issue 12, findings 4 and 9): ``python -m
-bench.client_backpressure``.
+"""Client backpressure and read memory -- appends queued at once, megabyte appends over many
+ledgers, a big range read, each in bounded memory: ``python -m bench.client_backpressure``.
 
 Starts etcd and three bookies as processes on loopback (data under the current directory), then
 runs each scenario in a fresh client process, so that its peak RSS (``VmHWM``) is its own:

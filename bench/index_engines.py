@@ -1,4 +1,4 @@
-"""Choosing the engine of the bookie's on-disk index (issue 15): RocksDB (rocksdict, what
+"""Choosing the engine of the bookie's on-disk index: RocksDB (rocksdict, what
 BookKeeper's DbLedgerStorage uses) against LMDB (lmdb), on the index's own work.
 
 The index maps (ledger id, entry id) -> entry-log location: 16-byte big-endian keys (so one

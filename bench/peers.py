@@ -1,4 +1,4 @@
-"""aiobk against the peers a Python user would pick for a durable append log (issue 19).
+"""aiobk against the peers a Python user would pick for a durable append log.
 
 One run, every server started and stopped by the benchmark on loopback, data on the project's
 disk: aiobk (etcd + 3 bookie processes, E3 WQ3 AQ2; persistent and volatile, BP-14), NATS
@@ -6,7 +6,7 @@ JetStream (3 servers, a file stream with 3 replicas), etcd with 3 members and wi
 appendfsync always. One Python asyncio client process (this one, uvloop) appends 1 KiB payloads
 through each system's own client: closed loop at each in-flight level for a fixed time, then
 open loop at fixed offered rates with latency from each append's intended send time. The
-machine's floors are measured first. Prints the tables and the targets of issue 19 as ratios,
+machine's floors are measured first. Prints the tables and the targets as ratios,
 writes JSON and a PNG of the latency CDFs.
 """
 
@@ -44,9 +44,9 @@ from aiobk.bench.peer_systems import SYSTEM_KEYS, SYSTEMS, Deployment, System, v
 from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
 from aiobk.commands.common import run_group, with_log_level
 
-# Client + servers CPU microseconds per append of aiobk persistent at 512 in flight before
-# issue 19's work: the median of three `aiobk bench peers` runs (294, 298, 328 us) with the
-# client and bookie of commit 1508214. Issue 19 asks for at most half of it.
+# Client + servers CPU microseconds per append of aiobk persistent at 512 in flight before the
+# work on the append path's CPU: the median of three `aiobk bench peers` runs (294, 298, 328 us)
+# with the client and bookie of commit 1508214. The target is at most half of it.
 CPU_BASELINE_US = 298.0
 CDF_PERCENTILES = (
     0.1, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97, 98, 99, 99.5, 99.7, 99.9, 99.95,
@@ -299,7 +299,7 @@ def measure(settings: Settings, console: Console) -> tuple[Floors, list[Run]]:
 def check_targets(
     floors: Floors, runs: list[Run], baseline_cpu_us: float = CPU_BASELINE_US
 ) -> list[dict[str, Any]]:
-    """Issue 19's targets as ratios of figures from the same run; a target whose figures
+    """The targets as ratios of figures from the same run; a target whose figures
     were not measured (levels or systems left out) is not checked."""
     closed = {(r.system, r.in_flight): r for r in runs if r.loop == "closed"}
     checks: list[dict[str, Any]] = []
@@ -339,7 +339,7 @@ def check_targets(
                   "aiobk persistent p99 <= NATS p99", ours.p99_us, theirs.p99_us, 1.0, False,
                   p99_us=ours.p99_us, nats_p99_us=theirs.p99_us)  # fmt: skip
     if 512 in persistent and baseline_cpu_us > 0:
-        ratio(f"512 in flight: aiobk persistent CPU per append <= 0.5x before issue 19 "
+        ratio(f"512 in flight: aiobk persistent CPU per append <= 0.5x the baseline "
               f"({baseline_cpu_us:g} us)", persistent[512].cpu_us, baseline_cpu_us, 0.5, False,
               cpu_us=round(persistent[512].cpu_us, 1))  # fmt: skip
     return checks

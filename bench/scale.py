@@ -1,4 +1,4 @@
-"""One bookie holding many small ledgers (issue 15): what it costs in memory, disk, restart time,
+"""One bookie holding many small ledgers: what it costs in memory, disk, restart time,
 add throughput, cold reads and a garbage-collection pass.
 
 A real etcd and one bookie process. ``--ledgers`` ledgers get their metadata (one bookie, so
@@ -170,7 +170,7 @@ async def adds_per_second(
     port: int, ledgers: list[int], seconds: float, size: int
 ) -> tuple[float, int]:
     """Adds/s at 256 in flight to ``ledgers`` (created in the metadata, held by no bookie yet:
-    each one's first add is checked against its metadata, issue 18), 100 entries each, for
+    each one's first add is checked against its metadata), 100 entries each, for
     ``seconds``; and how many adds were refused. A ledger's adds go on one connection, in
     order, as a writer sends them: spread over several connections they arrive out of order,
     and each add below a ledger's highest entry so far is looked up in the index first (is it
@@ -476,7 +476,7 @@ def measure(
         # Loaded and empty in turns, the median of each: on a shared machine one window of a
         # few seconds can catch another tenant's burst (a single pair once read 0.64x).
         # Every window adds to ledgers new to its bookie, created in the metadata beforehand
-        # (an add to a ledger the metadata does not know is refused, issue 18).
+        # (an add to a ledger the metadata does not know is refused).
         fresh = uvloop.run(_fresh_ledgers(uri, bookie_id, 2 * ADD_TURNS * FRESH_PER_WINDOW))
         loaded_rates: list[float] = []
         empty_rates: list[float] = []

@@ -43,7 +43,7 @@ from aiobk.metadata import EtcdProcess
 
 STREAM_BATCH = 10_000  # maxRecordsPerTrigger of the streaming figure
 WARMUP = 1_000  # records of the session's first job, before any clock
-TARGET = 0.9  # issue 20: Spark write and read at least this share of the client's rows/s
+TARGET = 0.9  # Spark should write and read at least this share of the client's rows/s
 
 
 async def client_write(uri: str, log: str, records: int, size: int) -> float:

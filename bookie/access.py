@@ -1,4 +1,4 @@
-"""Who may ask what on a bookie connection (issue 18): pure rules, no sockets.
+"""Who may ask what on a bookie connection (TLS and client roles): pure rules, no sockets.
 
 A bookie with TLS set up (``tls_cert_file``) guards every connection:
 
@@ -15,7 +15,7 @@ A bookie with TLS set up (``tls_cert_file``) guards every connection:
   still do what its roles allow). A connection without TLS has no certificate, so with
   ``tls_client_auth`` it may only handshake and upgrade.
 
-Without TLS set up nothing is guarded (as before issue 18): every peer may do anything.
+Without TLS set up nothing is guarded: every peer may do anything.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""BP-46 boot phase one: after possible data loss, fence every ledger whose ensembles hold this
-bookie and put the ones not yet closed in limbo, before the bookie serves anything.
+"""BP-46 boot phase one (BookKeeper's "BP-46: Running without the journal"): after possible data
+loss, fence every ledger whose ensembles hold this bookie and put the ones not yet closed in
+limbo, before the bookie serves anything.
 
 Fencing stops an old writer from ever reaching an ack quorum through a bookie that forgot it had
 been fenced (Scenario 1). Limbo makes this bookie answer EUNKNOWN instead of NoSuchEntry for an

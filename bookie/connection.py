@@ -1,4 +1,4 @@
-"""One client connection: a thin loop around the codec (STYLE 2).
+"""One client connection: a thin loop around the codec.
 
 Bytes in -> ``FrameDecoder`` -> ``decode_request`` + ``check_request`` -> the operation's
 handler. Handlers answer through ``reply``; responses queue up and go out in one write per
@@ -63,7 +63,7 @@ class ConnectionHooks:
     batch_done: Callable[[], object]
     # Replies made now should be written at once, not queued for the end of the turn.
     answer_at_once: Callable[[], bool]
-    # TLS (issue 18): the bookie's contexts, and what its settings ask of every connection.
+    # TLS: the bookie's contexts, and what its settings ask of every connection.
     tls: BookieTls | None = None
     policy: Policy = OPEN
 
@@ -183,7 +183,7 @@ class ServerConnection(asyncio.Protocol):
         """Handle up to ``FRAMES_PER_TURN`` requests; the rest wait for the next loop turn,
         with reading paused meanwhile. One peer's burst -- 100,000 long polls over twenty
         connections, all read in one turn -- otherwise made every other peer wait for all of
-        it: a plain read took 3.6 s (issue 12, finding 3)."""
+        it: a plain read took 3.6 s."""
         self._drain_scheduled = False
         backlog = self._backlog
         handlers = self._handlers
@@ -369,8 +369,8 @@ class ServerConnection(asyncio.Protocol):
         # A waiting long poll leaves the in-flight count that may have paused this peer: look
         # again. Before, a connection with max_inflight_per_connection polls waiting was not
         # read until they expired, so its next requests -- more polls past the cap, a plain
-        # read -- were answered a whole poll timeout late (issue 12, finding 3: 50,000 polls
-        # of 8 s on one connection came back 24 s late).
+        # read -- were answered a whole poll timeout late (50,000 polls of 8 s on one
+        # connection came back 24 s late).
         self.polls[poll] = None
         if self._read_paused:
             self.update_reading()
@@ -426,8 +426,8 @@ class ServerConnection(asyncio.Protocol):
             # Hand them to the transport now, not next turn: reads that need no I/O (an entry
             # still in the entry log's write buffer) all answer within one turn, and queued
             # here they are out of the high-water mark's sight -- 1,000 pipelined reads of a
-            # 1 MiB entry held 1 GiB before the first flush (issue 12, finding 2). Written,
-            # they pause this peer's reads (``pause_writing``) once above the mark.
+            # 1 MiB entry held 1 GiB before the first flush. Written, they pause this peer's
+            # reads (``pause_writing``) once above the mark.
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True

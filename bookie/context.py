@@ -105,7 +105,7 @@ class BookieContext:
     write_state: WriteState
     admin: BookieAdmin
     log_corruption: Callable[[Exception], None]
-    # Whether a request may create a ledger's state here (issue 18: squatting).
+    # Whether a request may create a ledger's state here (no squatting on ledger ids).
     keys: KeyCheck = field(default_factory=KeyCheck)
 
 

@@ -1,5 +1,5 @@
-"""Cookies and the unclean-shutdown marker (BP-46 "A note on cookies", "Detecting Data Loss On
-Boot").
+"""Cookies and the unclean-shutdown marker (BookKeeper's "BP-46: Running without the journal",
+"A note on cookies" and "Detecting Data Loss On Boot").
 
 A cookie records a bookie's identity -- id, address, journal and data directories, instance id --
 in every directory it uses and in the metadata store. On boot they must all exist and agree with

@@ -1,4 +1,4 @@
-"""Entry locations and ledger state on the on-disk index, with a write cache (issue 15;
+"""Entry locations and ledger state on the on-disk index, with a write cache (after
 BookKeeper's DbLedgerStorage: EntryLocationIndex, LedgerMetadataIndex and its WriteCache).
 
 Theory of operation. What changed since the last checkpoint -- new entry locations, ledger

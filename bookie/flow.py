@@ -1,4 +1,5 @@
-"""Flow control: what peers can make a bookie hold, and the bound on each (RELIABILITY I16).
+"""Flow control: what peers can make a bookie hold, and the bound on each (invariant I16,
+docs/design/invariants.md).
 
 Per connection (``bookie.connection``):
 

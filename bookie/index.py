@@ -1,5 +1,6 @@
-"""The index format of aiobk up to issue 15 (read to upgrade a data directory; the bookie now
-keeps its index in ``bookie.entry_index``): ledger states and entry locations, in segment files.
+"""The index format of aiobk before the on-disk index (read to upgrade a data directory; the
+bookie now keeps its index in ``bookie.entry_index``): ledger states and entry locations, in
+segment files.
 
 ``PagedLedger`` is that format's in-memory ledger: locations in pages of 4096 slots, like
 BookKeeper's index pages, sparse (a dict) until ``SPARSE_MAX`` entries, then dense (4096 int64

@@ -1,5 +1,5 @@
-"""The seam under the bookie's on-disk index (issue 15, DbLedgerStorage-class storage): an ordered
-key-value store whose batches are atomic and durable.
+"""The seam under the bookie's on-disk index (BookKeeper's DbLedgerStorage-class storage): an
+ordered key-value store whose batches are atomic and durable.
 
 Theory of operation. The index will map (ledger, entry) -> entry-log location and keep each
 ledger's state, in an engine chosen by measurement (``aiobk bench index``: RocksDB). Like the

@@ -111,7 +111,7 @@ def padding(position: int, alignment: int) -> bytes:
 def _padding_record(gap: int) -> bytes:
     """The padding record of ``gap`` bytes: always the same bytes (LSN 0, zeros), so the few
     sizes a writer of like-sized entries keeps needing are made once -- not a zeroed buffer
-    and a CRC over it per journal write, on the lone add's path (issue 19)."""
+    and a CRC over it per journal write, on the lone add's path."""
     return encode_record(RecordType.PADDING, 0, bytes(gap - RECORD_HEADER.size))
 
 

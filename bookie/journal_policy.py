@@ -35,7 +35,7 @@ class GroupCommitPolicy:
 INLINE_BYTES = 16 * 1024  # a lone record up to this size may be written and synced on the loop
 # A batch with BP-14 volatile records, up to this size, is written on the loop: a copy into the
 # page cache, answered at once -- where a hop to the journal's thread and back stood between
-# the write and the answers (issue 19: 512 volatile adds in flight, -9% to +21% appends/s in
+# the write and the answers (measured: 512 volatile adds in flight, -9% to +21% appends/s in
 # six alternating pairs of runs, median +9%). Persistent batches stay on the thread: their
 # answers wait for the sync stage anyway, and the copy there overlaps the loop's next work
 # (written here they measured -4% to +8%, no gain). The journal still hands a batch to its

@@ -1,8 +1,8 @@
-"""Who may make a bookie hold a ledger it does not hold yet (issue 18: ledger squatting).
+"""Who may make a bookie hold a ledger it does not hold yet: no squatting on ledger ids.
 
 Theory of operation. A bookie learns a ledger from the first request that names it with a key
 -- an add, a recovery add or a fencing read (``Ledgers.ensure``) -- and from then on every add,
-fence, FORCE and explicit LAC of that ledger must carry that key. Before issue 18 the first key
+fence, FORCE and explicit LAC of that ledger must carry that key. Without a check the first key
 won: whoever guessed the next ledger ids (etcd revisions, predictable) could fence them with a
 junk key, and their rightful writers met EUA on every bookie so squatted. Now a request that
 would create a ledger's state, or teach its key to a state BP-46's boot made without one, is
@@ -12,7 +12,7 @@ first checked against the ledger's metadata (``KeyCheck.admit``):
 - metadata with a salted key digest (``protocol.keys.key_digest``): the key must match it, else
   EUA -- on a fencing read, the stand-in key a replication worker makes with the cluster's
   secret for a ledger nobody knows the key of (``protocol.keys.stand_in_key``) passes too;
-- legacy metadata (written before issue 18, no salt): its digest is of the password, which a
+- legacy metadata (written before ledgers had a salt): its digest is of the password, which a
   key cannot be checked against, so only the ledger's existence is checked;
 - the store unreachable or slow past ``LOOKUP_TIMEOUT``, or the metadata unreadable: EIO and
   nothing is created -- the client retries or changes its ensemble;

@@ -5,9 +5,10 @@ Theory of operation (in the manner of h11's ``_state.py``). A bookie's knowledge
 
 - **create**: the first add, fencing read or recovery add naming an unknown ledger brings its
   master key (``ensure``) -- once ``bookie.key_check`` has admitted it against the ledger's
-  metadata (issue 18); BP-46 boot phase one creates the ledgers it must fence with the key
-  unknown (``create_keyless``), and the first admitted request carrying a key teaches it;
-- **fence** (fencing.md "Fencing internals"): from then on normal adds are refused;
+  metadata; BP-46 boot phase one creates the ledgers it must fence with the key unknown
+  (``create_keyless``), and the first admitted request carrying a key teaches it;
+- **fence** (BookKeeper's "Fencing" page, "Fencing internals"): from then on normal adds are
+  refused;
 - **limbo** on and off (BP-46): a missing entry is EUNKNOWN, not an explicit negative;
 - **explicit LAC** (``write_lac``): raises the LAC without an add;
 - **add** and **copy** (an entry stored; copy is the boot repair's, BP-46 phase two). An entry
@@ -83,7 +84,7 @@ class Ledgers:
         """The ledger's state, created (its key journaled) if new; EUA on a key mismatch,
         ENOLEDGER for a ledger garbage collection dropped, EBADREQ for a new ledger without a
         key. A request reaches this for a ledger not held (or held without its key) only once
-        ``KeyCheck.admit`` has admitted its key (issue 18): that is the handlers' to do."""
+        ``KeyCheck.admit`` has admitted its key: that is the handlers' to do."""
         storage = self.storage
         state = storage.get(ledger_id)
         if state is None:

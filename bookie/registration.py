@@ -1,4 +1,4 @@
-"""The bookie in the registry: registered under a lease when it starts serving (API.md), kept
+"""The bookie in the registry: registered under a lease when it starts serving, kept
 there while it runs, its writable/read-only state and free disk published as they change.
 
 A lease that is lost (etcd unreachable past the TTL) makes clients stop picking this bookie;

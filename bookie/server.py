@@ -461,7 +461,7 @@ class Bookie:
     # ------------------------------------------------------------------ registration
 
     async def _register(self) -> None:
-        """Publish this bookie under a lease (API.md: registers on start)."""
+        """Publish this bookie under a lease, so clients can pick it while it runs."""
         if self._metadata is None:
             return
         identity = BookieServiceInfo(

@@ -1,7 +1,7 @@
 """Ledger storage: entry logs for the bytes, the on-disk index (``bookie.entry_index``) for where
 they are and for ledger state, and the states of the ledgers in use.
 
-Memory is bounded by configuration, whatever the bookie holds (issue 15): the index's write
+Memory is bounded by configuration, whatever the bookie holds on disk: the index's write
 cache (``write_cache_max_size``), the engine's block cache (``index_cache_size``), the read cache
 of entry bodies (``read_cache_max_size``) and the ledgers in use -- a ``LedgerState`` is loaded
 from the index when a request names its ledger and dropped after a checkpoint once it is idle,

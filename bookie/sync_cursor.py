@@ -1,4 +1,5 @@
-"""BP-14's sync cursor, pure: which entries of a ledger this bookie has synced.
+"""The sync cursor of BookKeeper's "BP-14: Relax durability", pure: which entries of a ledger
+this bookie has synced.
 
 "LastAddSynced": every entry up to it is synced here (or confirmed in the ensemble, when a
 piggybacked LAC moved it). Entries synced above it, out of order, are kept as disjoint ranges

@@ -1,4 +1,4 @@
-"""The bookie's TLS material (issue 18): the context its port upgrades connections with, the
+"""The bookie's TLS material: the context its port upgrades connections with, the
 context its own client connections use (repair, autorecovery), and their reload when the files
 change on disk (BookKeeper's ``tlsCertFilesRefreshDurationSeconds``): a renewed certificate is
 used by the connections made after it is read, without a restart, and a broken one is reported

@@ -1,5 +1,6 @@
-"""Upgrading a data directory written before issue 15: index segments (``ledgers/index/*.idx``,
-format 1 or 2, ``bookie.index``) become the on-disk index (``bookie.entry_index``) at start.
+"""Upgrading a data directory written before the on-disk index: index segments
+(``ledgers/index/*.idx``, format 1 or 2, ``bookie.index``) become the on-disk index
+(``bookie.entry_index``) at start.
 
 Theory of operation. The segments are loaded as the old bookie loaded them (that one time, the
 memory the old format needed), then written to the new index in batches of ``BATCH_KEYS`` keys

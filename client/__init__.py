@@ -1,4 +1,4 @@
-"""The aiobk async client (API.md "Client API")."""
+"""The aiobk async client."""
 
 from aiobk.client import errors
 from aiobk.client.bookkeeper import BookKeeper

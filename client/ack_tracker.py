@@ -1,6 +1,7 @@
 """Which entries in flight are acknowledged, in what order they complete, and the LAC: pure.
 
-Theory of operation (protocol.md "Writing to ledgers"; BP-14 "LAC Advance Protocol"):
+Theory of operation ("The BookKeeper protocol", "Writing to ledgers"; BookKeeper's "BP-14: Relax
+durability", "LAC Advance Protocol"):
 
 - Each entry in flight carries a bitmask of the ensemble slots that acknowledged it. An entry
   *completes* (its caller is answered) once it has ``ack_quorum`` acks and every entry before

@@ -1,6 +1,7 @@
 """Adding entries: BookKeeper's PendingAddOp and the ordering rules around it.
 
-Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to ledgers"):
+Theory of operation ("The BookKeeper protocol" and "A Guide to the BookKeeper Replication Protocol",
+both "Writing to ledgers"):
 
 - ``add`` gives the next entry id (dense, in call order), encodes the entry once -- the body
   carries the LAC at send time -- and sends the same frame to every bookie of its write set.
@@ -11,7 +12,7 @@ Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to l
   count, every unacknowledged entry of its slots is sent again to the replacement, and no entry
   is acknowledged until the new fragment is durable (``change_ensemble`` returned) -- an entry
   acked by a bookie that the metadata does not name yet would be invisible to recovery
-  (RELIABILITY "an add at AQ held until the change's CAS lands"). Failures that arrive before
+  (``ProtocolSwitches.hold_acks_during_change``). Failures that arrive before
   a change starts merge into it; later ones make another round. New adds wait until it is done.
 - EFENCED means a recovery has started: every pending and later add fails with
   ``LedgerFencedError``; EUA fails them with ``UnauthorizedError``; ENOLEDGER means the bookie's
@@ -25,14 +26,15 @@ Theory of operation (protocol.md "Writing to ledgers", the guide's "Writing to l
   so the budget bounds what the client holds, and a slow bookie can lag the others by at most
   the budget. Recovery's write-backs hold none.
 
-VOLATILE ledgers (BP-14 "LAC Advance Protocol"): an add completes at AQ *written* copies, in order,
-but the LAC moves only by BP-14's rule over the LastAddSynced each bookie reports (never past the
-last completed add), and a failing bookie fails the ledger's adds instead of changing the
-ensemble ("Ensemble changes are not allowed ... when ledgerType is not PD_JOURNAL").
+VOLATILE ledgers (BookKeeper's "BP-14: Relax durability", "LAC Advance Protocol"): an add completes
+at AQ *written* copies, in order, but the LAC moves only by BP-14's rule over the LastAddSynced each
+bookie reports (never past the last completed add), and a failing bookie fails the ledger's adds
+instead of changing the ensemble ("Ensemble changes are not allowed ... when ledgerType is not
+PD_JOURNAL").
 
 The same pipeline writes recovery's write-backs (``AddMode.recovery``: RECOVERY_ADD, a fixed LAC
-in every body, and a ``change_ensemble`` that only changes the local view, RELIABILITY traps 3
-and 4).
+in every body, and a ``change_ensemble`` that only changes the local view: traps 3 and 4 of
+``ProtocolSwitches``).
 
 The parts: ``ack_tracker`` counts acks, orders completions and moves the LAC (pure); the pool's
 ``Sender`` delivers frames in order per bookie, through a backlog while a connection is being
@@ -112,7 +114,7 @@ class AddMode:
 
     flags: AddFlag = AddFlag.NONE
     durability: Durability = Durability.PERSISTENT
-    fixed_lac: int | None = None  # recovery: the LAC every body carries (RELIABILITY trap 4)
+    fixed_lac: int | None = None  # recovery: the LAC every body carries (trap 4)
     budgeted: bool = True  # appends hold a share of the client's AddBudget (backpressure.py)
 
     @classmethod
@@ -185,7 +187,7 @@ class AddPipeline:
         self._key = master_key
         self._digest = digest
         self.e, self.wq = metadata.ensemble_size, metadata.write_quorum
-        # Entry e's slots are those of e mod E: E write sets, computed once (issue 19).
+        # Entry e's slots are those of e mod E: E write sets, computed once, not per add.
         self._write_sets = [tuple(write_set(i, self.e, self.wq)) for i in range(self.e)]
         self.ensemble = list(metadata.ensemble)
         self._pool = ctx.pool
@@ -220,7 +222,7 @@ class AddPipeline:
         self._sender: Sender[Sequence[PendingAdd]] = Sender(
             ctx.pool, config.add_timeout, self._answered_all
         )
-        # (slot, bookie) -> the adds to send it at the end of this loop turn (issue 19)
+        # (slot, bookie) -> the adds to send it at the end of this loop turn, in one ADD_BATCH
         self._outgoing: dict[tuple[int, str], _Outgoing] = {}
         self._flush_scheduled = False
         # Recovery's write-backs carry their frozen LAC and need no explicit one.
@@ -333,7 +335,7 @@ class AddPipeline:
     def _send(self, op: PendingAdd, slots: Sequence[int]) -> None:
         """Send ``op`` to the bookies of ``slots``: now when nothing else is in flight (a lone
         add waits for nothing), else at the end of this loop turn, with the other adds to the
-        same bookies, in one ADD_BATCH each (issue 19)."""
+        same bookies, in one ADD_BATCH each: fewer frames, less codec work per add."""
         body = self._body(op)
         op.inflight += len(slots)  # each send's callback runs exactly once
         op.frame = None  # a resend carries the LAC as it is now
@@ -432,7 +434,7 @@ class AddPipeline:
     def _callback(
         self, op: PendingAdd, slot: int, bookie: str
     ) -> Callable[[Response | BKError], None]:
-        # A partial, not a lambda: one Python frame less per answer (issue 19).
+        # A partial, not a lambda: one Python frame less per answer, on the hot path.
         return functools.partial(self._on_response, op, slot, bookie)
 
     # ------------------------------------------------------------------ responses

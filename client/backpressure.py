@@ -1,6 +1,7 @@
 """Backpressure for appends: one budget of unfinished adds, and of their payload bytes, per client.
 
-Theory of operation (issue 12, finding 4; BookKeeper's client-wide ``maxAddsInProgress``):
+Theory of operation (after BookKeeper's client-wide ``maxAddsInProgress``; without a bound, an
+application appending faster than its bookies took grew the client without limit):
 
 - Every ``append()`` of a client takes one add and ``len(payload)`` bytes from its client's
   budget before it is given an entry id, and gives them back once its add is over: acknowledged

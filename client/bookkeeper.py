@@ -1,4 +1,4 @@
-"""``BookKeeper``: the client's entry point (API.md "Client API")."""
+"""``BookKeeper``: the client's entry point."""
 
 from __future__ import annotations
 
@@ -345,8 +345,8 @@ class BookKeeper:
         create: bool = True,
         record_format: str | None = None,
     ) -> LogWriter:
-        """Become the log's writer: fence the previous one and start a new ledger (as "The
-        BookKeeper protocol" describes opening a log).
+        """Become the log's writer: fence the previous one and start a new ledger
+        (docs/design/logs.md).
 
         Args:
             name: The log.
@@ -358,9 +358,10 @@ class BookKeeper:
             roll_bytes: Start a new ledger past this many payload bytes.
             roll_seconds: ... or after this long (None: no time limit).
             create: Create the log if it does not exist (else ``NoSuchLogError``).
-            record_format: ``"raw"`` or ``"envelope"`` (records with a key, headers and a
-                timestamp): the format a new log is created with (None: raw). An existing
-                log keeps its own.
+            record_format: The format a new log is created with: ``"envelope"`` (the default:
+                records with a key, headers and a timestamp, stamped with the client's wall
+                clock unless ``append`` is given one) or ``"raw"`` (the payload alone). An
+                existing log keeps its own.
 
         Returns:
             The writer. Close it when done.
@@ -372,7 +373,7 @@ class BookKeeper:
         """
         settings = LogWriterSettings(
             ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
-            roll_seconds, create, record_format,
+            roll_seconds, create, record_format, self._wall_clock,
         )  # fmt: skip
         return await open_log_writer(self, name, settings)
 

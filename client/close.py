@@ -1,4 +1,4 @@
-"""Closing a ledger as its writer (protocol.md "Closing a ledger as a writer").
+"""Closing a ledger as its writer ("The BookKeeper protocol", "Closing a ledger as a writer").
 
 Compare-and-set the state to CLOSED with the last entry acknowledged to the application. On a
 lost race, read the metadata again: still OPEN -> retry on the new version; IN_RECOVERY -> an

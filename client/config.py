@@ -1,4 +1,4 @@
-"""Client settings: one frozen value, durations in seconds (STYLE 6)."""
+"""Client settings: one frozen value, durations in seconds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from aiobk.protocol import DigestType
 @dataclass(frozen=True, slots=True)
 class ProtocolSwitches:
     """Each known protocol trap's fix, on by default. Tests and the simulator switch one off to
-    show that the checker catches what it prevents (RELIABILITY "Known protocol traps").
+    show that the checker catches what it prevents (docs/design/invariants.md).
     Never switch these off in production."""
 
     recovery_reads_fence: bool = True  # trap 1: recovery reads carry FENCE

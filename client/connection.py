@@ -1,6 +1,6 @@
 """One pipelined connection to one bookie.
 
-In-flight requests live in ``dict[txn_id, (deadline, callback)]`` (STYLE 3); responses may
+In-flight requests live in ``dict[txn_id, (deadline, callback)]``; responses may
 arrive in any order. Requests queued in one event-loop turn leave in one ``writelines`` (one
 writev under uvloop), which keeps a reference to each frame rather than copying: an add's frame
 goes to every bookie of its write set as the same bytes object, so while bookies are slow to read,

@@ -1,4 +1,4 @@
-"""Entry digests, computed by the writer and checked by every reader (DESIGN: "Entries").
+"""Entry digests, computed by the writer and checked by every reader (docs/design/protocol.md).
 
 CRC32C (hardware) by default; MAC is HMAC-SHA256 keyed by the ledger password, which also
 proves the writer knew it; DUMMY skips the digest.

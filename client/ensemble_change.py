@@ -1,4 +1,4 @@
-"""A writer's ensemble change (protocol.md "Writing to ledgers", last bullets).
+"""A writer's ensemble change ("The BookKeeper protocol", "Writing to ledgers", last bullets).
 
 Replacements come from the registry's writable bookies, excluding the current ensemble and every
 bookie known to have failed. The new fragment starts at LAC + 1 and reaches the metadata by

@@ -1,4 +1,4 @@
-"""Client errors: one class per status, all under ``BKError`` with ``.code`` (API.md).
+"""Client errors: one class per status, all under ``BKError`` with ``.code``.
 
 The classes live in ``protocol.errors`` so the metadata layer raises the same ones.
 """

@@ -1,5 +1,5 @@
-"""Learning the LAC from bookies: the quorum LAC read and the long-poll LAC read (the guide's
-"Reading from ledgers").
+"""Learning the LAC from bookies: the quorum LAC read and the long-poll LAC read
+("A Guide to the BookKeeper Replication Protocol", "Reading from ledgers").
 
 Quorum LAC read: READ_LAC to every bookie of the last fragment; done once the answers cover every
 ack quorum (then the highest LAC seen is at least every LAC a writer could have piggybacked to an
@@ -143,7 +143,8 @@ LacDue = Callable[[], tuple[int, Sequence[str]] | None]
 
 
 class ExplicitLac:
-    """A writer's explicit LAC (BookKeeper's ExplicitLac, protocol.md "Reading from ledgers").
+    """A writer's explicit LAC (BookKeeper's ExplicitLac; the replication protocol guide,
+    "Reading from ledgers").
 
     Every add carries the LAC at send time, so the bookies learn the LAC of entry N only with
     entry N + 1. When the writer goes idle (``arm``) with a LAC no add has carried yet

@@ -171,6 +171,27 @@ class LedgerHandle:
             op = await self._queued(payload)
         return op.entry_id, op.future
 
+    def try_submit(self, data: bytes) -> tuple[int, asyncio.Future[int]] | None:
+        """``submit`` without waiting for room in the client's budget of unfinished adds.
+
+        Args:
+            data: The entry's payload.
+
+        Returns:
+            As ``submit``; or None, with nothing started, when the budget has no room now
+            (``submit`` then waits for it, in turn).
+
+        Raises:
+            LedgerClosedError: The handle is closed (and as ``append`` does when the ledger
+                cannot take the entry).
+        """
+        _payload, op = self._start_now(data)
+        return None if op is None else (op.entry_id, op.future)
+
+    def check_size(self, data: bytes) -> None:
+        """``EntryTooLargeError`` unless ``data`` fits in one add request of this ledger."""
+        self._pipeline.check_size(data)
+
     def _start_now(self, data: bytes) -> tuple[bytes, PendingAdd | None]:
         """The payload of an append this handle may start (else the error it fails with), and
         its add if the budget has room at once -- no wait, and no coroutine for one."""

@@ -1,11 +1,13 @@
 """Taking a log as its writer, and appending whole ledgers to it (the Spark sink's commit).
 
-Taking a log (protocol.md "Opening a log"; the guide's "Segment Based Logs"): read its ledger
+Taking a log (docs/design/logs.md; "The BookKeeper protocol", "Opening a log"): read its ledger
 list (creating the log if asked), then fence -- open with recovery -- its last two ledgers: the
 previous writer may still be writing to the penultimate one while adding the last. After that a
-previous writer can complete no append, and the compare-and-set on the version read decides
-between two writers that take the log at once. ``LogWriter`` opens a log this way, and so does
-``append_ledgers_to_log``.
+previous writer can complete no append, and the compare-and-set on the version read -- which
+also raises the log's writer epoch (``LogRecord.writer_epoch``) -- decides between two writers
+that take the log at once. ``LogWriter`` opens a log this way, and so does
+``append_ledgers_to_log``: the Spark sink's commit is a writer taking the log, so it fences a
+live writer, as any second writer of a single-writer log must.
 
 Positions in a log compare by (ledger id, entry id), and readers (the streaming source among
 them) rely on a log's ledgers being in ascending id order. Appended ledgers must therefore come
@@ -20,7 +22,7 @@ import itertools
 from collections.abc import Sequence
 
 from aiobk.client.ledger_client import LedgerClient
-from aiobk.client.log_format import RAW, check_format
+from aiobk.client.log_format import ENVELOPE, check_format
 from aiobk.metadata import LogRecord
 from aiobk.protocol.errors import (
     LogExistsError,
@@ -41,8 +43,9 @@ async def take_log(
 ) -> LogRecord:
     """Read (or, with ``create``, create) the log and fence its last two ledgers; the record
     read, whose version a compare-and-set must then match. A log is created with
-    ``record_format`` (raw when None); a log in another format than a ``record_format`` asked
-    for, or in one this client does not know, is ``ValueError`` before anything is fenced."""
+    ``record_format`` (envelope records when None); a log in another format than a
+    ``record_format`` asked for, or in one this client does not know, is ``ValueError``
+    before anything is fenced."""
     store = bk.store
     try:
         record = await store.read_log(name)
@@ -50,7 +53,7 @@ async def take_log(
         if not create:
             raise
         try:
-            record = await store.create_log(name, check_format(record_format or RAW))
+            record = await store.create_log(name, check_format(record_format or ENVELOPE))
         except LogExistsError:
             record = await store.read_log(name)
     check_format(record.record_format)
@@ -93,7 +96,9 @@ async def append_ledgers_to_log(
                 "cannot follow it (positions follow ledger order); write them again"
             )
         try:
-            return await store.write_log(record.with_ledgers((*record.ledgers, *ids)))
+            # Committing ledgers is writing to the log: the sink takes it, as a writer opening
+            # would, and a live writer finds itself taken over (docs/design/logs.md).
+            return await store.write_log(record.taken((*record.ledgers, *ids)))
         except MetadataVersionError:
             continue
     raise MetadataVersionError(f"log {name!r}: could not append ledgers {ids}")

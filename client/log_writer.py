@@ -1,18 +1,34 @@
-"""The single writer of a named log (protocol.md "Opening a log"; the guide's "Segment Based
-Logs").
+"""The single writer of a named log (docs/design/logs.md; "A Guide to the BookKeeper
+Replication Protocol", "Segment Based Logs").
 
-Opening: read the log's ledger list, fence (open with recovery) its last two ledgers -- the
-previous writer may still be writing to the penultimate one while adding the last -- create a
-ledger and add it to the list by compare-and-set. The fencing and the CAS together mean at
-most one writer can complete appends: a lost CAS means another writer won, and the loser gets
-``LogFencedError``; the previous writer's next append fails because its ledger is fenced.
+Theory of operation.
 
-Rolling to a new ledger happens by size or age (settings), and when the current ledger fails
-in a way it cannot survive (no bookie to change the ensemble to, a bookie lost under a
-volatile ledger). On a failure the ledger is recovered first, so the writer knows exactly
-which of its in-flight appends made it: those resolve to their positions in the old ledger,
-the others are appended again to the new one. No record is lost or written twice, and the
-appender sees nothing of it but the positions.
+*Taking the log.* Opening reads the log record, fences (opens with recovery) its last two
+ledgers -- the previous writer may still be writing to the penultimate one while adding the
+last -- creates a ledger and puts it at the end of the log by a compare-and-set that also
+raises the log's writer epoch (``LogRecord.writer_epoch``). The fencing and the CAS together
+mean at most one writer can complete appends: the previous writer's next append fails because
+its ledger is fenced, and its next change of the log record finds a higher epoch.
+
+*Telling a takeover from maintenance.* A roll changes the log record by compare-and-set, and so
+do truncation and retention. A roll that loses that race reads the record again: if the epoch
+is still its own, someone trimmed the log (routine) and the roll simply tries again on what it
+read; only a higher epoch means another writer took the log, and only that fails the writer
+(``LogFencedError``). A fenced ledger is judged the same way: fenced by a takeover, the writer
+stops; fenced by anything else (an operator's recovery), it recovers the ledger and moves on.
+
+*Call order.* Positions follow the order of ``append`` calls, across rolls, failovers and
+ensemble changes. An append is given an entry at once when nothing is ahead of it; otherwise it
+joins a queue, and only the queue's pump -- one at a time, head first -- gives queued appends
+entries. While a roll or a failover runs (a *transition*), every new append queues, so none can
+overtake the ones waiting when the next ledger opens.
+
+*Moving on.* A transition seals the current ledger -- a roll closes it after its appends; a
+failure (no bookie to change the ensemble to, a bookie lost under a volatile ledger, a fence)
+recovers it -- and so learns its last entry. The ledger's appends up to that entry are in the
+log and resolve to their positions there; the ones after it are not, and go back to the head
+of the queue, in their order, ahead of everything called later. No record is lost or written
+twice, and the appender sees nothing of it but the positions.
 """
 
 from __future__ import annotations
@@ -22,8 +38,10 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.ledger_handle import LedgerHandle
@@ -36,7 +54,6 @@ from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
     BKError,
     LedgerClosedError,
-    LedgerFencedError,
     LogFencedError,
     MetadataVersionError,
 )
@@ -48,6 +65,8 @@ FAILOVER_ATTEMPTS = 10  # consecutive ledgers that may fail before the writer gi
 
 @dataclass(frozen=True, slots=True)
 class LogWriterSettings:
+    """How a ``LogWriter`` writes (``BookKeeper.open_log_writer`` takes the same names)."""
+
     ensemble_size: int = 3
     write_quorum: int = 3
     ack_quorum: int = 2
@@ -56,22 +75,57 @@ class LogWriterSettings:
     roll_bytes: int = 256 * 1024 * 1024  # start a new ledger past this many payload bytes
     roll_seconds: float | None = None  # ... or once the ledger is this old (None: never)
     create: bool = True  # create the log if it does not exist
-    # The log's record format (log_format): a new log is created with it (None: raw); an
+    # The log's record format (log_format): a new log is created with it (None: envelope); an
     # existing log in another format is refused. None takes an existing log's.
     record_format: str | None = None
     clock: Callable[[], float] = time.time  # stamps envelope records (seconds; stored in ms)
 
 
+class _Append:
+    """One ``append`` call: its entry payload, where it was sent, and its caller's future."""
+
+    __slots__ = ("data", "done", "entry_id", "ledger_id", "settled")
+
+    def __init__(self, data: bytes, done: asyncio.Future[LogPosition]) -> None:
+        self.data = data
+        self.done = done
+        self.ledger_id = -1  # the ledger it was sent to (-1: not sent, or sent again later)
+        self.entry_id = -1
+        self.settled = False  # resolved to a position, or failed with the writer
+
+
+def split_at(sent: deque[_Append], last: int) -> tuple[list[_Append], list[_Append]]:
+    """A sealed ledger's unsettled appends (``sent`` in entry order): those in it -- entry ids up
+    to ``last``, its last entry -- and those to send again, in their order."""
+    kept: list[_Append] = []
+    again: list[_Append] = []
+    for append in sent:
+        if not append.settled:
+            (kept if append.entry_id <= last else again).append(append)
+    return kept, again
+
+
 class LogWriter:
+    """The one writer of a log: appends records in call order, rolling to a new ledger by size
+    or age and moving on from failed ledgers by itself. Made by
+    ``BookKeeper.open_log_writer``; an async context manager that closes on exit."""
+
     def __init__(self, bk: LedgerClient, name: str, settings: LogWriterSettings) -> None:
         self._bk = bk
         self.name = name
         self._settings = settings
-        self._handle: LedgerHandle | None = None
+        self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
+        self._epoch = 0  # the log's writer epoch this writer took
         self._opened_at = 0.0
         self._bytes = 0
-        self._rolling: asyncio.Future[None] | None = None
-        self._failed_ledgers: dict[int, asyncio.Future[int]] = {}  # ledger -> recovered end
+        self._queue: deque[_Append] = deque()  # called, not yet sent: call order
+        self._sent: deque[_Append] = deque()  # sent to _handle, entry order
+        self._unsettled = 0  # appends called and not settled
+        self._pump: asyncio.Task[None] | None = None
+        self._transition: asyncio.Future[None] | None = None  # a roll or failover running
+        self._transition_task: asyncio.Task[None] | None = None
+        self._failovers = 0  # consecutive failed ledgers
+        self._settled_all: asyncio.Future[None] | None = None  # close() waits on it
         self._error: BKError | None = None
         self._closed = False
         self.record_format = RAW  # the log's, once opened
@@ -80,16 +134,41 @@ class LogWriter:
 
     async def _open(self) -> None:
         s = self._settings
-        record = await take_log(
-            self._bk, self.name, s.password, create=s.create, record_format=s.record_format
-        )
-        self.record_format = record.record_format
-        await self._add_ledger(record)
+        retry = MetadataRetry(self._bk.config, f"log {self.name}: taking it")
+        for _attempt in range(self._bk.config.metadata_retries):
+            record = await take_log(
+                self._bk, self.name, s.password, create=s.create, record_format=s.record_format
+            )
+            self.record_format = record.record_format
+            handle = await self._create_ledger()
+            wanted = record.taken((*record.ledgers, handle.ledger_id))
+            try:
+                await retry.call(
+                    "taking the log", functools.partial(self._bk.store.write_log, wanted)
+                )
+            except MetadataVersionError:
+                now = await self._read_record(retry)
+                if now.writer_epoch == wanted.writer_epoch and now.ledgers[-1:] == (
+                    handle.ledger_id,
+                ):
+                    self._started(handle, now.writer_epoch)  # an earlier attempt landed
+                    return
+                await self._discard(handle)
+                if now.writer_epoch != record.writer_epoch:
+                    raise LogFencedError(
+                        f"log {self.name!r}: another writer took it while this one opened"
+                    ) from None
+                continue  # the log changed (a roll of the previous writer, a truncation)
+            except BKError:
+                await self._discard(handle)
+                raise
+            self._started(handle, wanted.writer_epoch)
+            return
+        raise MetadataVersionError(f"log {self.name!r}: taking it kept losing races")
 
-    async def _add_ledger(self, record: LogRecord) -> None:
-        """Create a ledger and put it at the end of the log by CAS on ``record``'s version."""
+    async def _create_ledger(self) -> LedgerHandle:
         s = self._settings
-        handle = await self._bk.create_ledger(
+        return await self._bk.create_ledger(
             s.ensemble_size,
             s.write_quorum,
             s.ack_quorum,
@@ -97,33 +176,26 @@ class LogWriter:
             durability=s.durability,
             custom_metadata={"log": self.name.encode()},
         )
-        wanted = record.with_ledgers((*record.ledgers, handle.ledger_id))
-        store = self._bk.store
-        # Ridden out while the store is unreachable, as the ledger's creation was; a retried
-        # compare-and-set whose first attempt landed comes back as a version error, told apart
-        # from another writer's change by reading the log again.
-        retry = MetadataRetry(self._bk.config, f"log {self.name}: adding a ledger")
-        try:
-            try:
-                await retry.call("updating the log", functools.partial(store.write_log, wanted))
-            except MetadataVersionError:
-                now = await retry.call(
-                    "reading the log", functools.partial(store.read_log, self.name)
-                )
-                if now.ledgers != wanted.ledgers:
-                    raise
-        except MetadataVersionError:
-            await self._discard(handle)
-            error = LogFencedError(f"log {self.name!r}: another writer took it over")
-            self._fail(error)
-            raise error from None
-        except BKError:
-            await self._discard(handle)
-            raise
+
+    def _started(self, handle: LedgerHandle, epoch: int) -> None:
         self._handle = handle
+        self._epoch = epoch
         self._bytes = 0
         self._opened_at = asyncio.get_running_loop().time()
         log.info("log %s: writing to ledger %d", self.name, handle.ledger_id)
+
+    async def _read_record(self, retry: MetadataRetry) -> LogRecord:
+        return await retry.call(
+            "reading the log", functools.partial(self._bk.store.read_log, self.name)
+        )
+
+    def _taken_over(self, record: LogRecord) -> LogFencedError | None:
+        if record.writer_epoch == self._epoch:
+            return None
+        return LogFencedError(
+            f"log {self.name!r}: another writer took it over (writer epoch "
+            f"{record.writer_epoch}, this writer's {self._epoch})"
+        )
 
     async def _discard(self, handle: LedgerHandle) -> None:
         try:
@@ -148,12 +220,19 @@ class LogWriter:
         headers: Mapping[str, bytes] | None = None,
         timestamp: int | None = None,
     ) -> LogPosition:
-        """Append ``data``; its position once it (and everything before it in its ledger) is
-        durable. Raises ``LogFencedError`` once another writer has taken the log.
+        """Append a record; return its position once it (and every record called before it)
+        is durable. Positions follow the order of calls, across rolls and failovers.
 
         A log of ``"envelope"`` records stores ``key``, ``headers`` and ``timestamp``
-        (milliseconds since the epoch; default the writer's clock now) with the data; a raw
-        log stores the data alone and refuses them (ValueError)."""
+        (milliseconds since the epoch; default the writer's clock now) with ``data``; a raw log
+        stores the data alone and refuses them (``ValueError``). Raises ``LogFencedError``
+        once another writer has taken the log, ``LedgerClosedError`` after ``close()``, and
+        ``EntryTooLargeError`` for a record that cannot fit in one entry. A caller that is
+        cancelled cancels only its wait: the record is still appended."""
+        if self._error is not None:
+            raise self._error
+        if self._closed or self._handle is None:
+            raise LedgerClosedError(f"log writer of {self.name!r} is closed")
         if self.record_format == ENVELOPE:
             if timestamp is None:
                 timestamp = int(self._settings.clock() * 1000)
@@ -163,124 +242,257 @@ class LogWriter:
                 f"log {self.name!r} holds raw records: a key, headers or a timestamp need a "
                 "log created with record_format='envelope'"
             )
-        for _attempt in range(FAILOVER_ATTEMPTS):
-            handle = await self._ready()
+        handle = self._handle
+        handle.check_size(data)  # refused now, never queued for what can never be sent
+        append = _Append(bytes(data), asyncio.get_running_loop().create_future())
+        self._unsettled += 1
+        if self._transition is None and self._pump is None and not self._queue:
             try:
-                entry_id, confirmed = await handle.submit(data)
-            except LedgerClosedError:
-                continue  # rolled meanwhile
+                started = handle.try_submit(append.data)
             except BKError as exc:
-                await self._on_failure(handle, exc)
-                continue
-            self._bytes += len(data)
-            if self._due_to_roll():
-                self._start_roll(self._roll)
-            try:
-                return LogPosition(handle.ledger_id, await confirmed)
-            except BKError as exc:
-                last = await self._on_failure(handle, exc)
-                if entry_id <= last:
-                    return LogPosition(handle.ledger_id, entry_id)  # it made it after all
-        raise self._error or LedgerClosedError(f"log {self.name!r}: too many failed ledgers")
+                self._queue.append(append)
+                self._ledger_failed(handle, exc)
+            else:
+                if started is None:
+                    self._queue.append(append)  # the budget is full: the pump waits for it
+                    self._start_pump()
+                else:
+                    self._sent_to(handle, append, *started)
+        else:
+            self._queue.append(append)
+            self._start_pump()
+        return await append.done
 
-    async def _ready(self) -> LedgerHandle:
-        while True:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                raise LedgerClosedError(f"log writer of {self.name!r} is closed")
-            if self._rolling is not None:
-                await asyncio.shield(self._rolling)
-                continue
-            if self._handle is None:
-                raise LedgerClosedError(f"log writer of {self.name!r} has no ledger")
-            return self._handle
+    def _sent_to(
+        self, handle: LedgerHandle, append: _Append, entry_id: int, confirmed: asyncio.Future[int]
+    ) -> None:
+        append.ledger_id = handle.ledger_id
+        append.entry_id = entry_id
+        self._sent.append(append)
+        self._bytes += len(append.data)
+        confirmed.add_done_callback(functools.partial(self._confirmed, handle, append))
+        if self._due_to_roll():
+            self._begin(self._roll(handle))
+
+    def _confirmed(self, handle: LedgerHandle, append: _Append, done: asyncio.Future[int]) -> None:
+        if append.settled or append.ledger_id != handle.ledger_id:
+            return  # a transition settled it, or sent it again
+        if done.cancelled():
+            self._ledger_failed(
+                handle, LedgerClosedError(f"ledger {handle.ledger_id}: add cancelled")
+            )
+            return
+        exc = done.exception()
+        if exc is None:
+            self._failovers = 0
+            self._settle(append, LogPosition(handle.ledger_id, append.entry_id))
+            sent = self._sent
+            while sent and sent[0].settled:
+                sent.popleft()
+        elif isinstance(exc, BKError):
+            self._ledger_failed(handle, exc)
+        else:
+            self._fail(LedgerClosedError(f"log {self.name!r}: append failed: {exc!r}"))
+
+    def _settle(self, append: _Append, position: LogPosition) -> None:
+        append.settled = True
+        if not append.done.done():
+            append.done.set_result(position)
+        self._unsettled -= 1
+        if self._unsettled == 0:
+            self._wake_close()
+
+    def _wake_close(self) -> None:
+        if self._settled_all is not None and not self._settled_all.done():
+            self._settled_all.set_result(None)
+
+    def _start_pump(self) -> None:
+        if (
+            self._pump is None
+            and self._transition is None
+            and self._queue
+            and self._error is None
+            and self._handle is not None
+        ):
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        """Send the queue, head first, waiting for the client's budget when it is full. Stops
+        at a transition (which starts it again when it ends) or a failed ledger."""
+        me = asyncio.current_task()
+        try:
+            while self._queue and self._transition is None and self._error is None:
+                handle = self._handle
+                assert handle is not None
+                head = self._queue[0]
+                try:
+                    started = handle.try_submit(head.data) or await handle.submit(head.data)
+                except BKError as exc:
+                    self._ledger_failed(handle, exc)
+                    return
+                # No await from the add's start to here: a transition that cancels this task
+                # either finds the append unsent (at the head) or sent and known.
+                self._queue.popleft()
+                self._sent_to(handle, head, *started)
+        finally:
+            if self._pump is me:
+                self._pump = None
 
     def _due_to_roll(self) -> bool:
         s = self._settings
-        if self._rolling is not None or self._error is not None:
+        if self._transition is not None or self._error is not None:
             return False
         if self._bytes >= s.roll_bytes:
             return True
         age = asyncio.get_running_loop().time() - self._opened_at
         return s.roll_seconds is not None and age >= s.roll_seconds
 
-    def _start_roll(self, step: Callable[[], Awaitable[None]]) -> asyncio.Future[None]:
-        """Run ``step`` (a roll or a failover) while appends wait for it."""
+    # ------------------------------------------------------------------ moving on
+
+    def _ledger_failed(self, handle: LedgerHandle, exc: BKError) -> None:
+        """An add to ``handle`` failed, or it refused one: move on from it, once. A transition
+        already running handles it (a roll's close fails and falls back to recovery)."""
+        if self._error is not None or handle is not self._handle or self._transition is not None:
+            return
+        log.warning("log %s: ledger %d failed (%s); recovering it and moving on",
+                    self.name, handle.ledger_id, exc)  # fmt: skip
+        self._begin(self._failover(handle, exc))
+
+    def _begin(self, step: Coroutine[Any, Any, None]) -> None:
+        """Run a transition: appends queue until it ends, then the pump sends them."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._rolling = done
+        self._transition = done
+        pump = self._pump
+        if pump is not None and pump is not asyncio.current_task():
+            pump.cancel()  # it has sent nothing it has not recorded (see _run_pump)
+        self._pump = None
 
         async def run() -> None:
             try:
-                await step()
-                done.set_result(None)
+                await step
             except BaseException as exc:
-                if not isinstance(exc, BKError):
-                    exc = LedgerClosedError(f"log {self.name!r}: roll failed: {exc!r}")
-                self._fail(exc)
-                done.set_exception(exc)
-                done.exception()
+                error = exc if isinstance(exc, BKError) else None
+                self._fail(error or LedgerClosedError(f"log {self.name!r}: roll failed: {exc!r}"))
+                if not isinstance(exc, Exception):
+                    raise
             finally:
-                self._rolling = None
+                self._transition = None
+                done.set_result(None)
+                self._start_pump()
 
-        task = loop.create_task(run())
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-        return done
+        self._transition_task = loop.create_task(run())
 
-    async def _roll(self) -> None:
-        """By size or age: close the current ledger (after its appends), start the next."""
-        old = self._handle
-        assert old is not None
-        await old.close()
-        await self._add_ledger(await self._bk.store.read_log(self.name))
+    async def _roll(self, old: LedgerHandle) -> None:
+        """By size or age: close the current ledger after its appends, start the next."""
+        await self._move_on(old, None)
 
-    async def _on_failure(self, handle: LedgerHandle, exc: BKError) -> int:
-        """The current ledger failed under an append: recover it (once) and move on to a new
-        ledger. Returns the recovered ledger's last entry id."""
-        if isinstance(exc, LedgerFencedError):
-            error = LogFencedError(f"log {self.name!r}: another writer fenced ledger "
-                                   f"{handle.ledger_id}")  # fmt: skip
-            self._fail(error)
-            raise error from exc
-        pending = self._failed_ledgers.get(handle.ledger_id)
-        if pending is None:
-            loop = asyncio.get_running_loop()
-            pending = self._failed_ledgers[handle.ledger_id] = loop.create_future()
-            log.warning("log %s: ledger %d failed (%s); recovering it and moving on",
-                        self.name, handle.ledger_id, exc)  # fmt: skip
+    async def _failover(self, old: LedgerHandle, failure: BKError) -> None:
+        self._failovers += 1
+        if self._failovers > FAILOVER_ATTEMPTS:
+            raise LedgerClosedError(
+                f"log {self.name!r}: {FAILOVER_ATTEMPTS} ledgers in a row failed; last: {failure}"
+            )
+        await self._move_on(old, failure)
 
-            async def failover() -> None:
-                reader = await self._bk.open_ledger(
-                    handle.ledger_id, self._settings.password, recovery=True
-                )
-                pending.set_result(reader.last_add_confirmed)
-                await self._add_ledger(await self._bk.store.read_log(self.name))
+    async def _move_on(self, old: LedgerHandle, failure: BKError | None) -> None:
+        last = await self._seal(old, failure)
+        kept, again = split_at(self._sent, last)
+        self._sent = deque()
+        for append in kept:
+            self._settle(append, LogPosition(old.ledger_id, append.entry_id))
+        for append in again:
+            append.ledger_id = append.entry_id = -1
+        self._queue.extendleft(reversed(again))
+        await self._next_ledger()
 
-            rolled = self._start_roll(failover)
+    async def _seal(self, old: LedgerHandle, failure: BKError | None) -> int:
+        """The last entry of ``old`` once no further add can land in it: closed after its
+        appends, or -- when it failed -- recovered, as a reader would (this also learns which
+        in-flight appends made it). Raises ``LogFencedError`` if another writer took the log."""
+        if failure is None:
             try:
-                await asyncio.shield(rolled)
-            except BKError:
-                if not pending.done():
-                    pending.set_exception(self._error or exc)
-                    pending.exception()
-        return await asyncio.shield(pending)
+                await old.close()
+            except BKError as exc:
+                failure = exc
+            else:
+                last = old.metadata.last_entry_id
+                assert last is not None  # closed
+                return last
+        retry = MetadataRetry(self._bk.config, f"log {self.name}: recovering a failed ledger")
+        taken = self._taken_over(await self._read_record(retry))
+        if taken is not None:
+            raise taken from failure
+        reader = await self._bk.open_ledger(old.ledger_id, self._settings.password, recovery=True)
+        with contextlib.suppress(BKError):
+            await reader.close()
+        return reader.last_add_confirmed
+
+    async def _next_ledger(self) -> None:
+        """Create the next ledger and put it at the end of the log, as long as the log is still
+        this writer's; a routine change of the record (a truncation) just means trying again."""
+        handle = await self._create_ledger()
+        retry = MetadataRetry(self._bk.config, f"log {self.name}: adding a ledger")
+        try:
+            for _attempt in range(self._bk.config.metadata_retries):
+                record = await self._read_record(retry)
+                taken = self._taken_over(record)
+                if taken is not None:
+                    raise taken
+                if record.ledgers[-1:] == (handle.ledger_id,):
+                    break  # a compare-and-set retried after its first attempt landed
+                if record.ledgers and handle.ledger_id < record.ledgers[-1]:
+                    raise LogFencedError(
+                        f"log {self.name!r}: it ends with ledger {record.ledgers[-1]}, after "
+                        f"this writer's new ledger {handle.ledger_id}"
+                    )
+                wanted = record.with_ledgers((*record.ledgers, handle.ledger_id))
+                try:
+                    await retry.call(
+                        "updating the log", functools.partial(self._bk.store.write_log, wanted)
+                    )
+                    break
+                except MetadataVersionError:
+                    continue  # changed since read: read it again
+            else:
+                raise MetadataVersionError(f"log {self.name!r}: adding a ledger kept losing races")
+        except BKError:
+            await self._discard(handle)
+            raise
+        self._started(handle, self._epoch)
 
     def _fail(self, error: BKError) -> None:
+        """The writer stops for good: every unsettled append fails with ``error``."""
         if self._error is None:
             self._error = error
+        failed = [a for a in (*self._sent, *self._queue) if not a.settled]
+        self._sent.clear()
+        self._queue.clear()
+        for append in failed:
+            append.settled = True
+            self._unsettled -= 1
+            if not append.done.done():
+                append.done.set_exception(error)
+                append.done.exception()  # the caller may have gone: no "never retrieved"
+        self._wake_close()
 
     # ------------------------------------------------------------------ closing
 
     async def close(self) -> None:
-        """Close the current ledger (after its appends). The log stays; a later writer adds
-        its own ledger. Idempotent."""
+        """Wait for every append called before it, then close the current ledger. The log
+        stays; a later writer adds its own ledger. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._rolling is not None:
-            with contextlib.suppress(BKError):
-                await asyncio.shield(self._rolling)
+        loop = asyncio.get_running_loop()
+        while self._error is None:
+            if self._transition is not None:
+                await asyncio.shield(self._transition)
+            elif self._unsettled:
+                self._settled_all = loop.create_future()
+                await asyncio.shield(self._settled_all)
+            else:
+                break
         if self._handle is not None and self._error is None:
             await self._handle.close()
 
@@ -292,6 +504,7 @@ class LogWriter:
 
 
 async def open_log_writer(bk: LedgerClient, name: str, settings: LogWriterSettings) -> LogWriter:
+    """Take the log ``name`` as its writer (see ``LogWriter``)."""
     writer = LogWriter(bk, name, settings)
     await writer._open()
     return writer

@@ -1,4 +1,4 @@
-"""Riding out an unreachable metadata store (issue 12, finding 8).
+"""Riding out an unreachable metadata store.
 
 A writer that must change its ensemble, or close, while etcd restarts or elects a leader should
 not fail its ledger for a blip: a ``MetadataStoreError`` is retried with capped exponential

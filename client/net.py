@@ -1,8 +1,8 @@
 """The network seam on the client side: how a connection to a bookie is opened.
 
 Production: the running loop's ``create_connection`` (uvloop when installed). A simulator hands
-in a ``Connector`` with in-memory transports. Raw ``OSError`` never leaves this layer
-(STYLE 5): it becomes ``BookieUnavailableError`` with the cause chained.
+in a ``Connector`` with in-memory transports. Raw ``OSError`` never leaves this layer: it
+becomes ``BookieUnavailableError`` with the cause chained.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""A ledger's password as the metadata keeps it, and the checks made against it (issue 18).
+"""A ledger's password as the metadata keeps it, and the checks made against it.
 
-The metadata never holds the password: since issue 18 it holds a digest of the ledger's master
-key salted per ledger (``protocol.keys.key_digest``), which bookies can check a key against;
-metadata written before keeps the unsalted digest of the password, which is still read.
+The metadata never holds the password: it holds a digest of the ledger's master key salted per
+ledger (``protocol.keys.key_digest``), which bookies can check a key against; metadata written
+before ledgers had a salt keeps the unsalted digest of the password, which is still read.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from aiobk.protocol.keys import key_digest, legacy_password_digest, password_mat
 
 def password_digest(password: bytes, salt: bytes = b"") -> bytes:
     """What the metadata keeps to check a password (never the password itself): with a salt
-    (every ledger created since issue 18), the salted digest of its master key, which bookies
+    (every ledger created now), the salted digest of its master key, which bookies
     can check a key against too; without, the legacy unsalted digest of the password."""
     if salt:
         return key_digest(salt, master_key(password))
@@ -24,13 +24,13 @@ def password_digest(password: bytes, salt: bytes = b"") -> bytes:
 
 def check_password(ledger_id: int, metadata: LedgerMetadata, password: bytes) -> None:
     """UnauthorizedError unless ``password`` is the ledger's (compared in constant time); reads
-    both the salted form and the legacy one (metadata written before issue 18)."""
+    both the salted form and the legacy one (metadata written before the salt)."""
     if not password_matches(metadata.password_salt, metadata.password_digest, password):
         raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
 
 
 def check_delete(ledger_id: int, metadata: LedgerMetadata, password: bytes | None) -> None:
-    """What deleting a ledger asks (issue 18): its password, checked against the digest in
+    """What deleting a ledger asks: its password, checked against the digest in
     its metadata; ``None`` stands for the empty password, so a ledger created without one
     needs none and any other is refused with a message saying what to pass."""
     if password is None:

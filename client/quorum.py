@@ -1,5 +1,6 @@
-"""Quorum math, pure (spec: protocol.md "Write quorums", the guide's "Operations and the
-Different Quorums", BP-14 "LAC Advance Protocol").
+"""Quorum math, pure ("The BookKeeper protocol", "Write quorums"; "A Guide to the BookKeeper
+Replication Protocol", "Operations and the Different Quorums"; BookKeeper's "BP-14: Relax
+durability", "LAC Advance Protocol").
 
 Slots are indices into an ensemble. The write set of entry e is the WQ consecutive slots
 starting at e mod E, wrapping. AQ acks from the write set commit an entry. QC = WQ - AQ + 1 and
@@ -50,7 +51,8 @@ def coverage_impossible(
     ensemble_size: int, write_quorum: int, ack_quorum: int, failed: Collection[int]
 ) -> bool:
     """True when ``failed`` slots leave some write set unable ever to be covered: at least AQ
-    of its bookies failed (the guide: fencing is unknown at "AQ unknown responses")."""
+    of its bookies failed (the replication protocol guide: fencing is unknown at "AQ unknown
+    responses")."""
     for start in range(ensemble_size):
         lost = sum(1 for i in range(write_quorum) if (start + i) % ensemble_size in failed)
         if lost >= ack_quorum:
@@ -61,7 +63,7 @@ def coverage_impossible(
 def lac_from_last_add_synced(synced: Sequence[int], write_quorum: int, ack_quorum: int) -> int:
     """BP-14: sort the LastAddSynced values ascending, take the max of the first WQ-AQ+1.
 
-    Spec example, ensemble A, B, C with LastAddSynced 1, 2, 3: AQ=1 -> 3, AQ=2 -> 2, AQ=3 -> 1.
+    BP-14's example, ensemble A, B, C with LastAddSynced 1, 2, 3: AQ=1 -> 3, AQ=2 -> 2, AQ=3 -> 1.
     The result is synced on at least AQ bookies: only WQ-AQ of them may be below it.
     """
     ordered = sorted(synced)

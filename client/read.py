@@ -1,4 +1,5 @@
-"""Reading entries (the guide's "Reading from ledgers": a regular read needs one positive answer).
+"""Reading entries ("A Guide to the BookKeeper Replication Protocol", "Reading from ledgers": a
+regular read needs one positive answer).
 
 An entry is asked of the bookies of its write set (in its fragment) in order, speculatively:
 the first good copy wins. A copy whose digest does not verify is skipped (``DigestMismatchError`` if

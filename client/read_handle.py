@@ -58,7 +58,7 @@ class ReadHandle:
         return self._lac
 
     def _advance(self, lac: int) -> int:
-        self._lac = max(self._lac, lac)  # never goes down (RELIABILITY I9)
+        self._lac = max(self._lac, lac)  # never goes down (invariant I9)
         return self._lac
 
     async def refresh(self) -> LedgerMetadata:

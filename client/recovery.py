@@ -1,5 +1,7 @@
-"""Opening a ledger with recovery: fence it, find its last entry, close it (protocol.md "Closing
-a ledger as a reader", fencing.md "Fencing internals", the guide's three recovery phases).
+"""Opening a ledger with recovery: fence it, find its last entry, close it ("The BookKeeper
+protocol", "Closing a ledger as a reader"; BookKeeper's "Fencing" page, "Fencing internals";
+the three recovery phases of "A Guide to the BookKeeper Replication Protocol"). The traps
+named are the known protocol traps, each one of ``ProtocolSwitches`` (docs/design/invariants.md).
 
 1. IN_RECOVERY by compare-and-set, so the old writer's next ensemble change fails and it stops.
    A ledger already IN_RECOVERY (another recoverer, or one that died) is recovered as it is.

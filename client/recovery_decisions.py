@@ -1,17 +1,18 @@
-"""Recovery's decisions, pure (fencing.md, the guide's "Ledger Recovery", BP-46 "A note on
-Quorums", and the verified TLA+ model behind the guide).
+"""Recovery's decisions, pure (BookKeeper's "Fencing" page; "A Guide to the BookKeeper Replication
+Protocol", "Ledger Recovery"; BookKeeper's "BP-46: Running without the journal", "A note on
+Quorums"; and the verified TLA+ model behind the guide, github.com/Vanlightly/bookkeeper-tlaplus).
 
 ``FenceTracker`` -- phase 1: fencing LAC reads to the last fragment's ensemble. Done once the
 bookies that confirmed the fence cover every ack quorum; failed once enough have failed that
 coverage can no longer happen. The recovery start point is
-max(highest LAC seen, first entry of the last fragment - 1) (RELIABILITY trap 2: a bookie new
-to a fragment answers LAC -1; never restart a multi-fragment ledger at entry 0).
+max(highest LAC seen, first entry of the last fragment - 1) (trap 2 of ``ProtocolSwitches``: a
+bookie new to a fragment answers LAC -1; never restart a multi-fragment ledger at entry 0).
 
 ``ReadTracker`` -- phase 2, one entry read from its write set:
 - recoverable at the first positive (the entry exists; recovery writes it back to an ack quorum
   before closing, so including it is safe even if the writer never acknowledged it). This is the
-  TLA+ model's "generous on positives" rule and BookKeeper's; RELIABILITY lists "a single
-  positive is written back before close". AQ positives is sufficient but not necessary.
+  TLA+ model's "generous on positives" rule and BookKeeper's: a single positive is written
+  back before the close. AQ positives is sufficient but not necessary.
 - absent at QC explicit negatives (NoSuchEntry/NoSuchLedger) and no positive: no ack quorum of
   the write set can hold it, so the writer never acknowledged it.
 - unknown when every bookie answered (or failed) and neither happened: recovery must stop

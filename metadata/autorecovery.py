@@ -1,4 +1,4 @@
-"""What autorecovery keeps in the metadata store (issue 16; BookKeeper's
+"""What autorecovery keeps in the metadata store (after BookKeeper's
 LedgerUnderreplicationManager and AuditorElector, which its own etcd driver does not implement).
 
 Keys under ``PREFIX/autorecovery/`` (``KeyLayout``)::

@@ -1,5 +1,5 @@
 """Listing keys named by ledger id -- the ledgers, the under-replication marks -- a page at a
-time, without etcd counting the rest of the range for every page (issue 15).
+time, without etcd counting the rest of the range for every page.
 
 etcd counts every key of a range to its end even when a limit cuts the answer short (3.4
 gathers them all first), so paging a million keys by limit alone costs a million keys a page (a

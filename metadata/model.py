@@ -1,9 +1,11 @@
-"""Ledger metadata: an immutable value with a version (protocol.md "Ledger Metadata").
+"""Ledger metadata: an immutable value with a version ("The BookKeeper protocol", "Ledger
+Metadata").
 
 A ledger has an ensemble size E, a write quorum WQ and an ack quorum AQ (E >= WQ >= AQ >= 1),
 a state OPEN | IN_RECOVERY | CLOSED, a last entry id that is set exactly when the state is
 CLOSED, and one or more fragments: (first entry id, ensemble) pairs whose first entry ids
-strictly increase from 0 (spec "Ledger Fragments"). Bookies are named by bookie id.
+strictly increase from 0 ("A Guide to the BookKeeper Replication Protocol", "Ledger
+Fragments"). Bookies are named by bookie id.
 
 Serialized as JSON (readable with ``etcdctl get``) carrying a ``format`` number so later
 versions can read what earlier ones wrote. ``version`` is the store's version of the value
@@ -41,7 +43,8 @@ Ensemble = tuple[str, ...]
 
 def write_set(entry_id: int, ensemble_size: int, write_quorum: int) -> list[int]:
     """Slots of a fragment's ensemble that store ``entry_id``: the WQ consecutive slots from
-    ``entry_id mod E``, wrapping (protocol.md "Write quorums": E=4, WQ=3, entry 2 -> B3, B4, B1).
+    ``entry_id mod E``, wrapping ("The BookKeeper protocol", "Write quorums": E=4, WQ=3,
+    entry 2 -> B3, B4, B1).
 
     Part of the ledger's layout, so here: the client writes and reads by it, and a bookie
     repairing itself (BP-46 phase two) copies back exactly the entries it names."""
@@ -69,13 +72,13 @@ class LedgerMetadata:
     length: int = 0
     durability: Durability = Durability.PERSISTENT
     digest_type: DigestType = DigestType.CRC32C
-    # Since issue 18: ``key_digest(password_salt, master key)`` (protocol.keys), which a bookie
-    # can check a master key against. Without a salt (metadata written before): the legacy
+    # ``key_digest(password_salt, master key)`` (protocol.keys), which a bookie can check a
+    # master key against. Without a salt (metadata written before ledgers had one): the legacy
     # unsalted digest of the password, which only a client holding the password can check.
     password_digest: bytes = b""
     custom_metadata: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
     creation_time: int = 0  # milliseconds, from the creating client's clock
-    password_salt: bytes = b""  # per ledger, random (issue 18); empty: the legacy digest
+    password_salt: bytes = b""  # per ledger, random; empty: the legacy digest
     version: int = field(default=-1, compare=False)
 
     def __post_init__(self) -> None:
@@ -187,7 +190,7 @@ class LedgerMetadata:
             "custom_metadata": {k: _b64(v) for k, v in self.custom_metadata.items()},
             "creation_time": self.creation_time,
         }
-        if self.password_salt:  # absent: the legacy form, as readers before issue 18 wrote it
+        if self.password_salt:  # absent: the legacy form, as written before the salt existed
             document["password_salt"] = _b64(self.password_salt)
         return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 

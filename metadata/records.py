@@ -138,20 +138,30 @@ class Cookie:
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """A named log: its ledgers in order (protocol.md "Opening a log"), and how its entries hold
-    its records (``record_format``: ``"raw"``, the default and what a record without the field
-    means, or ``"envelope"``; ``aiobk.client.log_format`` defines both). The format is fixed
-    when the log is created; stored only when not raw, so older code reads such records."""
+    """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
+    records (``record_format``: ``"raw"``, what a record without the field means, or
+    ``"envelope"``; ``aiobk.client.log_format`` defines both), and which writer holds it.
+
+    ``writer_epoch`` counts the times a writer took the log: taking it (a log writer opening,
+    the Spark sink committing) raises the epoch by the same compare-and-set that adds its first
+    ledger. Every other change -- a roll, a truncation, a retention pass -- keeps it, so a writer
+    that finds the record changed under it tells a takeover (a higher epoch) from routine
+    maintenance (its own epoch) by this number alone. The format is fixed when the log is
+    created; fields are stored only when not at their defaults, so older code reads such
+    records."""
 
     name: str
     ledgers: tuple[int, ...] = ()
     version: int = field(default=-1, compare=False)
     record_format: str = "raw"
+    writer_epoch: int = 0
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {"name": self.name, "ledgers": list(self.ledgers)}
         if self.record_format != "raw":
             fields["record_format"] = self.record_format
+        if self.writer_epoch:
+            fields["writer_epoch"] = self.writer_epoch
         return _dump(fields)
 
     @classmethod
@@ -164,9 +174,17 @@ class LogRecord:
             record_format = d.get("record_format", "raw")
             if not isinstance(record_format, str):
                 raise TypeError("the record format must be a string")
-            return cls(str(d["name"]), ledgers, version, record_format)
+            epoch = d.get("writer_epoch", 0)
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+                raise TypeError("the writer epoch must be a non-negative integer")
+            return cls(str(d["name"]), ledgers, version, record_format, epoch)
         except (KeyError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 
     def with_ledgers(self, ledgers: tuple[int, ...]) -> LogRecord:
+        """The same log, writer and version with another ledger list (a roll, a truncation)."""
         return dataclasses.replace(self, ledgers=ledgers)
+
+    def taken(self, ledgers: tuple[int, ...]) -> LogRecord:
+        """The log taken by a new writer: the next epoch, with ``ledgers``."""
+        return dataclasses.replace(self, ledgers=ledgers, writer_epoch=self.writer_epoch + 1)

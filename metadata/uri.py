@@ -1,4 +1,4 @@
-"""Opening a metadata store from its URI (API.md "Metadata service URI").
+"""Opening a metadata store from its metadata service URI.
 
 ``etcd://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]/PREFIX[?OPTIONS]`` -- a real etcd v3 (the
 prefix defaults to ``aiobk``). ``etcds://`` is the same over TLS. Options, ``&``-separated:

@@ -1,4 +1,4 @@
-"""The PySpark data source over aiobk logs (optional extra ``spark``; API.md "Spark")."""
+"""The PySpark data source over aiobk logs (optional extra ``spark``)."""
 
 from aiobk.pipeline.source import AiobkDataSource, local_session, register
 

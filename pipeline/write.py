@@ -236,8 +236,7 @@ class Writer(DataSourceArrowWriter):
             raise ValueError("writing to aiobk needs a 'data' column (binary or string)")
         if not opts.log and "log" not in self.fields:
             raise ValueError("writing to aiobk needs .option('log', NAME) or a 'log' column")
-        has_record_columns = any(c in self.fields for c in RECORD_COLUMNS)
-        self.new_log_format = opts.record_format or (ENVELOPE if has_record_columns else RAW)
+        self.new_log_format = opts.record_format or ENVELOPE
         self.job = os.urandom(8).hex()
         self.first_id = opts.run(_allocate_id)  # the job's ledgers all come after it
 

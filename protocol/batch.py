@@ -1,4 +1,4 @@
-"""The entries of an ADD_BATCH (protocol 2, issue 19): packing and the checks on unpacking. Pure.
+"""The entries of an ADD_BATCH (protocol 2): packing and the checks on unpacking. Pure.
 
 An ``AddBatchRequest`` carries entry bodies (``protocol.entry``) back to back, each after its
 length as 4 bytes big-endian: one bytes field, so a batch of hundreds of entries costs the

@@ -1,4 +1,4 @@
-"""The error registry: one exception class per status or client-side failure (STYLE 4).
+"""The error registry: one exception class per status or client-side failure.
 
 Every class has a ``code`` (the bookie ``StatusCode`` it stands for, or a negative client code
 after BookKeeper's BKException codes) and a ``retriable`` flag. ``error_for_status`` maps a

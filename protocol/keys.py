@@ -1,16 +1,16 @@
 """The master key a ledger's writer proves on every add and fence (derived from the password),
-and what the metadata keeps to check it (issue 18).
+and what the metadata keeps to check it.
 
 - ``master_key(password)``: the 32 bytes bookies compare; the password itself never travels.
-- ``key_digest(salt, key)``: what a ledger's metadata keeps since issue 18 -- a digest of the
-  *master key*, salted per ledger (``password_salt``, 16 random bytes the creating client
-  draws). A bookie, which only ever sees the master key, can check it against the metadata
-  before it lets a request create its state for a ledger it does not hold yet; an attacker who
-  reads the metadata cannot test a password list against every ledger at once.
-- ``legacy_password_digest(password)``: the unsalted digest of the password that metadata
-  written before issue 18 keeps (no ``password_salt``). A client still checks a password
-  against it; a bookie cannot (it has the key, not the password), so for such a ledger it only
-  checks that the ledger exists.
+- ``key_digest(salt, key)``: what a ledger's metadata keeps -- a digest of the *master key*,
+  salted per ledger (``password_salt``, 16 random bytes the creating client draws). A bookie,
+  which only ever sees the master key, can check it against the metadata before it lets a
+  request create its state for a ledger it does not hold yet; an attacker who reads the metadata
+  cannot test a password list against every ledger at once.
+- ``legacy_password_digest(password)``: the unsalted digest of the password, which metadata
+  written before ledgers had a salt keeps (no ``password_salt``). A client still checks a
+  password against it; a bookie cannot (it has the key, not the password), so for such a ledger
+  it only checks that the ledger exists.
 - ``key_request_proof`` and ``stand_in_key``: what a replication worker proves with the
   cluster's secret (kept in the metadata store).
 """
@@ -36,7 +36,7 @@ def key_digest(salt: bytes, key: bytes) -> bytes:
 
 
 def legacy_password_digest(password: bytes) -> bytes:
-    """The unsalted password digest of metadata written before issue 18 (no salt)."""
+    """The unsalted password digest of metadata written before ledgers had a salt."""
     return hashlib.sha256(b"aiobk-password\x00" + password).digest()
 
 

@@ -37,7 +37,7 @@ MAX_LEDGER_ID = INT64_MAX
 # One below the int64 maximum, so that "the next entry" (id + 1) always fits.
 MAX_ENTRY_ID = INT64_MAX - 1
 # Bits no flag names, as plain ints: tested with int's own ``&`` (an IntFlag's ``&`` goes through
-# the enum machinery, 4% of a bookie's CPU per add; issue 19).
+# the enum machinery, 4% of a bookie's CPU per add in a profile).
 _ADD_UNKNOWN = ~int(AddFlag.RECOVERY_ADD)
 _READ_UNKNOWN = ~int(ReadFlag.FENCE | ReadFlag.LONG_POLL)
 _bits = int.__and__

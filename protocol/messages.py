@@ -48,7 +48,7 @@ class OpCode(IntEnum):
     BOOKIE_STATE = 9  # operators: read, or force, writable / read-only
     LEDGER_KEY = 10  # replication workers: a ledger's master key, for the cluster's secret
     START_TLS = 11  # upgrade this connection to TLS (BookKeeper's START_TLS), then handshake
-    ADD_BATCH = 12  # protocol 2: consecutive adds of one ledger in one frame (issue 19)
+    ADD_BATCH = 12  # protocol 2: consecutive adds of one ledger in one frame, one answer
 
 
 class AddFlag(IntFlag):
@@ -79,7 +79,7 @@ class Durability(IntEnum):
     """
 
     PERSISTENT = 0  # acknowledged after fdatasync
-    VOLATILE = 1  # BP-14: acknowledged once written
+    VOLATILE = 1  # BP-14 ("Relax durability"): acknowledged once written
 
 
 _durability = enum_lookup(Durability)

@@ -1,4 +1,4 @@
-"""Who a peer is, as a bookie sees it (issue 18): the roles a verified client certificate names.
+"""Who a peer is, as a bookie sees it: the roles a verified TLS client certificate names.
 
 A bookie with ``tls_client_auth`` reads a peer's roles from its certificate's subject, one role
 per organizational unit (OU) attribute, as BookKeeper's ``authorizedRoles`` does. A peer without

@@ -1,6 +1,7 @@
 """Status codes carried by every response, after BookKeeper's BookieProtocol codes.
 
-BP-46 sorts them in three kinds that recovery treats differently:
+BookKeeper's "BP-46: Running without the journal" ("A note on Response Codes") sorts them in
+three kinds that recovery treats differently:
 positive (EOK), explicit negative (ENOLEDGER, ENOENTRY) and unknown (everything else).
 """
 

@@ -1,4 +1,4 @@
-"""Certificates made in the test that needs them (issue 18): ``aiobk.bench.certs``, shared with
+"""Certificates made in the test that needs them: ``aiobk.bench.certs``, shared with
 the benchmarks that run TLS (``aiobk bench add --modes tls``)."""
 
 from aiobk.bench.certs import CertAuthority, Issued

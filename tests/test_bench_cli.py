@@ -1,4 +1,4 @@
-"""The benchmarks' command lines (issue 13): ``aiobk bench NAME --help`` lists the options of
+"""The benchmarks' command lines: ``aiobk bench NAME --help`` lists the options of
 ``python -m aiobk.bench.NAME --help``, and a missed target is reported in the last line, exit 0."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The deployment kit in deploy/ (issue 17) agrees with the code, checked without docker or
+"""The deployment kit in deploy/ agrees with the code, checked without docker or
 systemd (neither runs here): the sample bookie.toml names every setting at its default, and
 the systemd units, the Dockerfile and the compose file only use commands, flags and paths
 that exist, with etcd as three members and three bookies on volumes and addresses of their own.
@@ -214,7 +214,7 @@ def test_the_compose_file_runs_three_etcd_members_and_three_bookies() -> None:
         flags = flag_values(service["command"])
         initial = dict(m.split("=", 1) for m in flags["--initial-cluster"].split(","))
         assert initial == peers
-        assert flags["--auto-compaction-mode"] == "revision"  # README "etcd's history"
+        assert flags["--auto-compaction-mode"] == "revision"  # docs/operations/disks.md
 
     # bookies: the image's bookie command, every etcd member named, an address and volumes each.
     addresses: set[str] = set()

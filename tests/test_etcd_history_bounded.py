@@ -1,5 +1,5 @@
-"""Who keeps etcd's history bounded (issue 15: etcd keeps every revision until compacted, and
-at its quota refuses every write): the etcd ``aiobk standalone`` starts compacts by itself
+"""Who keeps etcd's history bounded (etcd keeps every revision until compacted, and at its
+quota refuses every write): the etcd ``aiobk standalone`` starts compacts by itself
 (``--auto-compaction-*``, read here from the running etcd's command line), and a bookie says so
 at start when it will not compact (``gc_interval`` or ``metadata_history_revisions`` 0)."""
 

@@ -1,4 +1,4 @@
-"""The bookie's HTTP admin API (issue 17, ``aiobk.http_admin``): real bookies on a real etcd,
+"""The bookie's HTTP admin API (``aiobk.http_admin``): real bookies on a real etcd,
 every endpoint over loopback with aiohttp's client, every bad input, etcd paused, the
 autorecovery endpoints against what ``aiobk autorecovery ... --json`` prints, and the
 ``aiobk bookie start --http-port`` process (the port is off without it, on the bookie's host

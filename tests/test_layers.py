@@ -1,4 +1,4 @@
-"""The structure the layers promise (issue 14): no import cycle among the modules of any layer,
+"""The structure the layers promise: no import cycle among the modules of any layer,
 and the bookie never reaches the client. ``make lint`` checks the order between layers
 (import-linter, ``[tool.importlinter]`` in pyproject.toml); this checks inside each one.
 

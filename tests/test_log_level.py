@@ -1,4 +1,4 @@
-"""Every long-running command takes ``--log-level`` (issue 13, API.md), the bookie's TOML
+"""Every long-running command takes ``--log-level``, the bookie's TOML
 ``log_level`` too; and a reader that stops reading is not an error for any command."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``aiobk.runner.tune_malloc``: a bookie process keeps the memory it frees for reuse instead of
-giving it back and faulting it in again (issue 19), and the environment's own settings win."""
+giving it back and faulting it in again, and the environment's own settings win."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A cluster beyond one host (issue 17): three "hosts" on loopback -- 127.0.0.2, .3 and .4,
+"""A cluster beyond one host: three "hosts" on loopback -- 127.0.0.2, .3 and .4,
 which Linux routes to ``lo`` as it does 127.0.0.1 -- each running a bookie process and a member
 of a 3-member etcd cluster. Every process is given all three etcd endpoints, as in production.
 

@@ -1,5 +1,5 @@
-"""The project's metadata builds without a setuptools warning (issue 13: the `project.license`
-table form was deprecated and warned on every install)."""
+"""The project's metadata builds without a setuptools warning (the `project.license` table
+form was deprecated and warned on every install)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _copy_checkout(dest: Path) -> None:
 
 @pytest.mark.timeout(300)
 def test_the_wheel_installs_one_top_level_name_aiobk(tmp_path: Path) -> None:
-    """Issue 14: a pip install puts exactly one top-level name, ``aiobk``, into site-packages,
+    """A pip install puts exactly one top-level name, ``aiobk``, into site-packages,
     holding every layer as real files (the build follows aiobk/'s symlinks)."""
     source = tmp_path / "src"
     _copy_checkout(source)

@@ -1,4 +1,4 @@
-"""``aiobk standalone`` as real processes (issue 13): a second one on busy ports fails at once
+"""``aiobk standalone`` as real processes: a second one on busy ports fails at once
 with one line naming the port and registers nothing in the first one's cluster (it used to say
 "ready" against the other etcd); ``kill -9`` of a standalone takes its etcd along (it was
 orphaned, and the next ``make run`` silently reused it); a start and a SIGINT stop still work."""

@@ -1,4 +1,4 @@
-"""TLS and roles on the bookie port (issue 18), on real bookies with certificates made here.
+"""TLS and roles on the bookie port, on real bookies with certificates made here.
 
 What a bookie with ``tls_cert_file`` does (``bookie.access``, ``bookie.tls``): clients upgrade
 with START_TLS and then handshake; ``tls_only`` refuses anything else; ``tls_client_auth``

@@ -1,4 +1,4 @@
-"""TLS end to end on real processes (issue 18): bookie processes started with
+"""TLS end to end on real processes: bookie processes started with
 ``--tls-only --tls-client-auth`` and certificates made here, the CLI with ``--tls-*`` and
 ``AIOBK_TLS_*``, and autorecovery between the bookies over TLS with their own certificates
 (the ``bookie`` role: LEDGER_KEY and recovery adds).

@@ -1,5 +1,5 @@
-"""``aiobk autorecovery start|status|list-underreplicated|trigger-audit|disable|enable``
-(issue 16): run autorecovery on its own, and see and steer what it does cluster-wide.
+"""``aiobk autorecovery start|status|list-underreplicated|trigger-audit|disable|enable``:
+run autorecovery on its own, and see and steer what it does cluster-wide.
 
 Every bookie runs autorecovery beside it by default (``autorecovery_enabled``); ``start`` is for
 clusters that keep it apart (bookies with ``autorecovery_enabled = false``, as BookKeeper's

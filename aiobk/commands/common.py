@@ -316,8 +316,8 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 
 
 def delete_password_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--password`` and ``--no-password-check`` of a command that deletes ledgers (issue 18:
-    a ledger with a password is deleted only with it); the command gets ``password`` as
+    """``--password`` and ``--no-password-check`` of a command that deletes ledgers (a ledger
+    with a password is deleted only with it); the command gets ``password`` as
     ``bytes | None`` and ``force``."""
 
     def check(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:

@@ -4,7 +4,7 @@ Reading never changes a ledger unless asked: ``ledger read`` opens without recov
 at the LAC its bookies report, so a live writer keeps writing (BookKeeper's ``readledger``
 recovers only with ``-r``); ``--recover`` and ``ledger recover`` fence and close. Deleting asks
 first, on a terminal, unless ``--yes``; without a terminal to ask on it refuses. Deleting a
-ledger that has a password takes ``--password`` (issue 18), or ``--no-password-check`` from an
+ledger that has a password takes ``--password``, or ``--no-password-check`` from an
 operator: on this path, which writes the metadata store directly, the store's own access
 control is the admin role (a bookie's roles come from TLS certificates, which etcd never sees).
 """
@@ -86,7 +86,7 @@ def read_command(group: click.Group) -> None:
         help="Fence, recover and close an open ledger first, then read to its end: its "
         "writer's next append fails.",
     )  # fmt: skip
-    # Not fencing was opt-in before issue 13; the flag stays accepted so scripts keep working.
+    # ``ledger read`` used to fence unless given this; it stays accepted so scripts keep working.
     @click.option("--no-recovery", is_flag=True, hidden=True)
     @password_option
     @metadata_option

@@ -2,23 +2,24 @@
 
 Checks, in order: ids sane and matching the body header; writable; master key (a ledger this
 bookie does not hold yet is created by its first add only once ``bookie.key_check`` has found
-it in the metadata with that key's digest -- issue 18 -- and its key is journaled before the
-add; a mismatch is EUA); fence (a fenced ledger refuses normal adds with EFENCED but takes
-RECOVERY_ADD, fencing.md); an entry already held (below). The entry goes to ledger storage at
-once, so reads see it, and to the journal; the reply waits for the journal's fdatasync
-(protocol.md: "Bookie acknowledges a write once it has been durably persisted").
+it in the metadata with that key's digest, so nobody can squat a ledger id before its creator,
+and its key is journaled before the add; a mismatch is EUA); fence (a fenced ledger refuses
+normal adds with EFENCED but takes RECOVERY_ADD: BookKeeper's "Fencing" page); an entry already
+held (below). The entry goes to ledger storage at once, so reads see it, and to the journal;
+the reply waits for the journal's fdatasync ("The BookKeeper protocol": "Bookie acknowledges a
+write once it has been durably persisted").
 
-An entry already held is never replaced (issue 18: a RECOVERY_ADD carrying the public key of
-the empty password overwrote entry 0 of a closed ledger, and readers served it -- CRC32C is no
-MAC). A writer never writes an entry id twice (protocol.md "Writing to ledgers": ids are dense
-and each entry has one value), recovery writes back what it read (fencing.md "Fencing
-internals", step 3), and autorecovery and BP-46's repair copy what peers hold: none of them
-can mean different bytes. So an add of an entry held is acknowledged, without a write, once
+An entry already held is never replaced (a RECOVERY_ADD carrying the public key of the empty
+password once overwrote entry 0 of a closed ledger, and readers served it -- CRC32C is no MAC).
+A writer never writes an entry id twice ("The BookKeeper protocol", "Writing to ledgers": ids
+are dense and each entry has one value), recovery writes back what it read (the "Fencing" page,
+"Fencing internals", step 3), and autorecovery and BP-46's repair copy what peers hold: none of
+them can mean different bytes. So an add of an entry held is acknowledged, without a write, once
 what the journal holds is synced, if it is the same entry -- ledger, entry id, digest type,
 length and payload; the piggybacked LAC and so the digest may differ, as recovery's write-back
-carries the LAC frozen at its start (RELIABILITY trap 4) -- and refused with EBADREQ if not
-(counted, logged once). EBADREQ, not EUA: a writer whose next entry id someone with its key
-wrote first changes its ensemble (the client fails a ledger on EUA) and carries on.
+carries the LAC frozen at its start (docs/design/fencing-and-recovery.md) -- and refused with
+EBADREQ if not (counted, logged once). EBADREQ, not EUA: a writer whose next entry id someone
+with its key wrote first changes its ensemble (the client fails a ledger on EUA) and carries on.
 
 ``add_entry_request`` (BookKeeper's ADD_ENTRY_REQUEST) times each add that gets as far as the
 journal, from its handling -- the loop turn that read it -- to its answer being queued: the
@@ -92,7 +93,7 @@ def add_entry(
         if ctx.keys.looking_up(ledger_id):
             # A new ledger's first adds come while its metadata is read: they queue behind that
             # lookup, where they would go anyway, without asking the index for its state one by
-            # one (a miss there costs more the more the bookie holds: issue 15).
+            # one (a miss there costs more the more the bookie holds).
             _admit(ctx, request, conn, piggybacked_lac, started)
             return
         state = ledgers.get(ledger_id)

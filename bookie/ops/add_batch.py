@@ -1,4 +1,4 @@
-"""ADD_BATCH (protocol 2, issue 19): the adds of one ledger in one frame, one answer for all.
+"""ADD_BATCH (protocol 2): the adds of one ledger in one frame, one answer for all.
 
 Each entry goes through the add path exactly as the ADD of that entry would -- every check,
 the journal, the reply once durable -- in the batch's order (its header, read once when the

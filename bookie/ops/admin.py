@@ -41,7 +41,7 @@ def handle_handshake(ctx: BookieContext, request: HandshakeRequest, conn: Replie
 
 def handle_force(ctx: BookieContext, request: ForceRequest, conn: Replier) -> None:
     """BP-14 sync: answer once everything this bookie holds for the ledger is durable. The
-    ledger's master key is required, as on an add (issue 18: an empty key was let through);
+    ledger's master key is required, as on an add (an empty key was once let through);
     a ledger held without its key (BP-46) cannot be checked, so it is refused too."""
     txn_id, ledger_id = request.txn_id, request.ledger_id
     state = ctx.ledgers.get(ledger_id)

@@ -1,5 +1,5 @@
-"""LEDGER_KEY: a ledger's master key, for a replication worker that proves it knows the
-cluster's secret (issue 16).
+"""LEDGER_KEY: a ledger's master key, for an autorecovery replication worker that proves it
+knows the cluster's secret.
 
 A worker copying a lost bookie's entries to a new bookie writes them with RECOVERY_ADD, and a
 worker closing an abandoned ledger fences it: both carry the ledger's master key, which only the

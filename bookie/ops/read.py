@@ -1,12 +1,12 @@
 """READ: an entry, the LAC (entry id -1), with fencing and long polling.
 
-- FENCE (recovery's reads, fencing.md "Fencing internals"): the ledger is marked fenced at once
-  and the answer waits until the fence is durable in the journal, so an acknowledged fence
-  survives any crash. A fence for a ledger this bookie never saw creates it, fenced -- once
-  ``bookie.key_check`` has found the ledger in the metadata with the key's digest (issue 18:
-  fencing ids not created yet squatted them). Every recovery read carries the flag
-  (RELIABILITY trap 1), so each bookie that answers recovery has promised to refuse the old
-  writer.
+- FENCE (recovery's reads; BookKeeper's "Fencing" page, "Fencing internals"): the ledger is
+  marked fenced at once and the answer waits until the fence is durable in the journal, so an
+  acknowledged fence survives any crash. A fence for a ledger this bookie never saw creates
+  it, fenced -- once ``bookie.key_check`` has found the ledger in the metadata with the key's
+  digest (otherwise fencing ids not created yet squatted them). Every recovery read carries
+  the flag (recovery reads must fence: docs/design/fencing-and-recovery.md), so each bookie
+  that answers recovery has promised to refuse the old writer.
 - LONG_POLL: answer once the bookie's LAC is above ``previous_lac`` or after ``timeout_ms``
   (capped), whichever is first; the waiter (``LongPoll``: no task) is removed either way. Over
   the long-poll caps (``bookie.flow``) the answer is ETOOMANYREQUESTS at once.

@@ -1,4 +1,4 @@
-"""Digests are verified when copying (issue 16): a replication worker copying a lost bookie's
+"""Digests are verified when copying: a replication worker copying a lost bookie's
 share never puts a damaged copy on the replacement. Real bookies on a real etcd; the worker is
 driven directly, one repair at a time, as in ``test_worker``.
 

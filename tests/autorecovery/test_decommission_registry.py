@@ -1,4 +1,4 @@
-"""After ``aiobk bookies decommission`` a bookie is gone from the registry (issue 16): ``aiobk
+"""After ``aiobk bookies decommission`` a bookie is gone from the registry: ``aiobk
 bookies list`` no longer shows it, whether it was stopped by its operator when the command said
 so, or had crashed with its registration still held by a lease that had not run out. The
 commands run as users run them (child processes), against real bookies in process (their own

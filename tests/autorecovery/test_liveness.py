@@ -1,4 +1,4 @@
-"""Read-only bookies count as alive (issue 16): a bookie an operator set read-only, and one whose
+"""Read-only bookies count as alive: a bookie an operator set read-only, and one whose
 disk is full, stay read-only past ``lost_bookie_recovery_delay`` while a third bookie dies; the
 auditor (a real one, on a real etcd, among real bookies) declares only the dead one lost and
 marks no ledger for the read-only ones."""

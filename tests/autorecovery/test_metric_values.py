@@ -1,4 +1,4 @@
-"""Autorecovery's figures as Prometheus scrapes them (issue 16): the values, through the real
+"""Autorecovery's figures as Prometheus scrapes them: the values, through the real
 exporter of ``aiobk autorecovery start --metrics-port`` (a child process), over real bookies in
 process on a real etcd.
 

@@ -1,4 +1,4 @@
-"""An open ledger whose writer moves off a lost bookie by itself (issue 16): within
+"""An open ledger whose writer moves off a lost bookie by itself: within
 ``open_ledger_rereplication_grace_period`` the worker leaves the writer's fragment alone; once
 the writer has changed its ensemble, the worker copies the closed fragment that still names the
 lost bookie and clears the mark -- without fencing or recovering the ledger, whose writer keeps

@@ -1,4 +1,4 @@
-"""The auditor's timers fire on their own (issue 16): with no registry change and no
+"""The auditor's timers fire on their own: with no registry change and no
 ``trigger-audit``, ``auditor_periodic_bookie_check_interval`` runs the lost-bookie check and
 ``auditor_periodic_check_interval`` the full check. A real auditor (an autorecovery service
 with no worker, so its marks stay) among real bookies on a real etcd."""

@@ -1,4 +1,4 @@
-"""Autorecovery with real processes (issue 16's proof): a real etcd and five bookie processes,
+"""Autorecovery with real processes, end to end: a real etcd and five bookie processes,
 each running AutoRecovery beside it with fast settings. A bookie is SIGKILLed and its
 directory deleted, so it never returns: within a bounded time no ledger names it and no mark
 is left, every entry has a copy on every bookie its write set names, and every entry reads with

@@ -1,4 +1,4 @@
-"""``rereplication_max_bytes_per_second`` holds (issue 16): a worker re-replicating N bytes with
+"""``rereplication_max_bytes_per_second`` holds: a worker re-replicating N bytes with
 a limit of R bytes a second takes at least about N / R seconds, and with no limit it is not
 held back. Real bookies on a real etcd; the worker is driven directly, one repair timed."""
 

@@ -1,4 +1,4 @@
-"""ADD_BATCH (protocol 2, issue 19) on a real bookie: each entry is handled as its own ADD
+"""ADD_BATCH (protocol 2) on a real bookie: each entry is handled as its own ADD
 would be, one answer names each entry's status, and a batch that does not unpack stores
 nothing. The handshake speaks protocols 1 and 2."""
 

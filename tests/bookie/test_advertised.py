@@ -1,5 +1,5 @@
-"""A bookie listening on every interface publishes an address clients can dial (issue 13: with
-``--host 0.0.0.0`` it registered as ``0.0.0.0:PORT``)."""
+"""A bookie listening on every interface publishes an address clients can dial (with
+``--host 0.0.0.0`` it used to register as ``0.0.0.0:PORT``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A crash between any two steps of a checkpoint loses nothing acknowledged (issue 15), with the
+"""A crash between any two steps of a checkpoint loses nothing acknowledged, with the
 production index engine and with the simulator's twin.
 
 A checkpoint is: seal the write cache at the journal mark, sync the entry logs, commit the

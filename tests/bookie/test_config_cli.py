@@ -143,7 +143,7 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("made", [False, True], ids=["missing-dir", "empty-dir"])
 def test_cookie_show_without_cookies_is_a_one_line_error(tmp_path: Path, made: bool) -> None:
-    """Issue 13: `cookie show --data-dir /nonexistent` printed nulls and exited 0."""
+    """`cookie show --data-dir /nonexistent` used to print nulls and exit 0."""
     data_dir = tmp_path / "never-started"
     if made:
         data_dir.mkdir()

@@ -73,7 +73,7 @@ async def test_sigkill_during_pipelined_adds_loses_nothing_acknowledged(
             assert DIGEST.verify(parse_entry(response.body), 1, entry) == _payload(entry)
         # The ledger carries on after the restart. The next entry may be held already (sent,
         # journaled, its answer cut off by the kill): the writer sends the same entry again,
-        # and a bookie never takes other bytes for an entry it holds (issue 18).
+        # and a bookie never takes other bytes for an entry it holds.
         next_entry = max(acked) + 1
         again = await add(conn, 1, next_entry, _payload(next_entry), lac=next_entry - 1)
         assert again.status is StatusCode.EOK
@@ -132,7 +132,7 @@ async def test_sigkill_of_a_journal_less_bookie_loses_what_was_not_flushed(
     await proc.start()
     try:
         # A ledger the metadata has, with the key the adds carry: a bookie with a store creates
-        # no ledger it cannot find there (issue 18).
+        # no ledger it cannot find there.
         async with BookKeeper(uri) as bk:
             ledger = (await bk.create_ledger(1, 1, 1, password=b"secret")).ledger_id
         conn = await BookieConnection.open(*proc.address)

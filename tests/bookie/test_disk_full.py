@@ -1,5 +1,5 @@
 """Full disks: the pure decision, the journal's recovery, and a bookie turning read-only and
-writable again (finding 5 of the hardening issue). Faults come from ``FaultyDisk`` (real files
+writable again (a full disk once bricked a bookie). Faults come from ``FaultyDisk`` (real files
 with ENOSPC, torn writes and failing syncs on demand); ``tests/hostile/test_disk_full.py`` runs
 the same on a real small filesystem."""
 
@@ -279,7 +279,7 @@ async def test_operators_force_read_only_and_lift_it(tmp_path: Path) -> None:
     bookie, uri = await _start(tmp_path, FaultyDisk())
     conn = await BookieConnection.open(*bookie.address)
     try:
-        ledger = await _ledger(uri)  # the metadata must have it (issue 18)
+        ledger = await _ledger(uri)  # the metadata must have it (the key check)
         state = await _state(conn, StateChange.READ_ONLY)
         assert state.writable == 0
         assert "operator" in state.reasons
@@ -300,7 +300,7 @@ async def test_operators_force_read_only_and_lift_it(tmp_path: Path) -> None:
 async def test_a_failing_checkpoint_is_counted_shown_and_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Finding 1: an encoder error stopped checkpoints with no log line and the counter at 0."""
+    """An encoder error once stopped checkpoints with no log line and the counter at 0."""
     bookie, uri = await _start(tmp_path, FaultyDisk(), flush_interval=0.05)
     conn = await BookieConnection.open(*bookie.address)
     real = bookie.storage.checkpoint

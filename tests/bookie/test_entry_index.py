@@ -121,8 +121,8 @@ async def test_a_failed_flush_keeps_its_changes_for_the_next(tmp_path: Path) -> 
 
 def test_a_ledgers_record_sorts_just_before_its_entries() -> None:
     """A read loads the ledger's record, then looks up the entry: with the record beside the
-    entries a cold read of a small ledger reads one index block, not two (issue 15's cold
-    reads). Nothing of another ledger falls between."""
+    entries a cold read of a small ledger reads one index block, not two (cold reads cost
+    one disk read each). Nothing of another ledger falls between."""
     keys = [
         state_key(6),
         location_key(6, (1 << 64) - 1),

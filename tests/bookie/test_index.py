@@ -78,7 +78,7 @@ ledgers = st.lists(
 def test_every_state_the_protocol_admits_encodes_and_reads_back(
     specs: list[tuple[int, bytes, dict[int, int], int, bool, bool]], deleted: set[int], mark: int
 ) -> None:
-    """Finding 1 of the hardening issue: an entry id >= 2**44 or a key over 255 bytes made the
+    """No request may brick a bookie: an entry id >= 2**44 or a key over 255 bytes made the
     encoder raise after the add was acknowledged, and the bookie never checkpointed again."""
     states = []
     for ledger_id, key, entries, lac, fenced, limbo in specs:
@@ -97,7 +97,7 @@ def test_every_state_the_protocol_admits_encodes_and_reads_back(
 
 
 def test_a_far_entry_costs_a_small_sparse_page_not_32_kib() -> None:
-    """Finding 7: each add at a far entry id allocated a whole 4,096-slot page."""
+    """Each add at a far entry id used to allocate a whole 4,096-slot page."""
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     state = LedgerState(1, b"k" * 32)

@@ -280,7 +280,7 @@ async def test_the_entries_family_has_no_filters_and_whole_index_partitions(
 ) -> None:
     """Flushed tables of ledger records and locations carry no bloom filter, so their index
     partitions are cut at ``INDEX_PARTITION_BYTES``, not wherever a filter partition ends (with
-    filters: about 2 KiB each, and a cold read loading one more often than not, issue 15); the
+    filters: about 2 KiB each, and a cold read loading one more often than not); the
     deleted ledgers, looked up for ids mostly not there, keep theirs."""
     db = RocksIndexDb(str(tmp_path / "index"), write_buffer=32 << 20)
     try:

@@ -1,4 +1,4 @@
-"""Where the journal writes a batch (issue 19): volatile batches on the event loop while the file
+"""Where the journal writes a batch: volatile batches on the event loop while the file
 has room and such writes stay quick, else on its thread. Real files; a wrapper counts writes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18: ``bookie.key_check`` -- who may create a ledger's state on a bookie -- against a
+"""``bookie.key_check`` -- who may create a ledger's state on a bookie -- against a
 fake metadata store whose answers the test holds and releases: verdicts, arrival order, one
 lookup per ledger, the bounds, the cache, a store that fails or hangs, trusted peers, the
 replication worker's stand-in key. Real bookies and etcd: tests/hostile/test_key_attacks.py."""

@@ -63,7 +63,7 @@ async def test_replay_brings_back_what_each_transition_did(tmp_path: Path) -> No
 async def test_a_keyless_ledger_keeps_the_key_it_learns_past_a_checkpoint(tmp_path: Path) -> None:
     """BP-46: a ledger created at boot with its key unknown learns the key from the first fence
     or add that brings it. That must reach the index: a checkpoint trims the journal record, and
-    a fence of a ledger boot already fenced dirties nothing else (found in issue 14's review)."""
+    a fence of a ledger boot already fenced dirties nothing else (found in a review)."""
     async with _booted(tmp_path) as ledgers:
         state = ledgers.create_keyless(5)
         ledgers.start_fence(state)
@@ -129,7 +129,7 @@ async def _checkpoint(ledgers: Ledgers) -> None:
 
 
 async def test_idle_states_are_dropped_and_load_back_as_they_were(tmp_path: Path) -> None:
-    """Issue 15: after a checkpoint, idle ledger states beyond ``ledger_state_cache_size`` are
+    """After a checkpoint, idle ledger states beyond ``ledger_state_cache_size`` are
     dropped; loading one back from the index gives the same state, its BP-14 sync cursor
     included (everything the index names is synced)."""
     async with _booted(tmp_path, ledger_state_cache_size=2) as ledgers:
@@ -229,8 +229,8 @@ async def test_new_ledgers_piling_up_ask_for_a_checkpoint(tmp_path: Path) -> Non
 
 
 async def test_a_restart_reads_the_journal_from_the_checkpoint_on(tmp_path: Path) -> None:
-    """Restart cost follows the journal since the last checkpoint, not the journal file (issue
-    15: a restart after a million ledgers parsed up to half a gigabyte of covered records, 11 s).
+    """Restart cost follows the journal since the last checkpoint, not the journal file (a
+    restart after a million ledgers once parsed up to half a gigabyte of covered records, 11 s).
     The checkpoint keeps where the journal stood; replay starts there. Shown by damaging a
     record before that point, which a read from the file's start refuses."""
     done: list[BaseException | None] = []

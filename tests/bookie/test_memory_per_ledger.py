@@ -1,5 +1,5 @@
-"""What a ledger a bookie holds costs it in memory (issue 15: the wall a bookie hit at 33 KB of
-RSS per ledger must not come back unnoticed). A bookie process takes 20,000 small ledgers
+"""What a ledger a bookie holds costs it in memory (the wall a bookie once hit at 33 KB of RSS
+per ledger must not come back unnoticed). A bookie process takes 20,000 small ledgers
 through its request path (what any first load allocates once: connections, journal buffers,
 the index engine's memtables and block cache, set small here), then 20,000 more,
 checkpointing; the RSS growth per ledger over the second 20,000 is under 1 KB (measured

@@ -1,4 +1,4 @@
-"""Metric names follow BookKeeper's where one maps (issue 17): each help text that has a
+"""Metric names follow BookKeeper's where one maps: each help text that has a
 BookKeeper counterpart names it in brackets, and the names it gives are BookKeeper's own."""
 
 from __future__ import annotations

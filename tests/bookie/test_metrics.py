@@ -1,4 +1,4 @@
-"""The bookie's exporter (issue 17, "Metrics worth scraping"): every figure has a help text of
+"""The bookie's exporter, metrics worth scraping: every figure has a help text of
 its own; a bookie process serves latency histograms that fill as it works, its gauges and its
 directories' disk usage, at ``/metrics`` only (a landing page at ``/``, 404 elsewhere); the
 Grafana dashboard charts only what the exporter serves."""

@@ -1,4 +1,4 @@
-"""The bookie's gauges move (issue 17, "Metrics worth scraping"), read as an operator reads
+"""The bookie's gauges move, read as an operator reads
 them: the HTTP admin API's ``/metrics`` (the collectors the ``--metrics-port`` exporter
 serves), ``/api/v1/bookie/state`` and ``/api/v1/bookie/info``, on a bookie in this process
 with real files. Moments that load only makes likely are made certain: a journal write held on

@@ -1,6 +1,6 @@
-"""Issue 15: the first adds of a ledger new to a bookie cost no index lookup each.
+"""The first adds of a ledger new to a bookie cost no index lookup each.
 
-They arrive while the bookie reads the ledger's metadata (issue 18's key check) and wait behind
+They arrive while the bookie reads the ledger's metadata (its key check) and wait behind
 that lookup. Each one used to ask the index for the ledger's state first -- a RocksDB miss,
 dearer the more the bookie holds: a loaded bookie's adds ran at 0.8x an empty one's in
 ``aiobk bench scale``. Now only the first asks; the rest see the lookup under way."""

@@ -1,4 +1,4 @@
-"""The upgrade path (issue 15): a data directory written by aiobk before the on-disk index --
+"""The upgrade path: a data directory written by aiobk before the on-disk index --
 index segments in format 2, made by ``data/make_format2.py`` with that code (commit f83c980) --
 is converted on start, serves everything it held, and keeps it across restarts; a conversion
 cut off part-way is done again from the start, and the old segments go only once the new index

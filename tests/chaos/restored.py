@@ -1,4 +1,4 @@
-"""I15 -- copies restored (RELIABILITY.md), judged at the end of a chaos run.
+"""I15 -- copies restored (docs/design/invariants.md), judged at the end of a chaos run.
 
 Once every fault is healed and every ledger closed, autorecovery is asked for a full audit and
 given a bounded time to quiesce (no mark naming a missing bookie). Then, for every closed

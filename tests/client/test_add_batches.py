@@ -1,4 +1,4 @@
-"""Appends in flight leave in ADD_BATCHes (protocol 2, issue 19), and a bookie of protocol 1
+"""Appends in flight leave in ADD_BATCHes (protocol 2), and a bookie of protocol 1
 gets them one ADD each: the same entries, in the same order, either way."""
 
 from __future__ import annotations

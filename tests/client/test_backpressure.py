@@ -1,4 +1,4 @@
-"""Append backpressure (issue 12, finding 4): the client-wide FIFO budget of unfinished adds and
+"""Append backpressure: the client-wide FIFO budget of unfinished adds and
 their bytes -- pure state-machine tests first, then through ledger handles on fake bookies."""
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ async def test_cancelled_appenders_leak_no_slot_and_block_no_one(world) -> None:
 
 
 async def test_twenty_thousand_queued_appends_do_not_livelock(world) -> None:
-    """Finding 4 in miniature: with the old wake-everyone scheme this many appends queued
+    """A livelock in miniature: with the old wake-everyone scheme this many appends queued
     behind a limit of 100 resumed every waiter on every completion (hours of CPU)."""
     await world.bookies(1)
     bk = await world.client(max_outstanding_adds=100)

@@ -1,4 +1,4 @@
-"""How the client takes the statuses a hardened bookie answers (issue 12): ENOLEDGER to an add
+"""How the client takes the statuses a hardened bookie answers: ENOLEDGER to an add
 (garbage-collected after a delete), EREADONLY to an add (disk full), ETOOMANYREQUESTS to a
 long poll (too many of them on the bookie)."""
 

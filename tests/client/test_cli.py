@@ -23,7 +23,7 @@ async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac:
 
 
 async def test_ledger_read_leaves_a_live_writer_writing(etcd_cluster: Cluster) -> None:
-    """Issue 13, defect 1: ``ledger read`` fenced the ledger it read, so its writer's next
+    """``ledger read`` used to fence the ledger it read, so its writer's next
     append failed with LedgerFencedError. It reads up to the LAC the bookies report instead."""
     uri = etcd_cluster.uri
     async with await BookKeeper.connect(uri) as bk:
@@ -103,7 +103,7 @@ async def test_ledger_read_recover_and_errors(etcd_cluster: Cluster) -> None:
 
 
 async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
-    """Issue 13, defect 6: ``ledger delete`` deleted without asking. It asks on a terminal
+    """``ledger delete`` used to delete without asking. It asks on a terminal
     unless --yes, refuses without one, and checks --password against the ledger's."""
     uri = etcd_cluster.uri
     async with BookKeeper(uri) as bk:
@@ -122,7 +122,7 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
             "terminal; pass --yes\n"
         )
         assert await exists()
-        # Issue 18: a ledger with a password is deleted only with it (or by an operator).
+        # A ledger with a password is deleted only with it (or by an operator).
         needs = await aiobk("ledger", "delete", ledger, "--metadata", uri, "--yes")
         assert needs.returncode == 1
         assert needs.stderr == (
@@ -188,7 +188,7 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
 async def test_ledger_read_into_a_closed_pipe_ends_quietly(
     etcd_cluster: Cluster, tmp_path: Path
 ) -> None:
-    """Issue 13, defect 2: ``aiobk ledger read ID | head -1`` ended with a BrokenPipeError
+    """``aiobk ledger read ID | head -1`` used to end with a BrokenPipeError
     traceback and "Exception ignored" (status 1); now status 0 and nothing on stderr."""
     uri = etcd_cluster.uri
     async with BookKeeper(uri) as bk, await bk.create_ledger(3, 3, 2) as lh:
@@ -209,7 +209,7 @@ async def test_ledger_read_into_a_closed_pipe_ends_quietly(
 
 
 async def test_simpletest_json_and_no_progress_off_a_terminal(etcd_cluster: Cluster) -> None:
-    """Issue 13: simpletest reports appends/s and latency percentiles, --json for scripts;
+    """Simpletest reports appends/s and latency percentiles, --json for scripts;
     off a terminal it prints the summary and nothing else."""
     uri = etcd_cluster.uri
     result = await aiobk("simpletest", "--metadata", uri, "--entries", "300", "--json")
@@ -230,7 +230,7 @@ async def test_simpletest_json_and_no_progress_off_a_terminal(etcd_cluster: Clus
 
 
 async def test_simpletest_shows_progress_on_a_terminal(etcd_cluster: Cluster) -> None:
-    """Issue 13: silent for 45 s at 100,000 entries; on a terminal it now shows its progress."""
+    """Once silent for 45 s at 100,000 entries; on a terminal it now shows its progress."""
     status, out, shown = await asyncio.to_thread(
         aiobk_on_terminal, "simpletest", "--metadata", etcd_cluster.uri, "--entries", "3000"
     )

@@ -1,4 +1,4 @@
-"""A client's figures on an application's Prometheus registry (issue 17): appends and their
+"""A client's figures on an application's Prometheus registry: appends and their
 latency, an ensemble change, a recovery, reads and speculative reads, on real bookies."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``async with BookKeeper(uri) as bk`` and ledger handles as async context managers (issue 13;
-API.md "Additions": ``async with BookKeeper(uri, ...) as bk`` connects on entry,
-``LedgerHandle`` is an async context manager)."""
+"""``async with BookKeeper(uri) as bk`` and ledger handles as async context managers:
+``async with BookKeeper(uri, ...) as bk`` connects on entry, ``LedgerHandle`` is an async
+context manager."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Deleting takes the password (issue 18): a ledger, a log's truncation and a whole log, through
+"""Deleting takes the password: a ledger, a log's truncation and a whole log, through
 the client and through ``aiobk ledger|log``, on real bookies; a refusal changes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""RELIABILITY's scenario families, each an exact interleaving on fake bookies (no sleeps)."""
+"""Scenario families -- fencing, recovery, ensemble changes, long polls, digests, volatile
+ledgers -- each an exact interleaving on fake bookies (no sleeps)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ async def test_fencing_basic_writer_gets_fenced(world) -> None:
     assert rh.metadata.last_entry_id == 0
     with pytest.raises(LedgerFencedError):
         await lh.append(b"b")
-    await lh.close()  # protocol.md: CLOSED at the writer's own last entry -> close succeeds
+    await lh.close()  # CLOSED at the writer's own last entry -> close succeeds
     assert lh.metadata.last_entry_id == 0
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper
-from aiobk.client.errors import LedgerFencedError, LogFencedError
+from aiobk.client.errors import LogFencedError
 from aiobk.client.log_append import append_ledgers_to_log
 from aiobk.pipeline.write import TaskWritten, Written, publish_plan
 from tests.cluster import Cluster, forget, start_cluster
@@ -37,14 +37,19 @@ async def test_ledgers_are_appended_in_one_step_and_the_writer_is_fenced(
     cluster: Cluster,
 ) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
-        writer = await bk.open_log_writer("events")
+        writer = await bk.open_log_writer("events", record_format="raw")  # as the rows below
         await writer.append(b"from the writer")
         ids = await _closed_ledgers(bk, 3)
         record = await append_ledgers_to_log(bk, "events", ids)
         assert record.ledgers[-3:] == tuple(ids)
+        assert record.writer_epoch == 2  # the writer took it, then the commit did
         assert (await bk.store.read_log("events")).ledgers == record.ledgers
-        with pytest.raises((LedgerFencedError, LogFencedError)):
+        with pytest.raises(LogFencedError, match="another writer took it over"):
             await writer.append(b"after the take-over")  # its ledger was fenced
+        with pytest.raises(LogFencedError):
+            await writer.append(b"and again")
+        reader = await bk.open_log_reader("events", follow=False)
+        assert [r.data async for r in reader][:1] == [b"from the writer"]
         created = await append_ledgers_to_log(bk, "new-log", await _closed_ledgers(bk, 1))
         assert len(created.ledgers) == 1  # a missing log is created
 
@@ -53,7 +58,7 @@ async def test_out_of_order_ledgers_are_refused_and_the_log_is_unchanged(
     cluster: Cluster,
 ) -> None:
     """Positions compare by ledger id: a log whose ledgers are not ascending would read its
-    records out of order (the Spark sink appended in partition order before issue 14)."""
+    records out of order (the Spark sink once appended in partition order)."""
     async with await BookKeeper.connect(cluster.uri) as bk:
         first, second, third = await _closed_ledgers(bk, 3)
         await append_ledgers_to_log(bk, "ordered", [second])

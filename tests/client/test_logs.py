@@ -1,4 +1,4 @@
-"""Logs on ledgers (API.md "Logs"; protocol.md "Opening a log") on real in-process bookies."""
+"""Logs on ledgers (docs/design/logs.md) on real in-process bookies."""
 
 from __future__ import annotations
 
@@ -65,9 +65,11 @@ async def test_reader_tails_across_rolls(logs_cluster: Cluster) -> None:
         assert [r.data for r in records] == [b"record-%04d" % i for i in range(120)]
         assert [r.position for r in records] == positions
         assert len({p.ledger_id for p in positions}) >= 2  # it rolled, invisibly
+        await writer.close()  # after the roll its last append may have started
+        written = sorted({p.ledger_id for p in positions})
         record = await bk.store.read_log("tail")
-        assert list(record.ledgers) == sorted({p.ledger_id for p in positions})
-        await writer.close()
+        assert list(record.ledgers[: len(written)]) == written
+        assert len(record.ledgers) <= len(written) + 1  # and perhaps that roll's empty ledger
 
 
 async def test_resume_from_a_saved_position(logs_cluster: Cluster) -> None:
@@ -134,7 +136,10 @@ async def test_truncation_drops_whole_ledgers_below(logs_cluster: Cluster) -> No
         cut = next(p for p in positions if p.ledger_id == ledgers[2])
         removed = await bk.truncate_log("trunc", before=cut)
         assert removed == ledgers[:2]
-        assert list((await bk.store.read_log("trunc")).ledgers) == ledgers[2:]
+        log_ledgers = list((await bk.store.read_log("trunc")).ledgers)
+        # ... then what the writer rolled to after its last append, if that roll is done.
+        assert log_ledgers[: len(ledgers) - 2] == ledgers[2:]
+        assert len(log_ledgers) <= len(ledgers) - 1
         remaining = [i async for i in bk.list_ledgers()]
         assert not set(removed) & set(remaining)
         kept = [p for p in positions if p.ledger_id >= ledgers[2]]
@@ -211,6 +216,7 @@ async def test_a_failed_ledger_rolls_over_without_loss_or_duplicates(
         assert writer.ledger_id != first_ledger
         by_position = sorted((p, i) for i, p in results)
         assert len({p for p, _ in by_position}) == 60  # no two records at one position
+        assert [i for _, i in by_position] == list(range(60))  # positions in call order
         await writer.close()
         records = await take(await bk.open_log_reader("failover"), 60)
         assert sorted(r.data for r in records) == sorted(b"f%03d" % i for i in range(60))
@@ -251,7 +257,7 @@ async def wait_until_readable(bk: BookKeeper, name: str, last: LogPosition) -> N
 async def test_a_reader_that_does_not_follow_stops_at_the_end_it_saw(
     logs_cluster: Cluster,
 ) -> None:
-    """Issue 13: ``open_log_reader(follow=False)`` reads to the end of the log as it is when
+    """``open_log_reader(follow=False)`` reads to the end of the log as it is when
     opened -- every ledger then, the last up to its bookies' LAC then -- and stops, while the
     writer keeps appending (a following reader never ends)."""
     async with await BookKeeper.connect(logs_cluster.uri) as bk:

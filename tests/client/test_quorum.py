@@ -1,4 +1,4 @@
-"""Quorum math and recovery decisions with the spec's own examples (pure)."""
+"""Quorum math and recovery decisions with the BookKeeper documents' own examples (pure)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading big ranges in bounded memory (issue 12, finding 9, client half): ``read_iter``
+"""Reading big ranges in bounded memory: ``read_iter``
 streams with a prefetch window bounded by entries and bytes, ``read()`` refuses past
 ``max_read_bytes``, ``read_from`` streams too."""
 

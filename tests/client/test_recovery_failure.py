@@ -1,5 +1,5 @@
 """A recovery that fails part-way leaves nothing behind: its write-backs in flight are failed,
-not left pending forever (issue 14 review)."""
+not left pending forever (found in a review)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""RELIABILITY's known protocol traps 1-4: each scripted exactly on fake bookies, shown to hold
-with its fix and to lose data with the fix switched off."""
+"""The known protocol traps 1-4 (``ProtocolSwitches``): each scripted exactly on fake bookies, shown
+to hold with its fix and to lose data with the fix switched off."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ records), both ways.
 1. Values the protocol lets a peer send (``protocol.limits``: ledger and entry ids, 32-byte or
    empty keys, any int64 LAC) and whatever GC drops make ledger states; encoding them must
    not fail -- an encoder that raises after an add was acknowledged stops every checkpoint
-   and every restart (issue 12, finding 1) -- and decoding must give them back.
+   and every restart -- and decoding must give them back.
 2. Arbitrary bytes under a valid checksum through the index decoder, and arbitrary records
    through the journal scanner and the entry-log record check: refused with their typed
    errors, never another exception.

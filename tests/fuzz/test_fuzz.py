@@ -21,8 +21,8 @@ def test_codec_fuzzing_finds_no_crash(tmp_path) -> None:  # type: ignore[no-unty
 
 @pytest.mark.timeout(120)
 def test_storage_fuzzing_finds_no_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Index segments, journal records and entry-log records, both ways (issue 12, finding 1:
-    what an encoder cannot take must never be acknowledged)."""
+    """Index segments, journal records and entry-log records, both ways (what an encoder
+    cannot take must never be acknowledged)."""
     run = subprocess.run(
         [sys.executable, "-m", "tests.fuzz.storage", "-runs=30000", "-seed=1",
          f"-artifact_prefix={tmp_path}/"],

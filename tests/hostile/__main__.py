@@ -1,4 +1,4 @@
-"""The probes of issue 12 at the issue's full scale, against a bookie from any source tree.
+"""The hostile probes at their full scale, against a bookie from any source tree.
 
     python -m tests.hostile --src DIR [--probe NAME ...] [--cap-seconds 60] [--cap-rss-mib 3072]
 
@@ -8,7 +8,8 @@ peak RSS growth, the honest client's latency meanwhile, lateness, statuses, exit
 bytes. The code before the fix can take long or blow up, so each attack is capped: past
 ``--cap-rss-mib`` of RSS growth the bookie is killed, past ``--cap-seconds`` the probe stops
 waiting; either is reported (``"capped"``). The pytest suite beside this module runs the same
-attacks at a smaller scale with assertions.
+attacks at a smaller scale with assertions. The client's own probes (appends queued at once,
+big reads) are ``bench.client_backpressure``.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _last_error(bookie: BookieUnderTest) -> str:
     return (errors or lines or [""])[-1][-300:]
 
 
-# ---------------------------------------------------------------------- finding 1
+# ---------------------------------------------------------------------- 1: poison requests
 
 
 async def _restarted(bookie: BookieUnderTest, caps: Caps) -> str | None:
@@ -138,7 +139,7 @@ async def probe_poison(root: Path, src: str, caps: Caps) -> Figures:
     return figures
 
 
-# ---------------------------------------------------------------------- finding 2
+# ---------------------------------------------------------------------- 2: unread reads
 
 
 async def probe_reads(root: Path, src: str, caps: Caps) -> Figures:
@@ -176,7 +177,7 @@ async def probe_reads(root: Path, src: str, caps: Caps) -> Figures:
     return figures
 
 
-# ---------------------------------------------------------------------- finding 3
+# ---------------------------------------------------------------------- 3: long-poll floods
 
 
 async def probe_long_polls(
@@ -256,7 +257,7 @@ async def probe_long_polls(
     }
 
 
-# ---------------------------------------------------------------------- finding 6
+# ---------------------------------------------------------------------- 6: slow frames
 
 
 async def probe_slow_frames(root: Path, src: str, caps: Caps) -> Figures:
@@ -308,7 +309,7 @@ async def probe_slow_frames(root: Path, src: str, caps: Caps) -> Figures:
     return figures
 
 
-# ---------------------------------------------------------------------- finding 7
+# ---------------------------------------------------------------------- 7: sparse entry ids
 
 
 async def probe_sparse(root: Path, src: str, caps: Caps) -> Figures:
@@ -448,8 +449,8 @@ def _polls(polls: int, connections: int) -> Probe:
 PROBES: dict[str, Probe] = {
     "1-poison": probe_poison,
     "2-reads": probe_reads,
-    # One connection, as the issue's probe (its lateness came from that connection not being
-    # read while 10,000 polls waited); then spread so that no cap refuses any.
+    # One connection, as the first probe found it (its lateness came from that connection not
+    # being read while 10,000 polls waited); then spread so that no cap refuses any.
     "3-long-polls-50k": _polls(50_000, 1),
     "3-long-polls-100k": _polls(100_000, 1),
     "3-long-polls-50k-over-10": _polls(50_000, 10),

@@ -1,4 +1,5 @@
-"""Fixtures for the hostile suite (issue 12 "Keep it fixed", RELIABILITY I16).
+"""Fixtures for the hostile suite (invariant I16, bounded under hostility:
+docs/design/invariants.md).
 
 ``launch`` starts bookie processes with a settings file and stops them at the end of the test.
 Setting ``HOSTILE_BOOKIE_SRC=DIR`` runs those bookies from source tree DIR (the tests

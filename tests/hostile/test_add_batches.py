@@ -1,4 +1,4 @@
-"""ADD_BATCH from a hostile peer (issue 19): a batch is bounded (MAX_BATCH_ENTRIES, the frame
+"""ADD_BATCH from a hostile peer: a batch is bounded (MAX_BATCH_ENTRIES, the frame
 limit) and its entries count one by one against the connection's turn, so peers pipelining
 the largest batches of the smallest entries do not hold the loop while an honest peer waits."""
 

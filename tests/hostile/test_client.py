@@ -1,7 +1,6 @@
-"""A heavy legitimate client against real bookie processes (issue 12, findings 4 and 9, client
-half): many appends queued at once, megabyte appends over many ledgers, a big range read. Each
-asserts completion and the client's own peak memory (VmHWM of this process, reset before the
-step; the bookies are other processes)."""
+"""A heavy legitimate client against real bookie processes: many appends queued at once, megabyte
+appends over many ledgers, a big range read. Each asserts completion and the client's own peak
+memory (VmHWM of this process, reset before the step; the bookies are other processes)."""
 
 from __future__ import annotations
 
@@ -56,8 +55,8 @@ async def bookies_uri(etcd_server, tmp_path: Path) -> AsyncIterator[str]:
 
 @pytest.mark.timeout(300)
 async def test_a_hundred_thousand_appends_queued_at_once_all_complete(bookies_uri: str) -> None:
-    """Finding 4: with the default 10,000 outstanding adds, 100,000 x 1 KiB appends submitted
-    at once got 7,214 acknowledgements in 74 s at 100% CPU, then timeouts."""
+    """Before the fix, with the default 10,000 outstanding adds, 100,000 x 1 KiB appends
+    submitted at once got 7,214 acknowledgements in 74 s at 100% CPU, then timeouts."""
     async with await BookKeeper.connect(bookies_uri) as bk:
         lh = await bk.create_ledger(3, 3, 2)
         payload = b"x" * 1024
@@ -74,7 +73,7 @@ async def test_a_hundred_thousand_appends_queued_at_once_all_complete(bookies_ur
 async def test_megabyte_appends_over_many_ledgers_stay_within_the_byte_budget(
     bookies_uri: str,
 ) -> None:
-    """Finding 4, bytes: 1 MiB appends cost the client about their size each (3 GiB after 3,063
+    """Bytes: 1 MiB appends used to cost the client about their size each (3 GiB after 3,063
     submitted); the budget is one per client, whatever the number of ledgers."""
     budget = 16 * MiB
     config = ClientConfig(max_outstanding_bytes=budget)
@@ -94,7 +93,7 @@ async def test_megabyte_appends_over_many_ledgers_stay_within_the_byte_budget(
 
 @pytest.mark.timeout(300)
 async def test_a_big_range_streams_in_flat_memory_and_read_refuses_it(bookies_uri: str) -> None:
-    """Finding 9, client half: read(0, 99) of 1 MiB entries held the whole range."""
+    """read(0, 99) of 1 MiB entries used to hold the whole range."""
     async with await BookKeeper.connect(bookies_uri) as bk:
         lh = await bk.create_ledger(3, 3, 2)
         for start in range(0, 100, 10):

@@ -1,4 +1,4 @@
-"""Issue 12, finding 9 (the bookie's half): a ledger garbage collection dropped stays dropped.
+"""A ledger garbage collection dropped stays dropped.
 
 Before the fix, a live writer's next append into a ledger that had been deleted and garbage
 collected was acknowledged: the bookie met an add for a ledger it did not hold and created it

@@ -1,4 +1,4 @@
-"""Issue 12, finding 5: a full disk must not brick a bookie.
+"""A full disk must not brick a bookie.
 
 Before the fix, with its data directory on a 64 MiB filesystem a bookie never turned read-only,
 kept acknowledging adds while holding unwritable entry logs in memory, freed nothing on GC

@@ -1,4 +1,4 @@
-"""Issue 18, "keys where BookKeeper requires them": the attacks a probe found, each against a
+"""Keys where BookKeeper requires them: the attacks a probe found, each against a
 bookie process with a real etcd, and each now failing.
 
 1. Squatting. Ledger ids are etcd revisions, so the next ones are easy to guess; fencing (or
@@ -15,7 +15,7 @@ bookie process with a real etcd, and each now failing.
 Beside them: a store that cannot be reached gives EIO and creates nothing; a flood of adds for
 unknown ids is bounded and an honest writer on another connection keeps working; adds
 pipelined into a ledger the bookie does not hold yet keep their order; a ledger whose metadata
-was written before issue 18 (no salt) keeps working.
+was written before ledgers had a salt keeps working.
 """
 
 from __future__ import annotations
@@ -297,9 +297,9 @@ async def test_adds_into_a_ledger_not_held_yet_keep_their_order(
 async def test_a_ledger_with_metadata_from_before_the_salt_keeps_working(
     launch: Launch, connect: Connect, etcd_server: EtcdProcess
 ) -> None:
-    """Metadata written before issue 18 keeps the unsalted digest of the password and no salt:
-    the client checks a password against it; a bookie, holding only the key, checks that the
-    ledger exists (README "Keys")."""
+    """Metadata written before ledgers had a salt keeps the unsalted digest of the password: the
+    client checks a password against it; a bookie, holding only the key, checks that the ledger
+    exists (docs/operations/security.md)."""
     uri = etcd_server.uri(unique_name("legacy"))
     bookie = await launch(args=("--metadata", uri))
     store = open_store(uri)

@@ -1,4 +1,4 @@
-"""Issue 12, finding 3: a flood of long polls must neither stall the bookie nor grow it.
+"""A flood of long polls must neither stall the bookie nor grow it.
 
 Before the fix each long poll's waiter sat in a per-ledger list and left it by ``list.remove``:
 polls that expire in another order than they came (their timeouts differ) made every expiry a

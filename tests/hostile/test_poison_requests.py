@@ -1,4 +1,4 @@
-"""Issue 12, finding 1: one request must not make a bookie unable to checkpoint or restart.
+"""One request must not make a bookie unable to checkpoint or restart.
 
 Before the fix an add at entry id >= 2**44, or an add or fencing read of an unused ledger with a
 300-byte master key, was acknowledged; the index encoder then failed on it (a u32 page number,

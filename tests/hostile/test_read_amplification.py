@@ -1,4 +1,4 @@
-"""Issue 12, finding 2: reads a peer never collects must not amplify the bookie's memory.
+"""Reads a peer never collects must not amplify the bookie's memory.
 
 Before the fix, 1,000 pipelined reads of a 1 MiB entry whose answers were never read took the
 bookie from 127 MiB to 1.9 GiB. Now (``bookie.flow``) a connection's unsent responses are

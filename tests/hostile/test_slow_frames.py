@@ -1,5 +1,5 @@
-"""Issue 12, finding 6: peers that start frames and never finish them, or connect and say
-nothing, must not hold the bookie's memory or its connections for as long as they like.
+"""Peers that start frames and never finish them, or connect and say nothing, must not hold the
+bookie's memory or its connections for as long as they like.
 
 Before the fix 100 connections each sending 5 MiB - 1 bytes of a frame held 538 MiB for good.
 Now (``bookie.flow``) partial frames count against ``max_connection_memory`` (the biggest

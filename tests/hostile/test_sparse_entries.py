@@ -1,4 +1,4 @@
-"""Issue 12, finding 7: entries at far-apart ids must not cost a whole index page each.
+"""Entries at far-apart ids must not cost a whole index page each.
 
 Before the fix every entry id in a new 4096-entry range allocated a dense 32 KiB page, in
 memory and in every index segment: 3,000 tiny adds at ids a billion apart took +100 MiB of RSS

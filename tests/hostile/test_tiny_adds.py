@@ -1,4 +1,4 @@
-"""Peers flooding the smallest adds at a bookie whose disk has stalled (RELIABILITY I16).
+"""Peers flooding the smallest adds at a bookie whose disk has stalled (invariant I16).
 
 ``max_add_bytes_in_progress`` bounds what adds waiting for the journal hold. It counted their
 bodies only, while each add in progress holds about 1,240 bytes of objects (its request, its

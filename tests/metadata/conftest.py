@@ -1,4 +1,4 @@
-"""A secured etcd for the metadata tests (issue 18): TLS on its client port with client
+"""A secured etcd for the metadata tests: TLS on its client port with client
 certificates required, etcd's auth on with ``root`` and two users whose roles each cover one
 key prefix, and tokens that idle out after 2 s (``--auth-token-ttl=2``) so that every test
 using it also rides through token renewals. Certificates come from a CA made here.

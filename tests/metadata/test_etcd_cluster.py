@@ -1,4 +1,4 @@
-"""EtcdCluster: several EtcdProcess members as one etcd cluster on loopback (issue 17), each
+"""EtcdCluster: several EtcdProcess members as one etcd cluster on loopback, each
 member killed or stopped and started again on its own; a single EtcdProcess unchanged."""
 
 from __future__ import annotations

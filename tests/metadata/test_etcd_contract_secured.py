@@ -1,5 +1,5 @@
 """The store's whole contract (``test_contract.py``, ``test_autorecovery_store.py``) on the
-secured etcd (issue 18): TLS with a client certificate, and a user whose role grants readwrite
+secured etcd: TLS with a client certificate, and a user whose role grants readwrite
 on ``/secure/`` only, so every operation the store makes -- ledger ids, ledgers, logs, cookies,
 bookie registrations under leases, watches, compaction, autorecovery's marks and claims -- is
 shown to need nothing outside its prefix. Tokens idle out after 2 s, so the contract also runs

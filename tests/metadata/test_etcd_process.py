@@ -1,4 +1,4 @@
-"""EtcdProcess starts only an etcd of its own (issue 13): busy ports are refused by name, ready
+"""EtcdProcess starts only an etcd of its own: busy ports are refused by name, ready
 means the member it started answers (not whichever etcd holds the port), and an etcd left on
 its data directory is stopped, or refused while its owner runs."""
 

@@ -1,4 +1,4 @@
-"""A secured etcd, for real (issue 18): TLS to etcd through ``etcds://``, client certificates,
+"""A secured etcd, for real: TLS to etcd through ``etcds://``, client certificates,
 etcd's auth with a user whose role covers only the store's prefix, tokens that idle out, and
 refusals that are one line, fast, and never hold the password. The etcds are the session's
 (``tests/metadata/conftest.py``); the store's whole contract on the secured one is in

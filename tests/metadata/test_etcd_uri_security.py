@@ -1,7 +1,7 @@
-"""The secured etcd URI, taken apart without an etcd (issue 18): ``etcds://``, the TLS options,
+"""The secured etcd URI, taken apart without an etcd: ``etcds://``, the TLS options,
 credentials from the URI, a password file or the environment (in that order), and errors that
 are one line and never hold the password. ``test_uri.py`` has the plain
-credentials' cases (issue 13); ``test_etcd_security.py`` the real etcd."""
+credentials' cases; ``test_etcd_security.py`` the real etcd."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""etcd at scale (issue 15): every allocation, creation and deletion of a ledger is an etcd
+"""etcd at scale: every allocation, creation and deletion of a ledger is an etcd
 revision, and etcd keeps every revision until compacted -- then refuses all writes at its quota.
 100,000 ledgers allocated, created and deleted on a real etcd, with the store compacting its
 history as each bookie's GC pass does: the database stops growing. Also measures the metadata
@@ -53,7 +53,7 @@ def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
 @pytest.mark.parametrize(
     ("per_round", "keep"),
     [
-        # 100,000 ledgers (issue 15): about two minutes, so in `make soak`, not `make test`.
+        # 100,000 ledgers: about two minutes, so in `make soak`, not `make test`.
         pytest.param(PER_ROUND, KEEP, marks=pytest.mark.soak, id="100000"),
         pytest.param(2_000, 2_000, id="20000"),
     ],

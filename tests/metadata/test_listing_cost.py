@@ -1,5 +1,5 @@
-"""What listing the ledgers costs the store (issue 15: "the metadata side of GC pages through
-etcd, no single range read of a million keys").
+"""What listing the ledgers costs the store: the metadata side of GC pages through etcd, with no
+single range read of a million keys.
 
 etcd counts every key of a range to its end even when a limit cuts the answer short, and a
 sorted range it reads whole (values and all) before cutting it. So the cost of one range call

@@ -1,4 +1,4 @@
-"""Metadata URIs with credentials (issue 13): ``etcd://USER:PASSWORD@HOST:PORT/PREFIX`` works
+"""Metadata URIs with credentials: ``etcd://USER:PASSWORD@HOST:PORT/PREFIX`` works
 against an etcd with auth enabled, and the password is printed nowhere (errors, reprs, the
 store's ``uri``); it was echoed in a hostname-lookup error."""
 
@@ -96,7 +96,7 @@ def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_error_does_not_echo_the_password() -> None:
-    """The issue's symptom: the whole ``user:pw@host`` went to gRPC as a host name, and the
+    """What went wrong once: the whole ``user:pw@host`` went to gRPC as a host name, and the
     lookup error printed it. Port 1 on loopback: refused at once, no network."""
     result = _aiobk("bookies", "list", "--metadata", f"etcd://root:{SECRET}@127.0.0.1:1/x")
     assert result.returncode == 1

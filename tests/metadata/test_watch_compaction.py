@@ -1,5 +1,5 @@
 """A watcher whose watch falls behind the store's compaction reads again and carries on
-(issue 15: the bookies compact etcd's history after each GC pass, and ``aiobk standalone``'s
+(the bookies compact etcd's history after each GC pass, and ``aiobk standalone``'s
 etcd compacts by itself).
 
 etcd cancels a watch that asks for compacted history: one whose stream broke (an etcd restart,

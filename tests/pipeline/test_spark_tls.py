@@ -1,5 +1,5 @@
-"""The Spark source on TLS-only bookies that require client certificates (issue 18's "none may
-stay plaintext silently" for the data source): tlsCa/tlsCert/tlsKey reach every task; without
+"""The Spark source on TLS-only bookies that require client certificates (no connection may stay
+plaintext silently, the data source's included): tlsCa/tlsCert/tlsKey reach every task; without
 them the job fails on the bookies' refusal; bad files fail where the job is planned."""
 
 from __future__ import annotations

@@ -259,7 +259,7 @@ def test_explicit_negatives() -> None:
 
 
 def test_protocol_package_imports_no_io() -> None:
-    """STYLE 1: the codec knows no sockets (no asyncio, socket, threading or file I/O)."""
+    """The codec knows no sockets (no asyncio, socket, threading or file I/O)."""
     forbidden = {"asyncio", "socket", "threading", "selectors", "os", "io", "uvloop"}
     root = pathlib.Path(protocol.__file__).parent
     for path in root.glob("*.py"):

@@ -1,4 +1,4 @@
-"""Issue 18: the salted key digest the metadata keeps, the legacy form it still reads, and the
+"""The salted key digest the metadata keeps, the legacy form it still reads, and the
 stand-in key of a replication worker -- pure functions."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_a_bookie_checks_a_key_a_client_checks_a_password() -> None:
 
 
 def test_the_legacy_form_is_read_by_clients_and_cannot_be_checked_by_bookies() -> None:
-    legacy = hashlib.sha256(b"aiobk-password\x00pw").digest()  # as written before issue 18
+    legacy = hashlib.sha256(b"aiobk-password\x00pw").digest()  # as written before the salt
     assert legacy_password_digest(b"pw") == legacy
     assert password_matches(b"", legacy, b"pw")
     assert not password_matches(b"", legacy, b"")
@@ -95,7 +95,7 @@ def test_metadata_keeps_the_salt_and_round_trips() -> None:
 
 
 def test_metadata_written_before_the_salt_reads_as_the_legacy_form() -> None:
-    """The JSON of a ledger created before issue 18: no ``password_salt`` field at all."""
+    """The JSON of a ledger created before the salt: no ``password_salt`` field at all."""
     old = _metadata(password_digest=legacy_password_digest(b"pw"))
     document = json.loads(old.to_json())
     assert "password_salt" not in document  # written as before: readers before 18 read it

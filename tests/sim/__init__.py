@@ -1,1 +1,1 @@
-"""Deterministic simulation of the real bookie and client code (RELIABILITY "The harness")."""
+"""Deterministic simulation of the real bookie and client code (docs/design/invariants.md)."""

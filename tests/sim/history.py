@@ -71,6 +71,9 @@ class History:
     deleted: set[int] = field(default_factory=set)  # closed, then deleted (or tried to be)
     log_appends: list[LogAppend] = field(default_factory=list)
     log_ledgers: set[int] = field(default_factory=set)  # ledgers that belong to the log
+    # The ledger of every truncation's ``before`` (truncation and retention passes), recorded
+    # before the call: any ledger below one of them may be gone from the log, legitimately.
+    log_truncations: list[int] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
     def max_lac(self, ledger_id: int) -> int:

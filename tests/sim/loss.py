@@ -1,6 +1,6 @@
-"""Issue 16's faults (RELIABILITY "I15 -- copies restored"): bookies lost for good while
-autorecovery runs in every bookie and the writers keep going. A seeded plan, beside the
-nemesis's usual faults:
+"""The faults of invariant I15, copies restored (docs/design/invariants.md): bookies lost for
+good while autorecovery runs in every bookie and the writers keep going. A seeded plan, beside
+the nemesis's usual faults:
 
 1. A bookie is wiped and never returns; the plan waits until autorecovery has repaired every
    ledger that named it (no ledger names a lost bookie, no mark still lists missing bookies).

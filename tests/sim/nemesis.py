@@ -36,7 +36,7 @@ PROFILES: dict[str, dict[str, float]] = {
     "lost_entry": {"lost_entry": 1},
     # Unclean crashes and restarts (journal-less runs lose data this way).
     "crashes": {"crash": 6, "recover": 3, "pause": 1, "lost_entry": 2},
-    # Issue 16 (tests.sim.loss): bookies lost for good, one then another, while autorecovery
+    # tests.sim.loss: bookies lost for good, one then another, while autorecovery
     # runs in the bookies; besides the plan, faults that lose no data.
     "loss": {
         "crash": 2, "stop": 1, "pause": 2, "partition": 1, "partition_one_way": 1,

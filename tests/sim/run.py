@@ -102,7 +102,7 @@ class Result:
     states_loaded: int = 0  # ledger states the bookies read back from their index
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
-    repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work (issue 16)
+    repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work
     virtual_seconds: float = 0.0
     journal_less: bool = False
 
@@ -233,6 +233,8 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         if rng.random() < 0.7:  # a second writer takes the log over mid-run
             takeover = rng.uniform(0.2, scale.duration)
             jobs.append(workload.log_writer("logwriter-2", until, start=takeover))
+        if rng.random() < 0.7:  # operators truncating the log while it is written
+            jobs.append(workload.log_retention("retention", until, keep=rng.uniform(0.5, 4.0)))
         jobs.append(nemesis.run(scale.duration, scale.faults))
         if plan is not None:
             jobs.append(Loss(nemesis, plan, random.Random(rng.getrandbits(64))).run())

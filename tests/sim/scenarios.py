@@ -1,10 +1,11 @@
-"""Fault patterns shaped like the counterexamples in the specifications, with seeded choices of
-bookies and seeded timing. The nemesis draws them like any other fault; whether a run ends in a
-violation is still for the checker to find. Each names the protection that defeats it:
+"""Fault patterns shaped like the counterexamples of the TLA+ specifications and of BookKeeper's
+"BP-46: Running without the journal", with seeded choices of bookies and seeded timing. The
+nemesis draws them like any other fault; whether a run ends in a violation is still for the
+checker to find. Each names the protection that defeats it:
 
-- ``unfenced_read`` -- RELIABILITY trap 1 (recovery reads must fence): the writer's entry
-  reaches one bookie, is late to a second whose fencing LAC read was lost, and is refused
-  by a third whose refusal is slow to come back; recovery hears two "no such entry" first.
+- ``unfenced_read`` -- trap 1 of ``ProtocolSwitches`` (recovery reads must fence): the writer's
+  entry reaches one bookie, is late to a second whose fencing LAC read was lost, and is refused by a
+  third whose refusal is slow to come back; recovery hears two "no such entry" first.
 - ``stale_writer`` -- BP-46 Scenario 1 (fence on boot): a hung writer wakes after its ledger
   was recovered without reaching one bookie and another bookie lost its disk.
 - ``change_race`` -- acknowledgements held until an ensemble change's CAS lands: the writer

@@ -9,8 +9,8 @@ import os
 import pytest
 
 import aiobk.bookie.gc as bookie_gc
-from tests.sim.checker import _check_ledger
-from tests.sim.history import Append, History
+from tests.sim.checker import _check_ledger, _check_log_order
+from tests.sim.history import Append, History, LogAppend
 from tests.sim.run import SimOptions, run_seed, run_seeds
 from tests.sim.world import Switches
 
@@ -33,7 +33,7 @@ def test_campaign_holds_every_invariant(chunk: int) -> None:
     assert sum(sum(r.faults.values()) for r in results) > CHUNK  # faults really happened
 
 
-# Issue 16: two bookies lost for good per run while the writers go on, with the other I15
+# Two bookies lost for good per run while the writers go on, with the other I15
 # faults (tests.sim.loss); about 1.5 s of CPU a seed.
 LOSS_CHUNK = 20
 LOSS_CHUNKS = 2
@@ -88,6 +88,23 @@ def test_checker_flags_lost_and_phantom_writes() -> None:
     assert kinds == ["I1", "I14", "I2"], history.violations
 
 
+def test_checker_flags_log_appends_out_of_call_order() -> None:
+    """One writer's appends must hold positions in call order, also across a roll; another
+    writer's are judged on their own."""
+    history = History()
+    history.log_appends = [
+        LogAppend("w1", b"a", "ok", (5, 0)),
+        LogAppend("w1", b"b", "ok", (5, 1)),
+        LogAppend("w2", b"x", "ok", (4, 9)),  # another writer: not compared with w1's
+        LogAppend("w1", b"c", "unknown"),
+        LogAppend("w1", b"d", "ok", (9, 1)),  # called before e, but after it in the log
+        LogAppend("w1", b"e", "ok", (9, 0)),
+    ]
+    _check_log_order(history)
+    (violation,) = history.violations
+    assert violation.startswith("I14 log: w1 called b'd' before b'e'"), violation
+
+
 def test_checker_flags_a_refused_append_that_shows_up() -> None:
     history = History()
     history.appends = [
@@ -132,7 +149,7 @@ def test_checker_catches_a_gc_that_removes_live_entry_logs(
 
 
 # Each protection switched off, with the fault pattern it exists for: the checker must catch
-# the loss within a bounded number of seeds (RELIABILITY "Teeth"). With it on, the same seeds
+# the loss within a bounded number of seeds (docs/design/invariants.md). With it on, the same seeds
 # hold (test_protections_on_hold_under_their_patterns).
 #
 # name -> (switches turned off, profile, journal-less, violation kind). Holding acks during an
@@ -153,7 +170,7 @@ TEETH: dict[str, tuple[tuple[str, ...], str, bool, str]] = {
         False,
         "I",
     ),
-    # Issue 16: a worker holding a stale view of a ledger (its swap held at the store, its claim
+    # A worker holding a stale view of a ledger (its swap held at the store, its claim
     # lapsed) while a second worker repairs it for two lost bookies. Without the compare-and-set
     # on the version read, the stale swap writes the second lost bookie back into the ledger:
     # I15 (not repaired in time, and named in the final metadata).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from aiobk.client import BookKeeper, Durability, LedgerHandle, LogWriter
+from aiobk.client import BookKeeper, Durability, LedgerHandle, LogPosition, LogWriter
 from aiobk.protocol.errors import BKError, LogFencedError
 from tests.sim.history import Append, History, LogAppend, Observed
 from tests.sim.world import World
@@ -234,6 +234,35 @@ class Workload:
             await writer.close()
         except BKError as exc:
             self.trace(f"{name}: log writer close: {type(exc).__name__}")
+
+    async def log_retention(self, name: str, until: float, keep: float) -> None:
+        """Truncation beside the log's writers, as operators run it: now below a position a
+        writer was acknowledged recently (what a consumer has passed), now a retention pass
+        that keeps the last ``keep`` seconds of records (found by their timestamps). Neither
+        may disturb a writer."""
+        loop = asyncio.get_running_loop()
+        bk = await self.world.client(name)
+        while loop.time() < until and not self.finished():
+            await asyncio.sleep(self.rng.uniform(0.2, 1.5))
+            try:
+                if self.rng.random() < 0.5:
+                    acked = [op.position for op in self.history.log_appends if op.result == "ok"]
+                    if not acked:
+                        continue
+                    before: LogPosition | None = LogPosition(*self.rng.choice(acked[-30:]))
+                    kind = "truncation"
+                else:
+                    cutoff = int((loop.time() - keep) * 1000)  # the client's clock is the loop's
+                    before = await bk.log_position_at_time(LOG, cutoff)
+                    kind = "retention"
+                if before is None:
+                    continue
+                self.history.log_truncations.append(before.ledger_id)
+                removed = await bk.truncate_log(LOG, before=before)
+                self.history.deleted.update(removed)
+                self.trace(f"{name}: {kind} below {before} removed ledgers {removed}")
+            except BKError as exc:
+                self.trace(f"{name}: truncation failed: {type(exc).__name__}: {exc}")
 
     async def _log_append(self, writer: LogWriter, op: LogAppend, slots: asyncio.Semaphore) -> None:
         try:

@@ -30,14 +30,14 @@ _RUNS = itertools.count()
 
 @dataclass(frozen=True)
 class Switches:
-    """The protection each tooth test switches off (RELIABILITY "Known protocol traps")."""
+    """The protection each tooth test switches off (docs/design/invariants.md)."""
 
     recovery_reads_fence: bool = True
     boot_fence: bool = True
     boot_limbo: bool = True
     hold_acks_during_change: bool = True
     replace_after_cas: bool = True
-    # Issue 16: a replication worker's swap is a compare-and-set on the version it read.
+    # A replication worker's swap is a compare-and-set on the version it read.
     metadata_version_fence: bool = True
 
     def client(self) -> ProtocolSwitches:
@@ -111,8 +111,8 @@ class World:
         self.gc_ledgers = 0  # deleted ledgers dropped by bookies' garbage collection
         self.gc_logs = 0  # entry logs it removed
         self.gc_moved = 0  # live entries its compaction copied
-        self.states_loaded = 0  # ledger states read back from the index (issue 15)
-        # Issue 16: autorecovery beside every bookie (the loss profiles), with these settings.
+        self.states_loaded = 0  # ledger states read back from the index
+        # Autorecovery beside every bookie (the loss profiles), with these settings.
         self.autorecovery = autorecovery
         self.repairs = AutoRecoveryStats()  # what every bookie life's autorecovery did
         self._holds: list[Hold] = []
@@ -134,7 +134,7 @@ class World:
                 repair_retry_interval=0.3,
                 gc_interval=rng.choice((0.5, 2.0)),
                 gc_compaction_threshold=rng.choice((0.0, 0.5, 0.9)),
-                # Issue 15: ledger states dropped after every checkpoint and loaded again from
+                # Ledger states dropped after every checkpoint and loaded again from
                 # the index, and checkpoints started early by a write cache that fills at once.
                 ledger_state_cache_size=rng.choice((1, 4, 10_000)),
                 write_cache_max_size=rng.choice((400, 64 << 20)),
@@ -214,7 +214,7 @@ class World:
         return make
 
     def _autorecovery(self, node: str) -> Callable[[str, MetadataStore], AutoRecovery]:
-        """Autorecovery in one bookie life (issue 16): its worker and a candidate for auditor,
+        """Autorecovery in one bookie life: its worker and a candidate for auditor,
         on the simulated network, the virtual clock and seeded randomness. Drawn only when
         autorecovery is on, so the other profiles' seeds replay as before."""
         config = self.autorecovery
@@ -340,7 +340,7 @@ class World:
         sim.lost_data = True
 
     async def lose(self, sim: SimBookie) -> None:
-        """The bookie's disk and host are gone for good: it never starts again (issue 16)."""
+        """The bookie's disk and host are gone for good: it never starts again."""
         await self.wipe(sim)
         sim.lost_forever = True
         self.trace(f"{sim.node}: lost for good")

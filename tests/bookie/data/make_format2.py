@@ -1,5 +1,5 @@
 """Writes ``format2-bookie.tar.gz``: a bookie data directory in the index format of aiobk before
-issue 15 (index segments, format 2), for the upgrade test (tests/bookie/test_upgrade.py).
+the on-disk index (index segments, format 2), for the upgrade test (tests/bookie/test_upgrade.py).
 
 Run it with the code of that time, e.g. from a worktree of commit f83c980::
 
