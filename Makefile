@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(SOURCES) tests
 	$(VENV)/bin/ruff format --check $(SOURCES) tests
-	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz
+	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/compat
 	$(VENV)/bin/lint-imports
 
 # The pure codec must be fully covered by its own tests.
