@@ -62,12 +62,15 @@ def newest_release(path: Path = RELEASES) -> tuple[str, str]:
 
 def materialise(version: str, commit: str, dest: Path) -> Path:
     """The source tree of ``commit`` in ``dest`` (``git archive | tar -x``: symlinks kept)."""
-    check = subprocess.run(
-        ["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
-        capture_output=True,
-        check=False,
-        timeout=30,
-    )
+    try:
+        check = subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
+    except OSError as exc:
+        raise ReleaseUnavailableError(f"release {version}: cannot run git: {exc}") from None
     if check.returncode != 0:
         raise ReleaseUnavailableError(
             f"release {version}: commit {commit} is not in this clone's git history "
@@ -122,7 +125,14 @@ class Release:
 
     def check_import(self) -> None:
         """The child imports the release's ``aiobk``, not this tree's."""
-        where = Path(self.python("import aiobk; print(aiobk.__file__)").strip()).resolve()
+        try:
+            found = self.python("import aiobk.client, aiobk.bookie; print(aiobk.__file__)")
+        except RuntimeError as exc:
+            last = str(exc).strip().splitlines()[-1]
+            raise ReleaseUnavailableError(
+                f"release {self.version}: its aiobk does not import here: {last}"
+            ) from None
+        where = Path(found.strip()).resolve()
         if not where.is_relative_to(self.tree.resolve()):
             raise ReleaseUnavailableError(
                 f"release {self.version}: aiobk imports from {where}, not from {self.tree}"

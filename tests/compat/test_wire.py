@@ -56,28 +56,27 @@ ROUND_TRIP: list[dict[str, Any]] = [
 
 
 def check_round_trip(results: list[dict[str, Any]]) -> None:
-    by_op = dict(zip(range(len(ROUND_TRIP)), results, strict=True))
-    assert by_op[1]["entry_ids"] == list(range(20))
-    assert by_op[4]["entry_ids"] == list(range(20))
-    assert by_op[5]["lac"] == 19
-    assert by_op[9] == {"ledger_id": by_op[0]["ledger_id"], "closed": True, "lac": 19}
-    assert by_op[10]["data"] == payloads("p", 20)
-    assert by_op[11]["closed"]
-    assert by_op[12]["data"] == payloads("v", 20)
-    assert by_op[13]["closed"] is False
-    assert -1 <= by_op[14]["lac"] <= 9  # adds sent at once all carry LAC -1
-    assert by_op[15]["closed"]
-    assert by_op[15]["lac"] == 9
-    assert by_op[16]["data"] == payloads("o", 10)
-    assert by_op[17]["error"] == "LedgerFencedError", by_op[17]
-    positions = by_op[18]["positions"]
-    assert [r["data"] for r in by_op[19]["records"]] == payloads("r", 10)
-    assert [r["position"] for r in by_op[19]["records"]] == positions
-    keyed = by_op[21]["records"]
-    assert [r["position"] for r in keyed] == by_op[20]["positions"]
-    assert [{"data": r["data"], "key": r["key"], "headers": r["headers"]} for r in keyed] == (
-        ENVELOPES
-    )
+    assert len(results) == len(ROUND_TRIP)
+    r = results
+    assert r[1]["entry_ids"] == list(range(20))
+    assert r[4]["entry_ids"] == list(range(20))
+    assert r[5]["lac"] == 19
+    assert r[9] == {"ledger_id": r[0]["ledger_id"], "closed": True, "lac": 19}
+    assert r[10]["data"] == payloads("p", 20)
+    assert r[11]["closed"]
+    assert r[12]["data"] == payloads("v", 20)
+    assert r[13]["closed"] is False
+    assert -1 <= r[14]["lac"] <= 9  # adds sent at once all carry LAC -1
+    assert r[15]["closed"]
+    assert r[15]["lac"] == 9
+    assert r[16]["data"] == payloads("o", 10)
+    assert r[17]["error"] == "LedgerFencedError", r[17]
+    positions = r[18]["positions"]
+    assert [rec["data"] for rec in r[19]["records"]] == payloads("r", 10)
+    assert [rec["position"] for rec in r[19]["records"]] == positions
+    keyed = r[21]["records"]
+    assert [rec["position"] for rec in keyed] == r[20]["positions"]
+    assert [{k: rec[k] for k in ("data", "key", "headers")} for rec in keyed] == ENVELOPES
 
 
 @pytest.mark.timeout(90)
