@@ -37,7 +37,7 @@ async def test_ledgers_are_appended_in_one_step_and_the_writer_is_fenced(
     cluster: Cluster,
 ) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
-        writer = await bk.open_log_writer("events")
+        writer = await bk.open_log_writer("events", record_format="raw")  # as the rows below
         await writer.append(b"from the writer")
         ids = await _closed_ledgers(bk, 3)
         record = await append_ledgers_to_log(bk, "events", ids)

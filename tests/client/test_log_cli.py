@@ -30,7 +30,7 @@ async def test_log_commands(etcd_cluster: Cluster) -> None:
     async with BookKeeper(uri) as bk:
         listed = await aiobk("log", "list", "--metadata", uri, "--json")
         assert (listed.returncode, listed.stdout) == (0, "[]\n")
-        writer = await bk.open_log_writer("orders", roll_bytes=40)
+        writer = await bk.open_log_writer("orders", roll_bytes=40, record_format="raw")
         # 8 bytes each: a roll after every fifth; the 21st waits for the last roll to finish.
         positions = [await writer.append(b"order %02d" % i) for i in range(22)]
         ledgers = sorted({p.ledger_id for p in positions})
@@ -170,7 +170,7 @@ async def test_log_tail_follows_until_interrupted(
         "from aiobk.cli import main; main()",
     ]  # fmt: skip
     async with BookKeeper(uri) as bk:
-        writer = await bk.open_log_writer("live", roll_bytes=50)
+        writer = await bk.open_log_writer("live", roll_bytes=50, record_format="raw")
         before = [await writer.append(b"before %d" % i) for i in range(3)]
         proc = subprocess.Popen(
             [*command, "log", "tail", "live", "--follow", "--metadata", uri],

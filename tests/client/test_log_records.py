@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.client import ENVELOPE, BookKeeper, LogPosition, LogRecord, RecordFormatError
+from aiobk.client import ENVELOPE, RAW, BookKeeper, LogPosition, LogRecord, RecordFormatError
 from aiobk.client.log_time import position_at_time
 from aiobk.client.log_writer import LogWriterSettings, open_log_writer
 from tests.cluster import Cluster, forget, start_cluster
@@ -60,7 +60,7 @@ async def test_envelope_records_come_back_with_key_headers_and_time(cluster: Clu
 
 async def test_raw_logs_stay_raw_and_refuse_record_fields(cluster: Cluster) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
-        async with await bk.open_log_writer("plain") as writer:
+        async with await bk.open_log_writer("plain", record_format=RAW) as writer:
             await writer.append(b"x")
             with pytest.raises(ValueError, match="holds raw records"):
                 await writer.append(b"y", key=b"k")
@@ -140,7 +140,7 @@ async def test_the_time_search_finds_the_first_record_at_or_after_a_time(
 
 async def test_raw_logs_have_no_time_to_search(cluster: Cluster) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
-        async with await bk.open_log_writer("raw") as writer:
+        async with await bk.open_log_writer("raw", record_format=RAW) as writer:
             await writer.append(b"x")
         with pytest.raises(ValueError, match="carry no timestamp"):
             await bk.log_position_at_time("raw", 0)

@@ -65,9 +65,11 @@ async def test_reader_tails_across_rolls(logs_cluster: Cluster) -> None:
         assert [r.data for r in records] == [b"record-%04d" % i for i in range(120)]
         assert [r.position for r in records] == positions
         assert len({p.ledger_id for p in positions}) >= 2  # it rolled, invisibly
+        await writer.close()  # after the roll its last append may have started
+        written = sorted({p.ledger_id for p in positions})
         record = await bk.store.read_log("tail")
-        assert list(record.ledgers) == sorted({p.ledger_id for p in positions})
-        await writer.close()
+        assert list(record.ledgers[: len(written)]) == written
+        assert len(record.ledgers) <= len(written) + 1  # and perhaps that roll's empty ledger
 
 
 async def test_resume_from_a_saved_position(logs_cluster: Cluster) -> None:

@@ -93,7 +93,7 @@ def test_records_with_keys_headers_and_times_routed_to_logs(spark: Any, cluster_
         ).option("metadata", cluster_uri).mode("append").save()
     spark.createDataFrame([(b"r",)], "data binary").write.format("aiobk").option(
         "metadata", cluster_uri
-    ).option("log", "rawlog").mode("append").save()
+    ).option("log", "rawlog").option("recordFormat", "raw").mode("append").save()
     with pytest.raises(Exception, match="holds raw records"):
         spark.createDataFrame([(b"x", "k")], "data binary, key string").write.format(
             "aiobk"

@@ -140,10 +140,10 @@ def test_write_columns_in_their_other_shapes(spark: Any, cluster_uri: str) -> No
         assert round(r.timestamp.timestamp() * 1000) == 1_700_000_000_123 + i
         assert bytes(r.key) == bytes([i, 0, 255])
         assert {k: bytes(v) for k, v in r.headers.items()} == {"h": f"v{i}".encode()}
-    # recordFormat: a job without record columns creates an envelope log (stamped by the
-    # task's clock, no key), or a raw one by default.
+    # recordFormat: a job without record columns creates an envelope log by default (stamped
+    # by the task's clock, no key), or a raw one when asked.
     plain = spark.createDataFrame([(b"p",)], "data binary")
-    for log, fmt in (("made-envelope", "envelope"), ("made-raw", None)):
+    for log, fmt in (("made-envelope", None), ("made-raw", "raw")):
         writer = plain.write.format("aiobk").option("metadata", cluster_uri).option("log", log)
         if fmt is not None:
             writer = writer.option("recordFormat", fmt)
