@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(SOURCES) tests docs/hooks
 	$(VENV)/bin/ruff format --check $(SOURCES) tests docs/hooks
-	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/soak
+	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/soak tests/compat
 	$(VENV)/bin/lint-imports
 
 # The pure codec must be fully covered by its own tests.
