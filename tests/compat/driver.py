@@ -31,7 +31,7 @@ Steps (``op``; handles are named by ``as`` and looked up by ``ledger`` / ``handl
 - ``log_read``: ``log``, ``start`` ([ledger, entry], default the earliest) -> ``records``
 - ``log_truncate``: ``log``, ``before`` [ledger, entry] -> ``deleted``
 - ``await_lac``: ``ledger``, ``password``: until the bookies report the LAC of every entry
-  appended (an idle writer's explicit LAC) -> ``lac``
+  appended (an idle writer's explicit LAC), or the ledger is closed past it -> ``lac``
 - ``exit``: end the process at once, closing nothing (a client that dies mid-work)
 """
 
@@ -129,14 +129,22 @@ class _Runner:
         return {"lac": await self._settled(handle.ledger_id, password, handle.last_add_pushed)}
 
     async def _settled(self, ledger_id: int, password: bytes, last: int) -> int:
-        """Until the bookies report ``last`` as the ledger's LAC: an idle writer sends it on
-        its own (the explicit LAC), so a reader that does not fence sees every entry."""
-        reader = await self.bk.open_ledger(ledger_id, password=password, recovery=False)
+        """Until ``last`` is confirmed to a reader that does not fence: the bookies report it as
+        the ledger's LAC (an idle writer sends it on its own, the explicit LAC), or the ledger
+        was closed at or after it (a log writer rolls as soon as a ledger is full)."""
         async with asyncio.timeout(SETTLE_TIMEOUT):
-            while (lac := await reader.read_last_add_confirmed()) < last:
+            while True:
+                reader = await self.bk.open_ledger(ledger_id, password=password, recovery=False)
+                try:
+                    if reader.is_closed:
+                        lac = reader.last_add_confirmed
+                    else:
+                        lac = await reader.read_last_add_confirmed()
+                finally:
+                    await reader.close()
+                if lac >= last:
+                    return lac
                 await asyncio.sleep(0.02)
-        await reader.close()
-        return lac
 
     async def log_write(self, step: Step) -> Result:
         writer = await self.bk.open_log_writer(step["log"], **step.get("options", {}))
