@@ -205,6 +205,7 @@ class EtcdKV(KV):
         self._credentials = credentials
         self._tls = tls
         self.timeout = timeout
+        self._shut = False  # close() was called: no call connects again
         user = f"{credentials.user}:***@" if credentials is not None else ""
         scheme = "etcds://" if tls is not None else "etcd://"
         self.description = scheme + user + ",".join(f"{h}:{p}" for h, p in endpoints)
@@ -291,9 +292,14 @@ class EtcdKV(KV):
             await self._rotate()
 
     async def _rotate(self) -> None:
-        client, self._client = self._client, None
+        """The next endpoint. The client of the last one is retired, not closed: closing a
+        channel cancels the calls still on it, which are other callers' (each bounded by the
+        timeout anyway)."""
+        client = self._client
         self._index = (self._index + 1) % len(self._endpoints)
-        await self._close_client(client)
+        if client is not None:
+            await self._retire(client)
+        self._client = None
 
     async def _retire(self, client: aetcd.Client) -> None:
         """Stop using ``client`` (its token died): the next call connects anew. Calls already
@@ -377,7 +383,7 @@ class EtcdKV(KV):
         last: BaseException | None = None
         tls_failed: MetadataAuthError | None = None
         attempts = len(self._endpoints)
-        renewed = False
+        renewed = closed_under = False
         while attempts > 0:
             attempts -= 1
             endpoint = self.endpoint
@@ -392,6 +398,21 @@ class EtcdKV(KV):
                         raise self._denied(endpoint, what, key) from None
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # this call was cancelled
+                if self._shut:
+                    raise MetadataStoreError(f"{self.description}: closed during {what}") from None
+                # gRPC cancels the calls of a channel that is closed under them: another call
+                # moved to the next endpoint, or a token died. Not a cancellation of this
+                # call's task (which would end a lease's keep-alive, a GC loop, ... silently):
+                # try again on the client that is current now.
+                last = exc
+                if not closed_under:
+                    closed_under = True
+                    attempts += 1
+                continue
             except etcd_errors.ConnectionFailedError as exc:
                 last = exc
                 # The next endpoint may trust us (or be up); if none does: say so.
@@ -550,6 +571,7 @@ class EtcdKV(KV):
             )
 
     async def close(self) -> None:
+        self._shut = True
         client, self._client = self._client, None
         retired, self._retired = self._retired, []
         for old in [client, *(old for _when, old in retired)]:
