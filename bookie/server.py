@@ -532,7 +532,7 @@ class Bookie:
                 result = await self.collect_garbage()
             except BookieStateError:
                 return  # the stop began during the pass
-            except OSError:
+            except Exception:  # a disk error, a metadata outage, ...: the next pass tries again
                 log.exception("garbage collection failed; trying again next time")
                 continue
             if result.skipped:
