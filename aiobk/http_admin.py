@@ -70,6 +70,7 @@ MAX_STORE_REQUESTS = 4  # requests working on the store at once; more get 429
 GC_WAIT = 30.0  # seconds PUT /gc waits for its pass before answering 202 (the pass goes on)
 SHUTDOWN_TIMEOUT = 2.0  # seconds a stop waits for requests in progress (the bookie is stopping)
 DISK_TIMEOUT = 5.0  # seconds to measure the directories' filesystems (a hung mount)
+REPORT_TIMEOUT = 30.0  # seconds for the garbage collection report (it reads each entry log's size)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
@@ -406,10 +407,18 @@ class HttpAdmin:
         return self._gc_record[1]
 
     async def gc_details(self, _request: web.Request) -> web.StreamResponse:
+        """The settings, the last pass requested here, the totals, and the report: each entry
+        log's live and total bytes and why it is kept, and the pass running now, if any
+        (``aiobk bookie gc --report``)."""
         config, figures = self.bookie.config, self.bookie.stats.as_dict()
         task = self._gc
         if task is not None and task.done() and not task.cancelled():
             self._record(task)
+        try:
+            async with asyncio.timeout(REPORT_TIMEOUT):
+                report = await self.bookie.gc_report()
+        except TimeoutError:
+            raise HttpError(503, f"no report within {REPORT_TIMEOUT:g}s") from None
         document = {
             "gc_interval": config.gc_interval,
             "compaction_threshold": config.gc_compaction_threshold,
@@ -419,6 +428,7 @@ class HttpAdmin:
             "last_requested_pass": self._gc_record[1] if self._gc_record is not None else None,
             # Every pass since the bookie started: periodic, forced by a full disk, requested.
             "totals": {name: value for name, value in figures.items() if name.startswith("gc_")},
+            "report": report,
         }
         return web.json_response(document)
 

@@ -517,6 +517,11 @@ class Bookie:
             self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
         )
 
+    async def gc_report(self) -> dict[str, Any]:
+        """Each entry log's live and total bytes and why it is kept, a pass in progress and the
+        last one (``bookie.gc_report``); the ledgers keeping logs looked up in the store."""
+        return await self._gc.report(self._metadata)
+
     # ------------------------------------------------------------------ helpers
 
     def gauges(self) -> dict[str, int]:
