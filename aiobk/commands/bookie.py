@@ -53,7 +53,13 @@ def bookie_group() -> None:
 @click.option(
     "--host", default=None, help="Address to listen on (default 127.0.0.1; 0.0.0.0: all)."
 )
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A TOML file of bookie settings (flags win over it).",
+)
 @click.option("--no-journal-write-data", is_flag=True, help="BP-46: adds skip the journal.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
 @click.option(
@@ -216,7 +222,13 @@ def _ask_bookie(
 
 @bookie_group.command("gc", help="Run a garbage collection pass on a running bookie now.")
 @click.argument("address")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for the pass.",
+)
 @click.option(
     "--report",
     "report_only",
@@ -226,8 +238,8 @@ def _ask_bookie(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def gc_command(address: str, timeout: float, report_only: bool, as_json: bool) -> None:
-    """Deleted ledgers are dropped and their entry logs removed or compacted (see the docs,
-    "Deleting ledgers and reclaiming disk"); the bookie runs one pass every ``gc_interval``.
+    """Deleted ledgers are dropped and their entry logs removed or compacted (see
+    docs/operations/disks.md); the bookie runs one pass every ``gc_interval``.
     Then the report: per entry log, its total and live bytes, what the next passes do with it
     (removed, compacted) or why they keep it (the active log, a live share at or above
     gc_compaction_threshold and the ledgers holding it, compaction off or stuck), and the
@@ -317,7 +329,13 @@ def _print_gc_report(report: dict[str, Any]) -> None:
 @click.argument("address")
 @click.option("--readonly", "change", flag_value="readonly", help="Refuse adds from now on.")
 @click.option("--writable", "change", flag_value="writable", help="Lift --readonly.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the bookie's answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def state_command(address: str, change: str | None, timeout: float, as_json: bool) -> None:
     """A read-only bookie refuses adds (writers move to other bookies) and serves everything

@@ -76,6 +76,9 @@ class LedgerFacts:
 
 @dataclass(frozen=True, slots=True)
 class Blocker:
+    """One thing that holds the repair (or the ledger's mark), in words, with what an operator
+    can do about it and, for a wait, when it ends by itself."""
+
     kind: str
     message: str
     actions: tuple[str, ...] = ()
@@ -92,6 +95,8 @@ class Blocker:
 
 @dataclass(frozen=True, slots=True)
 class CopyState:
+    """What one bookie of a fragment's ensemble holds of it, as far as known."""
+
     bookie: str
     state: str  # HELD, MISSING, UNKNOWN, UNCHECKED, LOST_BOOKIE, ABSENT, OPEN
     draining: bool = False
@@ -99,6 +104,8 @@ class CopyState:
 
 @dataclass(frozen=True, slots=True)
 class FragmentState:
+    """One fragment of the ledger and the state of each of its copies."""
+
     first: int
     last: int | None  # None: the writer's fragment of an open ledger
     ensemble: tuple[str, ...]
@@ -123,6 +130,12 @@ class FragmentState:
 
 @dataclass(frozen=True, slots=True)
 class Explanation:
+    """Why a ledger is (or is not) under-replicated and what holds its repair: its ``status``
+    (``healthy``, ``under-replicated``, ``not-marked``, ``lost-entries``, ``no-such-ledger``),
+    a one-line ``summary``, its fragments and their copies, and the ``blockers`` in the order
+    they hold it, each with its ``actions``. ``to_document`` is the JSON shape, ``lines`` the
+    text."""
+
     ledger_id: int
     status: str
     under_replicated: bool
