@@ -331,8 +331,10 @@ class GarbageCollector:
         for log_id in await logger.log_ids():
             try:
                 size = await logger.log_size(log_id)
-            except (OSError, CorruptEntryError):
-                continue  # removed meanwhile
+                records = await logger.known_record_count(log_id)
+                sizes = await logger.ledger_bytes(log_id)
+            except (OSError, CorruptEntryError, ValueError):
+                continue  # removed meanwhile (by a pass running now)
             entries = dict(index.log_ledgers(log_id))
             for ledger_id, count in pending.get(log_id, {}).items():
                 entries[ledger_id] = entries.get(ledger_id, 0) + count
@@ -341,8 +343,6 @@ class GarbageCollector:
                     limbo = storage.limbo_of(ledger_id)
                     ledgers[ledger_id] = LedgerFacts(limbo is not None, bool(limbo))
             state = ACTIVE if log_id == active else ""
-            records = await logger.known_record_count(log_id)
-            sizes = await logger.ledger_bytes(log_id)
             logs.append(LogFacts(log_id, size, state, records, entries, sizes))
             await asyncio.sleep(0)
         return logs, ledgers
