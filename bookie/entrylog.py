@@ -126,7 +126,12 @@ class EntryLogger:
     async def open(self) -> None:
         """Start a new entry log after every existing one (a restart never appends to old logs)."""
         await self._disk.makedirs(self._dir)
-        ids = [int(n[:-4], 16) for n in await self._disk.listdir(self._dir) if _is_log(n)]
+        names = await self._disk.listdir(self._dir)
+        ids = [int(n[:-4], 16) for n in names if _is_log(n)]
+        for name in names:  # a crash mid-removal leaves them: a reused id must not read them
+            owner = _side_of(name)
+            if owner is not None and log_name(owner) not in names:
+                await self._disk.remove(os.path.join(self._dir, name))
         await self._start_log(max(ids, default=-1) + 1)
 
     async def _start_log(self, log_id: int) -> None:
@@ -346,9 +351,8 @@ class EntryLogger:
             await reader.close()
         await self._disk.remove(path)
         for side in (count_name(log_id), map_name(log_id)):
-            side_path = os.path.join(self._dir, side)
-            if await self._disk.exists(side_path):
-                await self._disk.remove(side_path)
+            with contextlib.suppress(FileNotFoundError):  # never written, or removed meanwhile
+                await self._disk.remove(os.path.join(self._dir, side))
         self._counts.pop(log_id, None)
         self._appended.pop(log_id, None)
         self._completed_bytes.pop(log_id, None)
@@ -420,8 +424,14 @@ class EntryLogger:
 
     async def _save_map(self, log_id: int, sizes: dict[int, int]) -> None:
         data = b"".join(LEDGER_BYTES.pack(ledger, size) for ledger, size in sorted(sizes.items()))
-        await self._disk.write_file_atomic(os.path.join(self._dir, map_name(log_id)), data)
+        path = os.path.join(self._dir, map_name(log_id))
+        await self._disk.write_file_atomic(path, data)
         self._completed_bytes.pop(log_id, None)  # on disk now: no longer held in memory
+        if not await self._disk.exists(os.path.join(self._dir, log_name(log_id))):
+            # A report saves maps outside garbage collection's lock: a pass removed the log
+            # while this was written, so the map must go too.
+            with contextlib.suppress(FileNotFoundError):
+                await self._disk.remove(path)
 
     async def log_size(self, log_id: int) -> int:
         """Bytes a log takes: its file, and for the active log its buffer too."""
@@ -522,6 +532,14 @@ def _check(
             f"not {ledger_id}/{entry_id}"
         )
     return body
+
+
+def _side_of(name: str) -> int | None:
+    """The log id a ``.cnt`` or ``.lmap`` file belongs to; None for any other name."""
+    stem, _dot, suffix = name.partition(".")
+    if suffix in ("cnt", "lmap") and len(stem) == 8 and all(c in "0123456789abcdef" for c in stem):
+        return int(stem, 16)
+    return None
 
 
 def _is_log(name: str) -> bool:
