@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(SOURCES) tests docs/hooks
 	$(VENV)/bin/ruff format --check $(SOURCES) tests docs/hooks
-	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz
+	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/soak tests/compat
 	$(VENV)/bin/lint-imports
 
 # The pure codec must be fully covered by its own tests.
@@ -76,9 +76,17 @@ test: lint unit-protocol docs
 	timeout --kill-after=30 $(SUITE_TIMEOUT) env $(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) \
 		--dist loadfile --max-worker-restart=0 --durations=25 $(PYTEST_ARGS)
 
-# The long tests: etcd's database over 100,000 ledgers churned.
+# The soak of real processes (tests/soak): etcd and bookies, a log writer, a tailing reader,
+# retention, churn, bookie kills and etcd restarts for SOAK_MINUTES of load, judged at the end;
+# the JSON report goes to SOAK_REPORT, the summary to stdout. Then the long tests: etcd's
+# database over 100,000 ledgers churned. Both run; either failing fails the target.
+SOAK_MINUTES ?= 5
+SOAK_REPORT ?= $(or $(TMPDIR),/tmp)/aiobk-soak-report.json
 soak: setup
-	$(PYTEST_RUN) -m soak $(PYTEST_ARGS)
+	status=0; \
+	$(PY) -m tests.soak --minutes $(SOAK_MINUTES) --report $(SOAK_REPORT) || status=1; \
+	$(PYTEST_RUN) -m soak $(PYTEST_ARGS) || status=1; \
+	exit $$status
 
 run: setup
 	$(VENV)/bin/aiobk standalone

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT
 from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
@@ -64,7 +65,9 @@ class BookieConfig:
     journal_flush_when_queue_empty: bool = True  # write as soon as the writer is free
     journal_max_file_size: int = 512 * 1024 * 1024  # roll journal files at this size
     journal_sync_data: bool = True  # fdatasync the journal (false only for experiments)
-    journal_alignment: int = 4096  # pad each journal write to this boundary (0: no padding)
+    # Pad each journal write to this boundary (BookKeeper's journalAlignmentSize; 0: no
+    # padding): the sector by default, 4096 on a disk that needs stable pages (journal_policy).
+    journal_alignment: int = JOURNAL_ALIGNMENT
     # BP-14: a journal batch holding only volatile adds (answered once written) waits up to
     # this long for an fdatasync that other work brings anyway; 0 syncs each batch at once.
     journal_volatile_sync_delay: float = 0.005
