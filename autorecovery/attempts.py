@@ -119,6 +119,12 @@ class AttemptNotes:
         finally:
             self._current = None
 
+    def abandon(self) -> None:
+        """The attempt ended without ``end`` (cancelled, or an unexpected error): stop noting
+        it. Its last note, if any, stays until its worker's lease goes."""
+        self._current = None
+        self._pending.cancel()
+
     async def _publish_while_running(self) -> None:
         while True:
             await asyncio.sleep(PUBLISH_EVERY)

@@ -218,6 +218,7 @@ class ReplicationWorker:
             failed = failures + (outcome is Outcome.FAILED)
             await self._notes.end(state, *self._why, failures=failed, retry_in=wait)
         finally:
+            self._notes.abandon()  # after ``end``, nothing left to stop
             await self._marks.release(mark.ledger_id, claim)
         return True
 
