@@ -405,7 +405,7 @@ class Decommission:
         self._report("draining", f"{self.bookie_id} set read-only: new ledgers avoid it")
 
     def _report(self, stage: str, note: str | None = None) -> None:
-        left = self._left if self._remaining else ()
+        left = tuple(x for x in self._left if x.ledger_id in self._remaining)  # none done
         self._notify(Progress(stage, len(self._remaining), len(self._marked), note, left))
 
 

@@ -87,8 +87,8 @@ def decommission_command(
     `aiobk autorecovery start`), which copy its entries to other bookies -- reading from it
     while it lives -- and take it out of the ledger's ensembles. A live bookie is set
     read-only first so that new ledgers avoid it. Progress (the ledgers still naming it) is
-    shown on stderr, with a few of them and what holds each (as `aiobk autorecovery explain`
-    says), every 10 s while some are left.
+    shown on stderr, with the first few of them and what holds each (as `aiobk autorecovery
+    explain` says): looked at every 10 s, shown when it changes and each minute otherwise.
 
     Once no ledger names it, a bookie that is still running is reported drained and the
     command waits (up to --timeout again) for you to stop it: its cookie is removed only once
@@ -240,6 +240,11 @@ class _DrainReporter:
             self._explained, self._explained_at = holds, now
             for ledger in progress.left:
                 self._say(f"  ledger {ledger.ledger_id} not done: {ledger.reason}")
+            more = progress.remaining - len(progress.left)
+            if more > 0:
+                self._say(
+                    f"  and {more} more (`aiobk autorecovery explain LEDGER_ID` for any of them)"
+                )
         moved = progress.total - progress.remaining
         if self._live is not None:
             self._live.show(

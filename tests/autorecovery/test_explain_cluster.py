@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -268,8 +269,9 @@ async def test_an_open_ledger_is_explained_as_waiting_out_its_grace_period(
 async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
     clusters: list[Cluster], tmp_path: Path, etcd_server: EtcdProcess
 ) -> None:
-    """An open ledger on the bookie waits out its writer's grace period (300 s here): the drain
-    says so while it waits, and its timeout says so too."""
+    """Open ledgers on the bookie wait out their writers' grace period (300 s here): the drain
+    names the first few left, each with what holds it, counts the rest, and its timeout says
+    what holds them too."""
     cluster = await _cluster(
         clusters, tmp_path, etcd_server, 4,
         lost_bookie_recovery_delay=60.0, open_ledger_rereplication_grace_period=300.0,
@@ -277,11 +279,15 @@ async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
     async with BookKeeper(cluster.uri) as bk:
         closed_id = await _closed(bk)
         victim = (await bk.store.read_ledger(closed_id)).fragments[0].ensemble[0]
-        lh = await bk.create_ledger(3, 3, 2)
-        while victim not in lh.metadata.fragments[0].ensemble:  # bounded: 3 in 4 land on it
-            await lh.close()
+        handles = []
+        while len(handles) < 7:  # bounded: 3 in 4 land on it
             lh = await bk.create_ledger(3, 3, 2)
-        await lh.append(b"the writer stays idle")
+            if victim in lh.metadata.fragments[0].ensemble:
+                await lh.append(b"the writer stays idle")
+                handles.append(lh)
+            else:
+                await lh.close()
+        opened = [lh.ledger_id for lh in handles]
 
         async def auditor() -> bool:
             return await bk.store.autorecovery.auditor() is not None
@@ -293,10 +299,22 @@ async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
         )  # fmt: skip
         assert code == 1, err
         lines = err.strip().splitlines()
-        shown = f"  ledger {lh.ledger_id} not done: the ledger is open and its writer's fragment"
-        assert any(line.startswith(shown) for line in lines), err
+        named = {}
+        for line in lines:
+            found = re.fullmatch(r"  ledger (\d+) not done: (.+)", line)
+            if found:
+                named[int(found[1])] = found[2]
+        assert len(named) == 5, err  # the first five left, each with its reason
+        assert set(named) <= {closed_id, *opened}, err
+        for ledger_id in set(named) & set(opened):
+            assert named[ledger_id].startswith("the ledger is open and its writer's fragment")
+        more = [line for line in lines if line.startswith("  and ")]
+        assert more, err
+        assert re.fullmatch(r"  and \d+ more \(`aiobk autorecovery explain LEDGER_ID`.*", more[0])
         assert lines[-1].startswith("aiobk: error: timed out after 3s"), err
-        assert f"what holds them: ledger {lh.ledger_id}: the ledger is open" in lines[-1]
+        assert "; what holds them: ledger " in lines[-1]
+        assert f"ledger {min(opened)}: the ledger is open" in lines[-1]
         assert "open_ledger_rereplication_grace_period (300s)" in lines[-1]
-        await lh.close()
+        for lh in handles:
+            await lh.close()
         await aiobk("bookies", "decommission", victim, "--cancel", "--metadata", cluster.uri)
