@@ -265,6 +265,11 @@ def gc_command(address: str, timeout: float, report_only: bool, as_json: bool) -
         if answer.status is not StatusCode.EOK:
             raise click.ClickException(f"{address}: no report: {answer.report}")
         report = json.loads(answer.report)
+    elif report_only:  # an older bookie answered EBADREQ to a request it does not know
+        raise click.ClickException(
+            f"{address} does not know the garbage collection report (a bookie older than this "
+            f"command): `aiobk bookie gc {address}` without --report runs a pass"
+        )
     if as_json:
         click.echo(json.dumps({**figures, "report": report}))
     else:
@@ -275,13 +280,11 @@ def gc_command(address: str, timeout: float, report_only: bool, as_json: bool) -
                 f"entries moved, {figures['bytes_freed']} bytes freed"
             )
         if report is None:
-            click.echo(f"{address}: this bookie gives no report (an older version)")
+            click.echo(f"{address}: no report (a bookie older than this command)")
         else:
             _print_gc_report(report)
     if detail:
         raise click.ClickException(f"{address}: the pass stopped early: {detail}")
-    if report_only and report is None:
-        raise click.ClickException(f"{address} does not report its entry logs (an older version)")
 
 
 def _size(n: int | None) -> str:
