@@ -39,6 +39,9 @@ STUCK = "stuck"
 UNMEASURED = "unmeasured"
 
 KEPT_BY_SHOWN = 3  # ledgers named as keeping a log
+# Logs a report details (all count in its totals): at most ~1.3 MiB of JSON, well inside the
+# 5 MiB frame that carries it to ``aiobk bookie gc``, on a bookie of many small entry logs.
+REPORT_LOGS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,11 +259,18 @@ def report_document(
     threshold: float,
     progress: Mapping[str, Any] | None,
     last_pass: Mapping[str, Any] | None,
+    limit: int = REPORT_LOGS,
 ) -> dict[str, Any]:
-    """The report's JSON document (what HTTP ``gc_details`` and GC_REPORT carry)."""
+    """The report's JSON document (what HTTP ``gc_details`` and GC_REPORT carry): past
+    ``limit`` logs, those with the most to reclaim, then the largest, are detailed."""
+    shown = reports
+    if len(reports) > limit:
+        first = sorted(reports, key=lambda r: (-r.reclaimable_bytes, -r.total_bytes, r.log_id))
+        shown = sorted(first[:limit], key=lambda r: r.log_id)
     return {
         "compaction_threshold": threshold,
-        "logs": [r.to_document() for r in reports],
+        "logs": [r.to_document() for r in shown],
+        "logs_total": len(reports),
         "total_bytes": sum(r.total_bytes for r in reports),
         "live_bytes": sum(r.live_bytes for r in reports),
         "reclaimable_bytes": sum(r.reclaimable_bytes for r in reports),
@@ -276,6 +286,7 @@ __all__ = [
     "NO_COMPACTION",
     "QUEUED",
     "REMOVABLE",
+    "REPORT_LOGS",
     "STUCK",
     "UNMEASURED",
     "GcProgress",

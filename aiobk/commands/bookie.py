@@ -315,6 +315,12 @@ def _print_gc_report(report: dict[str, Any]) -> None:
         f"(gc_compaction_threshold {report['compaction_threshold']:g})"
     )
     echo_table(rows, ("log", "total", "live", "live%", "reclaimable", "state", "why"))
+    total = report.get("logs_total", len(rows))
+    if total > len(rows):
+        click.echo(
+            f"({len(rows)} of {total} entry logs shown: those with the most to reclaim, then "
+            "the largest; the totals count them all)"
+        )
     running = report.get("running")
     if running:
         line = f"a pass is running: {running['phase']}"

@@ -24,6 +24,7 @@ from aiobk.bookie.gc_report import (
     NO_COMPACTION,
     QUEUED,
     REMOVABLE,
+    REPORT_LOGS,
     STUCK,
     UNMEASURED,
     LedgerFacts,
@@ -33,6 +34,7 @@ from aiobk.bookie.gc_report import (
 )
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess
+from aiobk.protocol import DEFAULT_MAX_FRAME_SIZE, GcReportResponse, StatusCode, encode
 from aiobk.runner import start_http_admin
 from tests.bookie.test_gc import SMALL_LOGS, _aiobk, _check, _interleaved, _one_bookie
 from tests.cluster import start_cluster
@@ -101,6 +103,31 @@ def test_compaction_off_stuck_logs_and_deleted_ledgers_are_said() -> None:
     assert dropped[2].reason.endswith(", once it drops deleted ledger(s) 7")
     limbo = _by_id(classify(logs, {5: LedgerFacts(True, limbo=True)}, threshold=0.05, per_pass=8))
     assert limbo[2].kept_by[1] == (5, 100, "in limbo (waits for the boot repair)")
+
+
+def test_a_report_of_many_logs_details_those_with_most_to_reclaim_and_fits_a_frame() -> None:
+    big = 1 << 62  # the largest figures, the longest JSON
+    logs = [
+        LogFacts(
+            n, big, records=1000, entries={big + k: 999 for k in range(5)},
+            ledger_bytes={big + k: big // 8 for k in range(5)},
+        )
+        for n in range(3 * REPORT_LOGS)
+    ]  # fmt: skip
+    logs[7] = LogFacts(7, 1000, records=10, entries={5: 10})  # all dead: removable
+    ledgers = {5: LedgerFacts(held=False)}
+    ledgers.update({big + k: LedgerFacts(held=True, metadata="closed") for k in range(5)})
+    reports = classify(logs, ledgers, threshold=0.5, per_pass=8)
+    document = report_document(reports, threshold=0.5, progress=None, last_pass=None)
+    assert document["logs_total"] == len(logs)
+    assert len(document["logs"]) == REPORT_LOGS
+    assert document["logs"][7]["state"] == REMOVABLE  # reclaimable: shown first
+    assert document["total_bytes"] == sum(r.total_bytes for r in reports)  # counts them all
+    assert len(document["logs"][0]["kept_by"]) == 3
+    size = len(encode(GcReportResponse(1 << 62, StatusCode.EOK, json.dumps(document))))
+    assert size < DEFAULT_MAX_FRAME_SIZE, size
+    few = report_document(reports[:3], threshold=0.5, progress=None, last_pass=None)
+    assert (few["logs_total"], len(few["logs"])) == (3, 3)
 
 
 async def test_entry_logs_tally_each_ledgers_bytes_and_keep_them(tmp_path: Path) -> None:
