@@ -406,13 +406,9 @@ class EntryLogger:
         if tallied is not None:
             await self._save_map(log_id, tallied)
             return dict(tallied)
-        path = os.path.join(self._dir, map_name(log_id))
-        if await self._disk.exists(path):
-            data = await self._disk.read_file(path)
-            usable = len(data) - len(data) % LEDGER_BYTES.size
-            return dict(LEDGER_BYTES.iter_unpack(data[:usable]))
-        if not scan:
-            return None
+        saved = await self._read_map(log_id)
+        if saved is not None or not scan:
+            return saved
         count, sizes = await self._scan(log_id)
         await self._save_map(log_id, sizes)
         if log_id not in self._counts:
@@ -422,16 +418,28 @@ class EntryLogger:
             self._counts[log_id] = count
         return sizes
 
+    async def known_ledger_bytes(self, log_id: int) -> dict[int, int] | None:
+        """``ledger_bytes`` as far as known without walking the log, and without writing
+        anything (what a report reads, also on a full disk and while a pass runs)."""
+        if self._active is not None and log_id == self._active.log_id:
+            return dict(self._active_bytes)
+        tallied = self._completed_bytes.get(log_id)
+        if tallied is not None:
+            return dict(tallied)
+        return await self._read_map(log_id)
+
+    async def _read_map(self, log_id: int) -> dict[int, int] | None:
+        path = os.path.join(self._dir, map_name(log_id))
+        if not await self._disk.exists(path):
+            return None
+        data = await self._disk.read_file(path)
+        usable = len(data) - len(data) % LEDGER_BYTES.size
+        return dict(LEDGER_BYTES.iter_unpack(data[:usable]))
+
     async def _save_map(self, log_id: int, sizes: dict[int, int]) -> None:
         data = b"".join(LEDGER_BYTES.pack(ledger, size) for ledger, size in sorted(sizes.items()))
-        path = os.path.join(self._dir, map_name(log_id))
-        await self._disk.write_file_atomic(path, data)
+        await self._disk.write_file_atomic(os.path.join(self._dir, map_name(log_id)), data)
         self._completed_bytes.pop(log_id, None)  # on disk now: no longer held in memory
-        if not await self._disk.exists(os.path.join(self._dir, log_name(log_id))):
-            # A report saves maps outside garbage collection's lock: a pass removed the log
-            # while this was written, so the map must go too.
-            with contextlib.suppress(FileNotFoundError):
-                await self._disk.remove(path)
 
     async def log_size(self, log_id: int) -> int:
         """Bytes a log takes: its file, and for the active log its buffer too."""

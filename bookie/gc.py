@@ -332,8 +332,8 @@ class GarbageCollector:
             try:
                 size = await logger.log_size(log_id)
                 records = await logger.known_record_count(log_id)
-                sizes = await logger.ledger_bytes(log_id)
-            except (OSError, CorruptEntryError, ValueError):
+                sizes = await logger.known_ledger_bytes(log_id)
+            except (OSError, CorruptEntryError):
                 continue  # removed meanwhile (by a pass running now)
             entries = dict(index.log_ledgers(log_id))
             for ledger_id, count in pending.get(log_id, {}).items():
