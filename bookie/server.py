@@ -13,7 +13,7 @@ import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Protocol, cast
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
@@ -27,12 +27,13 @@ from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.disk_monitor import DiskMonitor
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
+from aiobk.bookie.gauges import bookie_gauges
 from aiobk.bookie.gc import GarbageCollector, GcResult
 from aiobk.bookie.journal import Journal
 from aiobk.bookie.journal_policy import GroupCommitPolicy
 from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledger_state import Ledgers
-from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
+from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
 from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
 from aiobk.bookie.repair import RepairerFactory, run_repair
@@ -49,21 +50,6 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     SOFTWARE_VERSION = "unknown"
 
 log = logging.getLogger(__name__)
-
-
-class BookieAddress(NamedTuple):
-    """Where a bookie listens: ``str()`` gives ``host:port``.
-
-    Attributes:
-        host: The address it is bound to.
-        port: The port (the one the system chose when the config asked for 0).
-    """
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 SECRET_RECHECK = 5.0  # seconds between store reads while the cluster secret does not exist
@@ -567,30 +553,15 @@ class Bookie:
             self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
         )
 
+    async def gc_report(self) -> dict[str, Any]:
+        """Why each entry log's space is kept, and the pass running now (``bookie.gc_report``)."""
+        return await self._gc.report(self._metadata)
+
     # ------------------------------------------------------------------ helpers
 
     def gauges(self) -> dict[str, int]:
         """Figures of the moment, beside the counters (GET_BOOKIE_INFO, metrics)."""
-        flow = self.flow
-        journal = self.journal
-        return {
-            "writable": int(self.write_state.writable),
-            "high_priority_writes": int(self.write_state.high_priority),
-            "checkpoint_failing": int(self.checkpoint_error is not None),
-            "journal_failed": int(journal.failed is not None),
-            "connections_open": len(flow.connections),
-            "connection_bytes_held": flow.held,
-            "add_bytes_in_progress": flow.add_bytes,
-            "long_polls_waiting": flow.long_polls,
-            "journal_queue_size": journal.queue_size,
-            "journal_force_write_queue_size": journal.sync_queue_size,
-            "ledgers_held": len(self.storage.ledgers),
-            "ledger_states_in_use": self.storage.states_in_use,
-            "write_cache_bytes": self.storage.write_cache_bytes,
-            "write_cache_max_bytes": self.config.write_cache_max_size,
-            "read_cache_bytes": self.storage.read_cache.size,
-            "read_cache_max_bytes": self.config.read_cache_max_size,
-        }
+        return bookie_gauges(self)
 
     async def disk_usage(self) -> tuple[int, int]:
         """Free and total bytes of the data directory's filesystem."""

@@ -7,6 +7,7 @@ from aiobk.metadata.autorecovery import (
     LOST_BOOKIE,
     AuditorStatus,
     AutoRecoveryStore,
+    RepairAttempt,
     UnderReplication,
 )
 from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
@@ -41,6 +42,7 @@ __all__ = [
     "AuditorStatus",
     "AutoRecoveryStore",
     "HeldLease",
+    "RepairAttempt",
     "UnderReplication",
     "DEFAULT_BOOKIE_TTL",
     "DEFAULT_TIMEOUT",

@@ -39,6 +39,7 @@ class KeyLayout:
         self.cluster_secret = recovery + b"secret"
         self.underreplicated_prefix = recovery + b"underreplicated/"
         self.claims_prefix = recovery + b"claims/"
+        self.attempts_prefix = recovery + b"attempts/"
         self.decommission_prefix = recovery + b"decommission/"
 
     def ledger(self, ledger_id: int) -> bytes:
@@ -52,6 +53,9 @@ class KeyLayout:
 
     def claim(self, ledger_id: int) -> bytes:
         return self.claims_prefix + _padded(ledger_id)
+
+    def attempt(self, ledger_id: int) -> bytes:
+        return self.attempts_prefix + _padded(ledger_id)
 
     def decommission(self, bookie_id: str) -> bytes:
         return self.decommission_prefix + _component(bookie_id, "bookie id")
