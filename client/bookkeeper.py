@@ -26,7 +26,7 @@ from aiobk.client.read import EntryReader
 from aiobk.client.read_handle import ReadHandle
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.client.stats import bound_to_loop
-from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
+from aiobk.metadata import ClusterRecord, Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
 from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError
 from aiobk.protocol.keys import SALT_SIZE
@@ -74,6 +74,8 @@ class BookKeeper:
         self.stats = self.context.stats
         self._owns_store = owns_store
         self._closed = False
+        # The cluster record read when connecting (None: a cluster set up before it existed).
+        self.cluster: ClusterRecord | None = None
 
     @classmethod
     async def connect(
@@ -93,12 +95,15 @@ class BookKeeper:
         return bk
 
     async def _connect(self) -> None:
-        """What connecting takes. Nothing yet: the store and the bookie connections open on
-        first use, so a cluster that is down shows at the first operation (one place for a
-        future handshake, e.g. TLS, that ``connect()`` and ``async with`` share)."""
+        """What connecting takes (``connect()`` and ``async with`` share it): one read of the
+        cluster record, so that a metadata URI naming a prefix where no cluster was ever set
+        up fails here (``NoSuchClusterError``) instead of looking like an empty cluster, and
+        an unreachable store fails here too (``MetadataStoreError``). Bookie connections open
+        on first use."""
         if self._closed:
             raise RuntimeError("this BookKeeper is closed; make a new one")
         self.stats.clock = bound_to_loop(self.stats.clock)  # this loop's, read directly
+        self.cluster = await self.store.check_cluster()
 
     async def __aenter__(self) -> BookKeeper:
         await self._connect()
