@@ -291,7 +291,10 @@ def _modes(
 @click.command(
     "add", help=__doc__, short_help="Client appends on a local cluster, against the floors."
 )
-@click.option("--bookies", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option(
+    "--bookies", type=click.IntRange(1, 32), default=3, show_default=True,
+    help="Bookie processes in the cluster the run starts.",
+)  # fmt: skip
 @load_options("1,64,512", "appends")
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None,

@@ -559,8 +559,14 @@ def _floats(
     "--entry-size", "entry_sizes", default="65536,1024", show_default=True, callback=_ints,
     help="Comma list of entry payload sizes in bytes; each runs on a fresh cluster.",
 )  # fmt: skip
-@click.option("--ledgers", type=click.IntRange(1, 10_000), default=16, show_default=True)
-@click.option("--bookies", type=click.IntRange(4, 16), default=4, show_default=True)
+@click.option(
+    "--ledgers", type=click.IntRange(1, 10_000), default=16, show_default=True,
+    help="Closed E3 WQ3 AQ2 ledgers loaded before the kill.",
+)  # fmt: skip
+@click.option(
+    "--bookies", type=click.IntRange(4, 16), default=4, show_default=True,
+    help="Bookie processes; the one named most is killed and wiped.",
+)  # fmt: skip
 @click.option(
     "--workers", type=click.IntRange(1, 16), default=1, show_default=True,
     help="AutoRecovery services (one worker each) in this process.",

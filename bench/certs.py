@@ -4,7 +4,7 @@ for tests (``tests/certs.py``) and for benchmarks that run TLS. Needs ``cryptogr
 ``bench`` and ``dev`` extras); nothing else in aiobk does.
 
 A certificate's roles go into its subject's organizational unit (OU) attributes, one per role,
-which is where a bookie looks for them (README "Security").
+which is where a bookie looks for them (docs/operations/security.md).
 """
 
 from __future__ import annotations

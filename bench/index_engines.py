@@ -270,13 +270,34 @@ def crash_check(name: str, root: str, batch: int, after: int) -> dict[str, Any]:
     help=__doc__,
     short_help="RocksDB against LMDB on the bookie index's own work.",
 )
-@click.option("--ledgers", type=click.IntRange(min=10), default=100_000, show_default=True)
-@click.option("--entries", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--batch", type=click.IntRange(min=1), default=20_000, show_default=True)
-@click.option("--lookups", type=click.IntRange(min=100), default=20_000, show_default=True)
-@click.option("--deletes", type=click.IntRange(min=1), default=1_000, show_default=True)
-@click.option("--cache", type=click.IntRange(min=1 << 20), default=64 << 20, show_default=True)
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
+@click.option(
+    "--ledgers", type=click.IntRange(min=10), default=100_000, show_default=True,
+    help="Ledgers loaded.",
+)  # fmt: skip
+@click.option(
+    "--entries", type=click.IntRange(min=1), default=10, show_default=True,
+    help="Entries per ledger.",
+)  # fmt: skip
+@click.option(
+    "--batch", type=click.IntRange(min=1), default=20_000, show_default=True,
+    help="Keys per durable batch (a checkpoint).",
+)  # fmt: skip
+@click.option(
+    "--lookups", type=click.IntRange(min=100), default=20_000, show_default=True,
+    help="Random point lookups, cold then warm.",
+)  # fmt: skip
+@click.option(
+    "--deletes", type=click.IntRange(min=1), default=1_000, show_default=True,
+    help="Ledgers range-deleted (garbage collection).",
+)  # fmt: skip
+@click.option(
+    "--cache", type=click.IntRange(min=1 << 20), default=64 << 20, show_default=True,
+    help="RocksDB's block cache in bytes.",
+)  # fmt: skip
+@click.option(
+    "--dir", "directory", type=click.Path(file_okay=False), default=None,
+    help="Where the engines' files go (default: a temporary directory).",
+)  # fmt: skip
 def command(
     ledgers: int,
     entries: int,

@@ -579,11 +579,26 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 @click.command("scale", help=__doc__, short_help="One bookie holding many small ledgers.")
-@click.option("--ledgers", type=click.IntRange(min=100), default=1_000_000, show_default=True)
-@click.option("--entries", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--entry-size", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--in-flight", type=click.IntRange(min=1), default=1024, show_default=True)
-@click.option("--dir", "directory", type=click.Path(file_okay=False), default=None)
+@click.option(
+    "--ledgers", type=click.IntRange(min=100), default=1_000_000, show_default=True,
+    help="Ledgers the bookie holds.",
+)  # fmt: skip
+@click.option(
+    "--entries", type=click.IntRange(min=1), default=10, show_default=True,
+    help="Entries per ledger.",
+)  # fmt: skip
+@click.option(
+    "--entry-size", type=click.IntRange(min=1), default=100, show_default=True,
+    help="Payload bytes per entry.",
+)  # fmt: skip
+@click.option(
+    "--in-flight", type=click.IntRange(min=1), default=1024, show_default=True,
+    help="Adds in flight while loading.",
+)  # fmt: skip
+@click.option(
+    "--dir", "directory", type=click.Path(file_okay=False), default=None,
+    help="Where the run's files go (default: a temporary directory).",
+)  # fmt: skip
 @click.option(
     "--keep",
     is_flag=True,

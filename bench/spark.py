@@ -117,7 +117,10 @@ def stream_rate(spark: Any, uri: str, base: str, records: int) -> float:
 
 
 @click.command("spark", help=__doc__, short_help="The Spark data source next to a plain client.")
-@click.option("--records", type=click.IntRange(1), default=100_000, show_default=True)
+@click.option(
+    "--records", type=click.IntRange(1), default=100_000, show_default=True,
+    help="Records written and read.",
+)  # fmt: skip
 @click.option("--size", type=click.IntRange(1), default=1024, show_default=True, help="Bytes.")
 @click.option(
     "--json", "json_path", type=click.Path(dir_okay=False), default=None,

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT
 from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
@@ -23,9 +24,18 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class BookieConfig:
-    data_dir: str
-    port: int = 3181  # BookKeeper's default bookiePort
-    host: str = "127.0.0.1"  # loopback unless told otherwise
+    """A bookie's settings: what ``aiobk bookie start`` reads from its TOML file and flags.
+
+    Durations are float seconds, sizes bytes; names follow BookKeeper's settings in snake
+    case. Only ``data_dir`` is required. The configuration reference lists each field.
+
+    Raises:
+        ConfigError: A setting is missing, out of range, or inconsistent with another.
+    """
+
+    data_dir: str  # ledger storage: entry logs (ledgers/entries) and the index (ledgers/index.db)
+    port: int = 3181  # where the bookie listens (BookKeeper's default bookiePort)
+    host: str = "127.0.0.1"  # the address it listens on: loopback unless told otherwise
     journal_dir: str | None = None  # default: DATA_DIR/journal (a separate disk is faster)
     bookie_id: str | None = None  # default: the advertised host:port
     # The host:port clients dial, registered in the metadata store (a proxy, NAT, a name). Unset:
@@ -40,8 +50,8 @@ class BookieConfig:
     allow_cookie_fix: bool = False
     # BP-46 protections at boot after possible data loss. Switching them off is only for tests
     # that demonstrate Scenarios 1 and 2; never in production.
-    boot_fence: bool = True
-    boot_limbo: bool = True
+    boot_fence: bool = True  # fence every ledger this bookie holds before serving
+    boot_limbo: bool = True  # put the unclosed ones in limbo (EUNKNOWN, never NoSuchEntry)
     boot_repair: bool = True  # phase two: recover limbo ledgers, copy back, clear limbo
     repair_retry_interval: float = 1.0  # seconds between passes over ledgers not repaired yet
     # BP-46: when false, adds skip the journal (acknowledged once in ledger storage).
@@ -50,28 +60,32 @@ class BookieConfig:
     # journalFlushWhenQueueEmpty. Our writer flushes whatever queued while the previous
     # fdatasync ran, so flushing when the queue is empty already batches under load and keeps
     # one idle add at one fdatasync; set it false to trade idle latency for fewer syncs.
-    journal_max_group_wait: float = 0.002
-    journal_buffered_writes_threshold: int = 512 * 1024
-    journal_flush_when_queue_empty: bool = True
+    journal_max_group_wait: float = 0.002  # longest an add waits for company (flag below off)
+    journal_buffered_writes_threshold: int = 512 * 1024  # write once this many bytes queue
+    journal_flush_when_queue_empty: bool = True  # write as soon as the writer is free
     journal_max_file_size: int = 512 * 1024 * 1024  # roll journal files at this size
     journal_sync_data: bool = True  # fdatasync the journal (false only for experiments)
-    journal_alignment: int = 4096  # pad each journal write to this boundary (0: no padding)
+    # Pad each journal write to this boundary (BookKeeper's journalAlignmentSize; 0: no
+    # padding): the sector by default, 4096 on a disk that needs stable pages (journal_policy).
+    journal_alignment: int = JOURNAL_ALIGNMENT
     # BP-14: a journal batch holding only volatile adds (answered once written) waits up to
     # this long for an fdatasync that other work brings anyway; 0 syncs each batch at once.
     journal_volatile_sync_delay: float = 0.005
     entry_log_max_size: int = 1024 * 1024 * 1024  # BookKeeper's logSizeLimit
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)
-    index_full_snapshot_every: int = 32  # unused since issue 15's index (kept: old configs)
-    # Memory of ledger storage (issue 15), whatever the bookie holds on disk: entry locations
-    # since the last checkpoint (a checkpoint starts early when it fills; BookKeeper's
-    # dbStorage_writeCacheMaxSizeMb), entry bodies recently read (its read cache), the index
-    # engine's block cache (dbStorage_rocksDB_blockCacheSize), and the states of the ledgers
-    # in use kept loaded after a checkpoint (idle ones beyond it are dropped).
+    index_full_snapshot_every: int = 32  # unused by the RocksDB index; old files still load
+    # Memory of ledger storage, whatever the bookie holds on disk (bounded by these alone).
+    # Entry locations and ledger changes since the last checkpoint; a full cache starts a
+    # checkpoint at once (BookKeeper's dbStorage_writeCacheMaxSizeMb).
     write_cache_max_size: int = 64 * 1024 * 1024
-    read_cache_max_size: int = 16 * 1024 * 1024
+    read_cache_max_size: int = 16 * 1024 * 1024  # entries recently read from disk (0: none)
+    # The index engine's block cache: data, index and bloom-filter blocks
+    # (dbStorage_rocksDB_blockCacheSize).
     index_cache_size: int = 64 * 1024 * 1024
     index_write_buffer_size: int = 16 * 1024 * 1024  # a memtable; all of them within twice this
+    # Ledger states kept loaded after a checkpoint; idle ones beyond it are dropped and read
+    # back from the index when asked for.
     ledger_state_cache_size: int = 10_000
     # Seconds between garbage collection passes that reclaim deleted ledgers' disk
     # (BookKeeper's gcWaitTime); 0 turns it off. Needs the metadata store.
@@ -94,7 +108,7 @@ class BookieConfig:
     # Responses queued for one peer: above the high mark stop reading its requests and hold
     # its reads (BookKeeper's serverWriteBufferHighWaterMark); resume below the low one.
     server_write_buffer_high_water_mark: int = 1024 * 1024
-    server_write_buffer_low_water_mark: int = 256 * 1024
+    server_write_buffer_low_water_mark: int = 256 * 1024  # ... and below it, both resume
     # Partial frames plus queued responses of all connections; above it the biggest holder
     # is closed. A quarter of a small host's RAM at most; must fit two largest frames.
     max_connection_memory: int = 256 * 1024 * 1024
@@ -112,16 +126,16 @@ class BookieConfig:
     # checkpoints, garbage collection, fences and a clean stop can still write; 0: none.
     disk_reserved_space: int = 64 * 1024 * 1024
     max_long_polls: int = 100_000  # waiting at once, bookie-wide (a few hundred bytes each)
-    max_long_polls_per_connection: int = 10_000
+    max_long_polls_per_connection: int = 10_000  # one more is answered ETOOMANYREQUESTS
     metrics_port: int | None = None  # Prometheus exporter; None disables it
     # The HTTP admin API (aiobk.http_admin): off unless a port is given; it listens on the
     # bookie's host unless http_host says otherwise (an admin port is best kept off 0.0.0.0).
     http_port: int | None = None
-    http_host: str | None = None
-    # Autorecovery (issue 16): an auditor elected among the bookies and a replication worker in
-    # each copy a lost bookie's entries to others. The settings are aiobk.autorecovery's
+    http_host: str | None = None  # the admin API's address; default: host
+    # Autorecovery: an auditor elected among the bookies and a replication worker in each copy
+    # a lost bookie's entries to others. The settings below are aiobk.autorecovery's
     # (AutoRecoveryConfig documents each; a test keeps these defaults equal to its own).
-    autorecovery_enabled: bool = True
+    autorecovery_enabled: bool = True  # run a worker and an auditor candidate beside the bookie
     lost_bookie_recovery_delay: float = 60.0
     auditor_periodic_check_interval: float = 604_800.0
     auditor_periodic_bookie_check_interval: float = 86_400.0
@@ -133,7 +147,7 @@ class BookieConfig:
     rereplication_retry_delay: float = 5.0
     autorecovery_lease_ttl: float = 10.0
     autorecovery_poll_interval: float = 2.0
-    # TLS on the bookie port (issue 18; README "Security"), after BookKeeper's tlsCertificatePath,
+    # TLS on the bookie port (docs/operations/security.md), after BookKeeper's tlsCertificatePath,
     # tlsKeyStore, tlsTrustStore, tlsClientAuthentication. With a certificate and key the bookie
     # offers TLS (clients ask with START_TLS, as BookKeeper's do); its own client connections
     # (repair, autorecovery) use TLS too, with the same certificate as their identity. The CA
@@ -142,12 +156,12 @@ class BookieConfig:
     # tls_only refuses every request on a connection that has not upgraded. The files are read
     # again every tls_reload_interval seconds when they change (new connections use the new
     # ones; 0: never), as tlsCertFilesRefreshDurationSeconds.
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls_ca_file: str | None = None
-    tls_client_auth: bool = False
-    tls_only: bool = False
-    tls_reload_interval: float = 60.0
+    tls_cert_file: str | None = None  # the bookie's certificate (PEM); with a key, offers TLS
+    tls_key_file: str | None = None  # its private key (PEM)
+    tls_ca_file: str | None = None  # what peers' certificates must chain to (PEM)
+    tls_client_auth: bool = False  # require a client certificate; its OU attributes are roles
+    tls_only: bool = False  # refuse every request on a connection that has not upgraded
+    tls_reload_interval: float = 60.0  # seconds between looks at the files for renewals (0: never)
     log_level: str = "info"  # debug, info, warning or error (--log-level wins)
 
     def __post_init__(self) -> None:
@@ -267,24 +281,37 @@ class BookieConfig:
 
     @property
     def tls_enabled(self) -> bool:
+        """Whether the bookie offers TLS (it has a certificate and key)."""
         return self.tls_cert_file is not None
 
     @property
     def journal_path(self) -> str:
+        """The journal's directory: ``journal_dir``, else ``DATA_DIR/journal``."""
         return self.journal_dir or os.path.join(self.data_dir, "journal")
 
     @property
     def ledgers_path(self) -> str:
+        """Ledger storage's directory: ``DATA_DIR/ledgers``."""
         return os.path.join(self.data_dir, "ledgers")
 
     def with_changes(self, **changes: Any) -> BookieConfig:
+        """A copy with ``changes`` applied (checked again)."""
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_toml(cls, path: str, **overrides: Any) -> BookieConfig:
-        """Read settings from a TOML file (flat keys, or under a [bookie] table).
+        """Read settings from a TOML file (flat keys, or under a ``[bookie]`` table).
 
-        ``overrides`` (typically CLI flags; ``None`` means "not given") win over the file.
+        Args:
+            path: The file.
+            **overrides: Settings that win over the file (typically flags; None means "not
+                given").
+
+        Returns:
+            The settings.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or holds an unknown or bad key.
         """
         try:
             with open(path, "rb") as handle:
@@ -302,6 +329,19 @@ class BookieConfig:
     def from_mapping(
         cls, table: dict[str, Any], source: str = "", **overrides: Any
     ) -> BookieConfig:
+        """Settings from a mapping of keys to values, each type-checked.
+
+        Args:
+            table: The keys and values (a TOML table).
+            source: Where they came from, for error messages.
+            **overrides: Settings that win over ``table`` (None means "not given").
+
+        Returns:
+            The settings.
+
+        Raises:
+            ConfigError: An unknown key, a value of the wrong type, or a bad setting.
+        """
         known = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
         for key, value in table.items():

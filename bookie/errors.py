@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 class BookieStateError(RuntimeError):
-    """start/stop called in the wrong state, or an operation that needs a running bookie."""
+    """``start``/``stop`` called in the wrong state, or an operation that needs a running
+    bookie."""
 
 
 __all__ = ["BookieStateError"]

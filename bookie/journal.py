@@ -57,7 +57,7 @@ from aiobk.bookie.journal_format import (
     encode_record,
     padding,
 )
-from aiobk.bookie.journal_policy import BatchPlan, GroupCommitPolicy, batch_plan
+from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommitPolicy, batch_plan
 from aiobk.bookie.journal_replay import file_name, replay
 from aiobk.bookie.stats import BookieStats
 
@@ -118,7 +118,7 @@ class Journal:
         sync_data: bool = True,
         stats: BookieStats | None = None,
         inline_records: int = 1,
-        alignment: int = 4096,
+        alignment: int = JOURNAL_ALIGNMENT,
         volatile_sync_delay: float = 0.0,
     ) -> None:
         self._disk = disk

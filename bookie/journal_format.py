@@ -43,7 +43,7 @@ class RecordType(IntEnum):
     FENCE = 3  # ledger id
     EXPLICIT_LAC = 4  # ledger id, lac
     LIMBO = 5  # ledger id, 0/1 (BP-46)
-    PADDING = 6  # zeros that align the next write to a page; no LSN of its own
+    PADDING = 6  # zeros that align the next write (journal_alignment); no LSN of its own
 
 
 class JournalCorruptError(Exception):
@@ -95,8 +95,10 @@ def encode_adds(first_lsn: int, ledger_id: int, entries: Sequence[tuple[int, byt
 
 def padding(position: int, alignment: int) -> bytes:
     """A padding record taking a write that ends at ``position`` to the next ``alignment``
-    boundary (BookKeeper's journalAlignmentSize): the next write then starts on a fresh page
-    instead of rewriting the page an fdatasync may still be writing back."""
+    boundary (BookKeeper's journalAlignmentSize): the next write then starts on a boundary of
+    its own -- a fresh sector at 512, a fresh page at 4096 (``journal_policy.JOURNAL_ALIGNMENT``
+    says which and why). Replay skips padding of any size, so a journal written at one
+    alignment reads back under any other."""
     if alignment <= 0:
         return b""
     gap = -position % alignment

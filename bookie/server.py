@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 
 
 class BookieAddress(NamedTuple):
+    """Where a bookie listens: ``str()`` gives ``host:port``.
+
+    Attributes:
+        host: The address it is bound to.
+        port: The port (the one the system chose when the config asked for 0).
+    """
+
     host: str
     port: int
 
@@ -76,6 +83,20 @@ CompanionFactory = Callable[[str, MetadataStore], Companion]
 
 
 class Bookie:
+    """One bookie: the storage server that journals, stores and serves ledger entries.
+
+    ``await start()`` boots it (cookies, journal replay, BP-46's fencing after an unclean
+    stop), serves, and registers it in the metadata store; ``await stop()`` stops it cleanly
+    (journal drained, a final checkpoint, deregistered). The ``aiobk bookie start`` command
+    builds one with ``aiobk.runner.make_bookie``, which also hands it the client's BP-46
+    repairer; a ``Bookie(config)`` built directly has none and leaves ledgers a data loss put
+    in limbo there until a client recovers them.
+
+    Attributes:
+        config: Its settings.
+        stats: Its counters and histograms (what ``--metrics-port`` exports).
+    """
+
     def __init__(
         self,
         config: BookieConfig,
@@ -88,15 +109,27 @@ class Bookie:
         companions: Sequence[CompanionFactory] = (),
         tls: BookieTls | None = None,
     ) -> None:
-        """``disk``, ``network`` and ``metadata`` are the I/O seams (DESIGN "the I/O seam");
-        ``repairer`` builds the client-side helper of BP-46 phase two (the wiring passes
-        ``aiobk.client.repair.BookieRepairer``; without it limbo ledgers stay in limbo, see
-        ``bookie.repair``); ``instance_ids`` makes the id a fresh cookie records (random bytes
-        by default; a simulator passes a seeded source so that one seed replays exactly);
-        ``companions`` build services that run beside the bookie while it serves, with its id
-        and metadata store (the wiring passes autorecovery's, ``aiobk.autorecovery``); ``tls``
-        the TLS material when the wiring shares it with the bookie's own client connections
-        (made from the config's ``tls_*`` files otherwise: ConfigError if they are unusable)."""
+        """A bookie of ``config``; nothing happens until ``start()``.
+
+        Args:
+            config: Its settings.
+            disk: The file-system seam (``OsDisk`` by default; the simulator's loses what
+                was not synced).
+            network: The listening-socket seam (``AsyncioNetwork`` by default).
+            metadata: A metadata store to use instead of opening ``config.metadata_uri``.
+            repairer: Builds the client-side helper of BP-46 phase two (the wiring passes
+                ``aiobk.client.repair.BookieRepairer``; without it limbo ledgers stay in
+                limbo).
+            instance_ids: Makes the id a fresh cookie records (random bytes by default; the
+                simulator passes a seeded source so that one seed replays exactly).
+            companions: Services run beside the bookie while it serves, given its id and
+                metadata store (the wiring passes autorecovery's).
+            tls: The TLS material, when the wiring shares it with the bookie's own client
+                connections (made from the config's ``tls_*`` files otherwise).
+
+        Raises:
+            ConfigError: The TLS files are unusable.
+        """
         self.config = config
         self._make_repairer = repairer
         self._companion_factories = tuple(companions)
@@ -174,10 +207,12 @@ class Bookie:
 
     @property
     def address(self) -> BookieAddress:
+        """Where it listens (the port bound, once started)."""
         return BookieAddress(self.config.host, self._port)
 
     @property
     def bookie_id(self) -> str:
+        """Its identity in ledger metadata: ``bookie_id``, else the advertised address."""
         return self.config.bookie_id or self.advertised_address
 
     @property
@@ -187,6 +222,7 @@ class Bookie:
 
     @property
     def running(self) -> bool:
+        """Whether it is started and not stopped."""
         return self._running
 
     @property
@@ -202,6 +238,15 @@ class Bookie:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        """Boot, serve and register; returns once requests are served.
+
+        Raises:
+            BookieStateError: It is running already.
+            ConfigError: Journal-less adds without a metadata store, or a bad setting.
+            CookieError: Its cookies disagree with the metadata store (BP-46).
+            JournalCorruptError: The journal is damaged before its tail.
+            IndexCorruptError: The index is damaged.
+        """
         if self._running:
             raise BookieStateError("bookie is already running")
         if (
@@ -317,18 +362,22 @@ class Bookie:
 
     @property
     def instance_id(self) -> str:
+        """The id of this bookie's data, recorded in its cookies."""
         return self.booted.instance_id
 
     @property
     def unclean_start(self) -> bool:
+        """Whether the last stop was not clean (the ``UNCLEAN`` marker was there)."""
         return self.booted.unclean_start
 
     @property
     def limbo_ledgers(self) -> list[int]:
+        """The ledgers boot put in limbo (BP-46)."""
         return self.booted.limbo_ledgers
 
     @property
     def replayed(self) -> int:
+        """Journal records replayed at boot."""
         return self.booted.replayed
 
     async def stop(self) -> None:
@@ -372,6 +421,7 @@ class Bookie:
 
     @property
     def connections(self) -> list[ServerConnection]:
+        """The client connections open now."""
         return [cast(ServerConnection, conn) for conn in self.flow.connections]
 
     async def _close_server(self, abort: bool) -> None:
@@ -550,6 +600,7 @@ class Bookie:
         }
 
     async def disk_usage(self) -> tuple[int, int]:
+        """Free and total bytes of the data directory's filesystem."""
         return await self._disk.usage(self.config.data_dir)
 
     async def cluster_secret(self) -> bytes | None:
@@ -569,6 +620,7 @@ class Bookie:
         return self._secret
 
     def log_corruption(self, exc: Exception) -> None:
+        """Log a stored entry that cannot be served (it is answered EIO)."""
         log.error("bookie %s: cannot serve an entry: %s", self.bookie_id, exc)
 
 

@@ -68,6 +68,9 @@ class BookieHistograms:
 
 @dataclass(slots=True)
 class BookieStats:
+    """A bookie's counters and latency histograms, kept as plain numbers on the hot path
+    and read by the exporters at scrape time (the metrics reference explains each)."""
+
     adds: int = 0
     add_bytes: int = 0
     add_batches: int = 0  # ADD_BATCH requests (protocol 2); their entries count in ``adds``
@@ -115,7 +118,7 @@ class BookieStats:
     directories: tuple[str, ...] = ()  # journal and ledger directories, for their disk usage
 
     def as_dict(self) -> dict[str, int]:
-        """The counters."""
+        """The counters, by name (what the exporter turns into `aiobk_bookie_*_total`)."""
         return {name: getattr(self, name) for name in COUNTERS}
 
 

@@ -33,8 +33,19 @@ from aiobk.protocol.keys import SALT_SIZE
 
 
 class BookKeeper:
-    """The client. ``async with BookKeeper(uri) as bk`` (or ``async with await
-    BookKeeper.connect(uri) as bk``) closes it, and the store it opened, on exit."""
+    """The client: creates, opens, reads and deletes ledgers and logs of one cluster.
+
+    ``async with BookKeeper(uri) as bk`` (or ``async with await BookKeeper.connect(uri) as
+    bk``) closes it, and the store it opened, on exit. One client holds one connection per
+    bookie, shared by all its ledgers, and one budget of unfinished appends
+    (``ClientConfig.max_outstanding_adds`` and ``max_outstanding_bytes``) across them.
+
+    Attributes:
+        config: The client's settings.
+        store: The metadata store it uses.
+        stats: Its figures (appends, ensemble changes, recoveries, reads), which
+            ``aiobk.metrics.register_client_metrics`` exports.
+    """
 
     def __init__(
         self,
@@ -47,11 +58,24 @@ class BookKeeper:
         owns_store: bool | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
-        """A client for the cluster whose metadata lives at ``metadata``: a URI (the store is
-        opened here, which checks the URI and does no I/O; the client closes it) or a store
-        (the caller's: left open unless ``owns_store``). With ``tls``, every bookie connection
-        is upgraded to TLS before its first request, or fails (never plaintext; README
-        "Security"); its certificate, if it has one, is the client's identity."""
+        """A client for the cluster whose metadata lives at ``metadata``. No I/O happens here.
+
+        Args:
+            metadata: A metadata URI (``etcd://HOST:PORT[,HOST:PORT...]/PREFIX``,
+                ``etcds://...``, ``memory://NAME``), opened here and closed with the client;
+                or a ``MetadataStore``, the caller's, left open unless ``owns_store``.
+            config: Timeouts, budgets and defaults; ``ClientConfig()`` when None.
+            rng: The random source for placement and salts (seeded in the simulator).
+            connector: How bookie connections are made (a test or simulator seam).
+            wall_clock: The clock of creation times and record timestamps.
+            owns_store: Whether ``close()`` closes the store (default: only one it opened).
+            tls: An ``ssl.SSLContext``: every bookie connection is upgraded to TLS before
+                its first request, or fails (never plaintext); its certificate, if it has
+                one, is the client's identity.
+
+        Raises:
+            ValueError: The URI is malformed.
+        """
         config = config or ClientConfig()
         if tls is not None:
             connector = TlsConnector(tls, connector)
@@ -88,8 +112,19 @@ class BookKeeper:
         wall_clock: Callable[[], float] = time.time,
         tls: ssl.SSLContext | None = None,
     ) -> BookKeeper:
-        """A client for the cluster whose metadata lives at ``metadata`` (a URI or a store);
-        ``tls`` as for the constructor."""
+        """A connected client.
+
+        Args:
+            metadata: As for the constructor (a URI or a store).
+            config: As for the constructor.
+            rng: As for the constructor.
+            connector: As for the constructor.
+            wall_clock: As for the constructor.
+            tls: As for the constructor.
+
+        Returns:
+            The client, to be closed with ``close()`` or ``async with``.
+        """
         bk = cls(metadata, config, rng=rng, connector=connector, wall_clock=wall_clock, tls=tls)
         await bk._connect()
         return bk
@@ -113,6 +148,11 @@ class BookKeeper:
         await self.close()
 
     async def close(self) -> None:
+        """Close every bookie connection, and the metadata store if the client owns it.
+
+        Idempotent. Ledger handles are not closed: close them first (``LedgerHandle.close``)
+        or their open ledgers are left for a reader's recovery.
+        """
         if self._closed:
             return
         self._closed = True
@@ -133,7 +173,27 @@ class BookKeeper:
         custom_metadata: Mapping[str, bytes] | None = None,
         digest_type: DigestType | None = None,
     ) -> LedgerHandle:
-        """A new ledger on ``ensemble_size`` writable bookies, open for appends."""
+        """Create a ledger on ``ensemble_size`` writable bookies, open for appends.
+
+        Args:
+            ensemble_size: Bookies the ledger's entries are striped over (E).
+            write_quorum: Copies of each entry written (WQ); ``E >= WQ``.
+            ack_quorum: Copies that must confirm an entry before its append returns (AQ).
+            password: The ledger's password: its master key (sent with every write) and
+                the key of a ``mac`` digest derive from it; needed to open or delete it.
+            durability: ``PERSISTENT`` (acknowledged once fsynced) or ``VOLATILE``
+                (acknowledged once written; the LAC follows what is synced, BP-14).
+            custom_metadata: Application bytes kept in the ledger's metadata.
+            digest_type: ``CRC32C`` or ``MAC``; ``ClientConfig.digest_type`` when None.
+
+        Returns:
+            The handle to append through; close it (or use ``async with``) when done.
+
+        Raises:
+            ValueError: The quorums are inconsistent, or a volatile ledger is striped.
+            NotEnoughBookiesError: Fewer than ``ensemble_size`` writable bookies.
+            MetadataStoreError: The metadata store stayed unreachable.
+        """
         if not ensemble_size >= write_quorum >= ack_quorum >= 1:
             raise ValueError(
                 "need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
@@ -207,8 +267,23 @@ class BookKeeper:
     async def open_ledger(
         self, ledger_id: int, password: bytes = b"", recovery: bool = True
     ) -> ReadHandle:
-        """Open for reading. With recovery (default) an unclosed ledger is fenced, recovered
-        and closed first; without, nothing is changed and reads stop at the bookies' LAC."""
+        """Open a ledger for reading.
+
+        Args:
+            ledger_id: The ledger.
+            password: Its password.
+            recovery: With recovery (the default) an unclosed ledger is fenced, recovered
+                and closed first, so its writer can add nothing more; without, nothing is
+                changed and reads stop at the last add confirmed its bookies report.
+
+        Returns:
+            A read handle, its ``last_add_confirmed`` known.
+
+        Raises:
+            NoSuchLedgerError: No such ledger.
+            UnauthorizedError: Wrong password.
+            LedgerRecoveryError: Recovery could not decide the last entry (retriable).
+        """
         metadata = await self.store.read_ledger(ledger_id)
         check_password(ledger_id, metadata, password)
         digest = Digester(metadata.digest_type, password)
@@ -229,18 +304,33 @@ class BookKeeper:
     async def delete_ledger(
         self, ledger_id: int, password: bytes | None = None, *, force: bool = False
     ) -> None:
-        """Remove the ledger's metadata (bookies reclaim its space later), only with its
-        password (``UnauthorizedError`` otherwise), checked against the digest in the metadata
-        as ``open_ledger`` checks it; a ledger created without a password needs none.
-        ``force`` skips the check: an operator's delete. The check guards against mistakes and
-        against clients that hold a wrong password; it cannot stop a client that writes the
-        metadata store directly -- etcd's own access control on the prefix is that barrier
-        (README "Security")."""
+        """Delete a ledger: its metadata goes now, its data at each bookie's next garbage
+        collection pass.
+
+        The password is checked against the digest in the metadata as ``open_ledger`` checks
+        it; a ledger created without a password needs none. The check guards against mistakes
+        and wrong passwords; it cannot stop a party that writes the metadata store directly
+        (etcd's own access control on the prefix is that barrier: docs/operations/security.md).
+
+        Args:
+            ledger_id: The ledger.
+            password: Its password.
+            force: Skip the password check (an operator's delete).
+
+        Raises:
+            NoSuchLedgerError: No such ledger.
+            UnauthorizedError: Wrong password.
+        """
         if not force:
             check_delete(ledger_id, await self.store.read_ledger(ledger_id), password)
         await self.store.delete_ledger(ledger_id)
 
     async def list_ledgers(self) -> AsyncIterator[int]:
+        """Every ledger id in the cluster, ascending, read from the metadata a page at a time.
+
+        Yields:
+            Ledger ids.
+        """
         async for ledger_id in self.store.list_ledgers():
             yield ledger_id
 
@@ -260,14 +350,32 @@ class BookKeeper:
         create: bool = True,
         record_format: str | None = None,
     ) -> LogWriter:
-        """Become the log's writer: fence the previous one, start a new ledger
-        (docs/design/logs.md). The ledger rolls over past ``roll_bytes`` of payload or after
-        ``roll_seconds``. Every writer of one log must use the same password.
+        """Become the log's writer: fence the previous one and start a new ledger
+        (docs/design/logs.md).
 
-        ``record_format`` is the format a new log is created with: ``"envelope"`` (the
-        default: records with a key, headers and a timestamp) or ``"raw"`` (the payload alone);
-        an existing log keeps its own, and asking for another is ValueError. Envelope records
-        are stamped with the client's wall clock unless ``append`` is given a timestamp."""
+        Args:
+            name: The log.
+            ensemble_size: E of the log's ledgers.
+            write_quorum: WQ of the log's ledgers.
+            ack_quorum: AQ of the log's ledgers.
+            password: The ledgers' password; every writer of one log must use the same.
+            durability: As for ``create_ledger``.
+            roll_bytes: Start a new ledger past this many payload bytes.
+            roll_seconds: ... or after this long (None: no time limit).
+            create: Create the log if it does not exist (else ``NoSuchLogError``).
+            record_format: The format a new log is created with: ``"envelope"`` (the default:
+                records with a key, headers and a timestamp, stamped with the client's wall
+                clock unless ``append`` is given one) or ``"raw"`` (the payload alone). An
+                existing log keeps its own.
+
+        Returns:
+            The writer. Close it when done.
+
+        Raises:
+            NoSuchLogError: No such log and ``create`` is false.
+            ValueError: ``record_format`` differs from the existing log's.
+            LogFencedError: Another writer took the log while this one was opening.
+        """
         settings = LogWriterSettings(
             ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
             roll_seconds, create, record_format, self._wall_clock,
@@ -282,10 +390,23 @@ class BookKeeper:
         *,
         follow: bool = True,
     ) -> LogReader:
-        """Iterate the log from ``start`` (inclusive). Following (the default), it tails live
-        appends and never ends on its own; with ``follow=False`` it stops at the end of the
-        log as seen now: the ledgers the log has now, the last one up to the LAC its bookies
-        report now (``reader.end``). Neither mode fences anything."""
+        """A reader of the log from ``start`` (inclusive). Neither mode fences anything.
+
+        Args:
+            name: The log.
+            start: The first position to read (``LogPosition.EARLIEST``: the whole log).
+            password: The log's ledgers' password.
+            follow: Following (the default), the reader tails live appends across ledgers
+                and never ends on its own; with False it stops at the end of the log as seen
+                now (the ledgers the log has now, the last one up to the LAC its bookies
+                report now: ``reader.end``).
+
+        Returns:
+            An async iterator of ``LogRecord``.
+
+        Raises:
+            NoSuchLogError: No such log.
+        """
         reader = LogReader(self, name, start, password, follow=follow)
         if follow:
             await self.store.read_log(name)  # NoSuchLogError now rather than at the first record
@@ -296,9 +417,23 @@ class BookKeeper:
     async def log_position_at_time(
         self, name: str, timestamp: int, password: bytes = b""
     ) -> LogPosition | None:
-        """In a log of envelope records, the position of the first record stamped at or after
-        ``timestamp`` (ms since the epoch), found by binary search (``client.log_time``);
-        None when every record is older."""
+        """Find the first record stamped at or after a time, by binary search over the log's
+        ledgers and then one ledger's entries (about log2(ledgers) + log2(entries) reads).
+
+        Assumes stamps do not decrease along the log, which holds for the writer's default
+        clock.
+
+        Args:
+            name: A log of envelope records.
+            timestamp: Milliseconds since the epoch.
+            password: The log's ledgers' password.
+
+        Returns:
+            That record's position, or None when every record is older.
+
+        Raises:
+            NoSuchLogError: No such log.
+        """
         return await position_at_time(self, name, timestamp, password)
 
     async def truncate_log(
@@ -309,21 +444,55 @@ class BookKeeper:
         *,
         force: bool = False,
     ) -> list[int]:
-        """Drop (and delete) the log's ledgers wholly below ``before``; returns their ids.
-        Each is deleted as ``delete_ledger`` deletes, with ``password`` (the log's: its
-        writers'), all checked before the log changes."""
+        """Drop (and delete) the log's ledgers wholly below ``before``; never the last one.
+
+        Each ledger is deleted as ``delete_ledger`` deletes, with ``password`` (the log's
+        writers'), all checked before the log changes, so a refusal changes nothing.
+
+        Args:
+            name: The log.
+            before: The first position to keep.
+            password: The log's ledgers' password.
+            force: Skip the password check.
+
+        Returns:
+            The ids of the ledgers deleted.
+
+        Raises:
+            NoSuchLogError: No such log.
+            UnauthorizedError: Wrong password.
+        """
         return await truncate_log(self, name, before, password, force=force)
 
     async def list_logs(self) -> AsyncIterator[str]:
+        """Every log name in the cluster, read from the metadata.
+
+        Yields:
+            Log names.
+        """
         async for name in self.store.list_logs():
             yield name
 
     async def delete_log(
         self, name: str, password: bytes | None = None, *, force: bool = False
     ) -> list[int]:
-        """Remove the log record and every ledger in it; returns the ledgers' ids. The ledgers
-        are deleted as ``delete_ledger`` deletes, with ``password``, all checked before the
-        log record goes."""
+        """Delete the log and every ledger in it.
+
+        The ledgers are deleted as ``delete_ledger`` deletes, with ``password``, all checked
+        before the log record goes.
+
+        Args:
+            name: The log.
+            password: Its ledgers' password.
+            force: Skip the password check.
+
+        Returns:
+            The ids of the ledgers deleted.
+
+        Raises:
+            NoSuchLogError: No such log.
+            UnauthorizedError: Wrong password.
+        """
         record = await self.store.read_log(name)
         if not force:
             await check_deletes(self, record.ledgers, password)

@@ -28,12 +28,21 @@ class ProtocolSwitches:
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
+    """The client's settings: timeouts (seconds), budgets (bytes or counts) and defaults.
+
+    Pass one to ``BookKeeper(uri, config)``; every field has a default. The configuration
+    reference lists each field with its meaning.
+
+    Raises:
+        ValueError: A timeout, budget or count is not positive.
+    """
+
     add_timeout: float = 10.0  # an add unanswered this long counts as a bookie failure
     read_timeout: float = 10.0  # per bookie, before giving up on it
     speculative_read_timeout: float = 0.5  # no answer yet: ask the next bookie as well
     connect_timeout: float = 5.0  # TCP connect + handshake
     metadata_timeout: float = 5.0  # each metadata store call
-    digest_type: DigestType = DigestType.CRC32C
+    digest_type: DigestType = DigestType.CRC32C  # of new ledgers: CRC32C, or MAC (HMAC-SHA256)
     # append() waits beyond this many unfinished adds, counted over the whole client (all of its
     # ledgers share one FIFO budget, as BookKeeper's maxAddsInProgress).
     max_outstanding_adds: int = 10_000
@@ -63,6 +72,7 @@ class ClientConfig:
     # restart or leader election. Each attempt may take metadata_timeout on top.
     metadata_retry_timeout: float = 30.0
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
+    # Each protocol trap's fix, on (ProtocolSwitches); switched off only by tests.
     switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
     def __post_init__(self) -> None:

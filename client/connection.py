@@ -58,6 +58,20 @@ SWEEP_INTERVAL = 0.05  # seconds between deadline checks
 
 
 class BookieConnection(asyncio.Protocol):
+    """One pipelined connection to one bookie: requests in a ``txn_id -> callback`` table
+    with deadlines, answered in any order, writes coalesced per event-loop turn.
+
+    The client keeps one per bookie (its pool opens them with ``open``); a tool that talks
+    to a single bookie may use one directly. A lost connection fails every request in flight
+    with ``BookieUnavailableError``, its cause chained; a request unanswered by its deadline
+    fails with ``OperationTimeoutError``.
+
+    Attributes:
+        address: The ``host:port`` dialled.
+        bookie_id: The bookie's id, as its handshake gave it.
+        protocol_version: The protocol version agreed at the handshake.
+    """
+
     def __init__(
         self,
         address: str,
@@ -100,7 +114,25 @@ class BookieConnection(asyncio.Protocol):
         client_name: str = "aiobk",
         txn_ids: Iterator[int] | None = None,
     ) -> BookieConnection:
-        """Connect and handshake within ``timeout``; raise BookieUnavailableError otherwise."""
+        """Connect to a bookie and agree a protocol version with it.
+
+        Args:
+            host: The bookie's host.
+            port: Its port.
+            timeout: Seconds for the connection and the handshake together.
+            connector: How to open the transport (``AsyncioConnector`` by default).
+            expected_bookie_id: Refuse a bookie that answers under another id.
+            max_frame_size: The largest response frame accepted.
+            client_name: Sent in the handshake (the bookie logs it).
+            txn_ids: Where request ids come from (default: 1, 2, ...).
+
+        Returns:
+            The open connection.
+
+        Raises:
+            BookieUnavailableError: It could not connect, or the bookie is not the one
+                expected.
+        """
         address = f"{host}:{port}"
         connector = connector or AsyncioConnector()
         try:
@@ -147,13 +179,16 @@ class BookieConnection(asyncio.Protocol):
 
     @property
     def closed(self) -> bool:
+        """Whether the connection is closed or lost (every later request fails at once)."""
         return self._closed_error is not None
 
     @property
     def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
         return len(self._pending)
 
     def next_txn_id(self) -> int:
+        """A fresh request id for this connection."""
         return next(self._txn_ids)
 
     def send_frame(
@@ -183,6 +218,7 @@ class BookieConnection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
 
     def send_request(self, request: Request, timeout: float, callback: Callback) -> None:
+        """Encode and send ``request``; ``callback`` gets its response or a BKError."""
         self.send_frame(request.txn_id, encode(request), timeout, callback)
 
     def send(self, request: Request, timeout: float) -> asyncio.Future[Response]:
@@ -250,6 +286,7 @@ class BookieConnection(asyncio.Protocol):
             self._transport.writelines(out)
 
     def close(self) -> None:
+        """Send what is queued, close, and fail every request in flight."""
         if self._transport is not None:
             self._flush()
             self._transport.close()
@@ -258,14 +295,17 @@ class BookieConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """asyncio's callback: the transport is ready."""
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """asyncio's callback: fail every request in flight, ``exc`` as the cause."""
         error = BookieUnavailableError(f"connection to bookie {self.address} lost")
         error.__cause__ = exc
         self._fail_all(error)
 
     def data_received(self, data: bytes) -> None:
+        """asyncio's callback: decode the frames and answer their requests."""
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:

@@ -16,6 +16,14 @@ from aiobk.protocol.errors import DigestMismatchError
 
 
 class Digester:
+    """Computes and checks the digest every entry carries: CRC32C (corruption), HMAC-SHA256
+    keyed by the ledger's password (``MAC``: forgery too), or none (``DUMMY``).
+
+    Args:
+        kind: The digest type.
+        password: The ledger's password (the key of a ``MAC`` digest).
+    """
+
     __slots__ = ("_key", "kind")
 
     def __init__(self, kind: DigestType, password: bytes = b"") -> None:
@@ -23,6 +31,7 @@ class Digester:
         self._key = hashlib.sha256(b"aiobk-mac\x00" + password).digest()
 
     def digest(self, header: bytes, payload: bytes) -> bytes:
+        """The digest of an entry's header and payload (empty for ``DUMMY``)."""
         kind = self.kind
         if kind is DigestType.CRC32C:
             return crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")

@@ -22,6 +22,17 @@ log = logging.getLogger(__name__)
 
 
 class LedgerHandle:
+    """A ledger open for writing, from ``BookKeeper.create_ledger``: one writer appends
+    entries with dense ids from 0, many in flight at once, and closes it.
+
+    ``async with`` closes it on exit (also when the block raises: then at what was confirmed,
+    and the block's exception propagates).
+
+    Attributes:
+        ledger_id: The ledger's id.
+        metadata: Its metadata as this writer last wrote or read it (ensembles, quorums).
+    """
+
     def __init__(
         self,
         ctx: ClientContext,
@@ -83,29 +94,54 @@ class LedgerHandle:
 
     @property
     def last_add_confirmed(self) -> int:
+        """The last add confirmed (LAC): every entry up to it is acknowledged (and, for a
+        volatile ledger, synced); readers may read up to it. -1 before the first."""
         return self._pipeline.lac
 
     @property
     def last_add_pushed(self) -> int:
+        """The id of the last entry handed out by ``append``/``submit``, confirmed or not."""
         return self._pipeline.next_entry_id - 1
 
     @property
     def length(self) -> int:
+        """Payload bytes of the entries up to the last add confirmed."""
         return self._pipeline.lac_length
 
     @property
     def is_closed(self) -> bool:
+        """Whether ``close()`` ran (successfully or not): no more appends."""
         return self._closed
 
     @property
     def durability(self) -> Durability:
+        """The ledger's durability mode, fixed at creation."""
         return self.metadata.durability
 
     # ------------------------------------------------------------------ writing
 
     async def append(self, data: bytes) -> int:
-        """Add ``data`` as the next entry; return its id once it and all before it are
-        confirmed (PERSISTENT: on an ack quorum of fsynced copies)."""
+        """Add ``data`` as the next entry, and wait until it is confirmed.
+
+        The entry id is assigned at the call, in call order; the append resolves once the
+        entry and every lower one are on an ack quorum of bookies (``PERSISTENT``: fsynced;
+        ``VOLATILE``: written). Many appends may be in flight at once: that is how throughput
+        is had. Beyond the client's budget of unfinished appends the call waits for room.
+        Cancelling the call cancels only the wait: the add itself carries on.
+
+        Args:
+            data: The entry's payload.
+
+        Returns:
+            The entry id.
+
+        Raises:
+            LedgerClosedError: The handle is closed.
+            LedgerFencedError: Another client recovered the ledger; this writer is done.
+            EntryTooLargeError: ``data`` cannot fit one add request.
+            NotEnoughBookiesError: A bookie failed and none could replace it.
+            BKError: The ledger failed earlier (the same error again).
+        """
         payload, op = self._start_now(data)
         if op is None:
             op = await self._queued(payload)
@@ -114,18 +150,41 @@ class LedgerHandle:
         return await op.future
 
     async def submit(self, data: bytes) -> tuple[int, asyncio.Future[int]]:
-        """Start adding ``data``: its entry id now, and a future that resolves (to that id)
-        as ``append`` would return. For callers that must know which entry an add that later
-        fails was (the log writer resolves it against the recovered end of the ledger)."""
+        """Start adding ``data``: its entry id now, and a future that resolves as ``append``
+        would return.
+
+        For callers that must know which entry an add that later fails was (the log writer
+        resolves such an add against the recovered end of the ledger).
+
+        Args:
+            data: The entry's payload.
+
+        Returns:
+            The entry id, and a future of it that raises what ``append`` would raise.
+
+        Raises:
+            LedgerClosedError: The handle is closed.
+            EntryTooLargeError: ``data`` cannot fit one add request.
+        """
         payload, op = self._start_now(data)
         if op is None:
             op = await self._queued(payload)
         return op.entry_id, op.future
 
     def try_submit(self, data: bytes) -> tuple[int, asyncio.Future[int]] | None:
-        """``submit`` without waiting: None, with nothing started, when the client's budget of
-        unfinished adds has no room now (``submit`` then waits for it, in turn). Raises as
-        ``append`` does when the ledger cannot take the entry."""
+        """``submit`` without waiting for room in the client's budget of unfinished adds.
+
+        Args:
+            data: The entry's payload.
+
+        Returns:
+            As ``submit``; or None, with nothing started, when the budget has no room now
+            (``submit`` then waits for it, in turn).
+
+        Raises:
+            LedgerClosedError: The handle is closed (and as ``append`` does when the ledger
+                cannot take the entry).
+        """
         _payload, op = self._start_now(data)
         return None if op is None else (op.entry_id, op.future)
 
@@ -160,13 +219,22 @@ class LedgerHandle:
         return self._closed or self._closing is not None
 
     async def force(self) -> int:
-        """Make the appended entries durable; return the new LAC.
+        """Make the appended entries durable and move the LAC over them.
 
-        VOLATILE (BP-14 "Sync API"): every bookie of the ensemble syncs what it holds and
+        ``VOLATILE`` (BP-14's sync API): every bookie of the ensemble syncs what it holds and
         reports its LastAddSynced; the LAC moves by BP-14's rule, but only up to the entries
-        acknowledged before this call began. Fails (``BookieUnavailableError`` and friends) when
-        a bookie it needs does not answer. PERSISTENT ledgers sync every add before
-        acknowledging it, so this waits for the outstanding adds."""
+        acknowledged before this call began. The bookies that answered move the LAC even when
+        another did not. ``PERSISTENT`` ledgers sync every add before acknowledging it, so
+        this only waits for the outstanding adds.
+
+        Returns:
+            The new last add confirmed.
+
+        Raises:
+            BookieUnavailableError: A bookie of the ensemble could not be reached (also
+                ``OperationTimeoutError`` and other bookie errors).
+            BKError: The ledger failed earlier.
+        """
         pipeline = self._pipeline
         if pipeline.error is not None:
             raise pipeline.error
@@ -202,9 +270,20 @@ class LedgerHandle:
         return response.last_add_synced
 
     async def close(self) -> None:
-        """Wait for outstanding adds, then close the ledger at the last confirmed entry.
-        Idempotent; concurrent calls share one close, and a close that failed fails again
-        (the ledger is not closed: a second call must not report that it is)."""
+        """Wait for the outstanding adds, then close the ledger at the last confirmed entry.
+
+        A volatile ledger is forced first; when the force cannot cover every acknowledged
+        entry, the ledger is recovered instead (fenced, every copy read, missing copies
+        written back) and closed at the end the copies show, so no acknowledged entry that
+        still has a copy is cut off. Idempotent; concurrent calls share one close, and a close
+        that failed fails again.
+
+        Raises:
+            LedgerFencedError: Another client recovered the ledger first.
+            LedgerRecoveryError: A volatile ledger could not be sealed (too few bookies);
+                it is left open for a later recovery.
+            MetadataStoreError: The close could not reach the metadata store in time.
+        """
         closing = self._closing
         if closing is not None and closing.done():
             closing.result()  # raises what the first close raised
@@ -284,4 +363,5 @@ class LedgerHandle:
 
     @property
     def error(self) -> BKError | None:
+        """What failed the ledger for this writer (every later append raises it), or None."""
         return self._pipeline.error

@@ -21,13 +21,30 @@ _TEXT = re.compile(r"([0-9]+):([0-9]+)", re.ASCII)
 
 @dataclass(frozen=True, slots=True, order=True)
 class LogPosition:
+    """A record's place in a log: (ledger id, entry id), ordered as the log is.
+
+    ``str()`` gives ``LEDGER:ENTRY`` (what the CLI prints and takes) and ``parse`` reads it
+    back, so a position stored as a checkpoint resumes a reader exactly:
+    ``open_log_reader(name, start=LogPosition.parse(saved).next())``.
+
+    Attributes:
+        ledger_id: The ledger holding the record.
+        entry_id: The record's entry id in that ledger.
+        EARLIEST: Before every record of any log (``earliest``).
+    """
+
     ledger_id: int
     entry_id: int
 
     EARLIEST: ClassVar[LogPosition]
 
     def next(self) -> LogPosition:
-        """Where to resume reading after the record at this position."""
+        """Where to resume reading after the record at this position.
+
+        Returns:
+            The position of the next entry of the same ledger (a reader moves on to the next
+            ledger by itself when this one has no such entry).
+        """
         return LogPosition(self.ledger_id, self.entry_id + 1)
 
     def __str__(self) -> str:
@@ -37,8 +54,17 @@ class LogPosition:
 
     @classmethod
     def parse(cls, text: str) -> LogPosition:
-        """The inverse of ``str()``: ``"LEDGER:ENTRY"`` (non-negative decimals) or
-        ``"earliest"``; ValueError naming the form otherwise."""
+        """The inverse of ``str()``.
+
+        Args:
+            text: ``"LEDGER:ENTRY"`` (non-negative decimals) or ``"earliest"``.
+
+        Returns:
+            The position.
+
+        Raises:
+            ValueError: ``text`` is in neither form (the message names the form).
+        """
         if text.strip().lower() == "earliest":
             return cls.EARLIEST
         match = _TEXT.fullmatch(text.strip())
@@ -52,9 +78,15 @@ LogPosition.EARLIEST = LogPosition(-1, -1)
 
 @dataclass(frozen=True, slots=True)
 class LogRecord:
-    """One record read from a log. ``key``, ``headers`` and ``timestamp`` (ms since the
-    epoch) are those the writer gave, in a log of envelope records; in a raw log they are
-    None, empty and None."""
+    """One record read from a log.
+
+    Attributes:
+        position: Where it is in the log.
+        data: Its payload.
+        key: The key its writer gave (envelope logs), else None.
+        headers: Its headers, name to bytes (envelope logs), else empty.
+        timestamp: Milliseconds since the epoch (envelope logs), else None.
+    """
 
     position: LogPosition
     data: bytes

@@ -27,6 +27,15 @@ from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuc
 
 
 class LogReader:
+    """Reads a log in position order, made by ``BookKeeper.open_log_reader``; iterate it with
+    ``async for record in reader`` to get ``LogRecord``s.
+
+    Following (``follow=True``, the default), it tails the log: past the last record it waits
+    for new ones, across the writer's rolls, and never ends on its own. With ``follow=False``
+    it stops at the end the log had when it was opened (``end``). It never fences a ledger, so
+    reading never disturbs a live writer. ``position`` is the next position it will read:
+    save it to resume later with ``open_log_reader(name, start=position)``."""
+
     def __init__(
         self,
         bk: LedgerClient,

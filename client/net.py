@@ -30,15 +30,31 @@ P = TypeVar("P", bound=asyncio.Protocol)
 
 
 class Connector(Protocol):
-    async def connect(
-        self, factory: Callable[[], P], host: str, port: int
-    ) -> tuple[asyncio.Transport, P]: ...
+    """The seam through which the client opens bookie connections: the real network
+    (``AsyncioConnector``), TLS on top of another connector, or a simulated network."""
 
-
-class AsyncioConnector:
     async def connect(
         self, factory: Callable[[], P], host: str, port: int
     ) -> tuple[asyncio.Transport, P]:
+        """Open a connection to ``host:port`` driven by the protocol ``factory`` makes.
+
+        Returns:
+            The transport and the protocol.
+
+        Raises:
+            OSError: The connection could not be made (the caller translates it).
+        """
+        ...
+
+
+class AsyncioConnector:
+    """Connections through the running loop's ``create_connection`` (uvloop's when
+    installed): what production uses."""
+
+    async def connect(
+        self, factory: Callable[[], P], host: str, port: int
+    ) -> tuple[asyncio.Transport, P]:
+        """Open a TCP connection (see ``Connector.connect``)."""
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.create_connection(factory, host, port)
         return transport, protocol

@@ -18,6 +18,17 @@ POLL_BACKOFF_MAX = 1.0
 
 
 class ReadHandle:
+    """A ledger open for reading, from ``BookKeeper.open_ledger``.
+
+    Reads stop at the last add confirmed this handle knows (``read``, ``read_iter``), go past
+    it on request (``read_unconfirmed``), or follow a live writer (``read_from``). Nothing is
+    held on the bookies: ``close()`` and ``async with`` are for symmetry.
+
+    Attributes:
+        ledger_id: The ledger's id.
+        metadata: Its metadata as last read.
+    """
+
     def __init__(
         self,
         ctx: ClientContext,
@@ -37,10 +48,13 @@ class ReadHandle:
 
     @property
     def is_closed(self) -> bool:
+        """Whether the ledger is closed in the metadata this handle last read."""
         return self.metadata.is_closed
 
     @property
     def last_add_confirmed(self) -> int:
+        """The highest last add confirmed this handle has learnt; it never goes down. A closed
+        ledger's is its last entry."""
         return self._lac
 
     def _advance(self, lac: int) -> int:
@@ -48,7 +62,11 @@ class ReadHandle:
         return self._lac
 
     async def refresh(self) -> LedgerMetadata:
-        """Read the metadata again; a close makes the LAC its last entry."""
+        """Read the ledger's metadata again; a close makes the LAC its last entry.
+
+        Returns:
+            The metadata read.
+        """
         self.metadata = await self._store.read_ledger(self.ledger_id)
         if self.metadata.last_entry_id is not None:
             self._advance(self.metadata.last_entry_id)
@@ -64,10 +82,27 @@ class ReadHandle:
             )
 
     async def read(self, first: int, last: int) -> list[Entry]:
-        """Entries first..last (inclusive), all at or below the LAC this handle knows.
+        """Read entries ``first..last`` (inclusive), all at or below the LAC this handle knows.
 
-        The list is held whole, so a range whose payloads pass ``max_read_bytes`` fails with
-        ``ReadTooLargeError`` as soon as that is known; ``read_iter`` streams any range."""
+        Each entry is asked of one bookie of its write set at a time, moving to the next on an
+        error, a timeout or a copy whose digest fails, and to the next speculatively when the
+        first is slow.
+
+        Args:
+            first: The first entry id.
+            last: The last entry id, at most ``last_add_confirmed``.
+
+        Returns:
+            The entries, in order.
+
+        Raises:
+            ValueError: Not a range.
+            NoSuchEntryError: ``last`` is past the last add confirmed, or no bookie has an
+                entry.
+            ReadTooLargeError: The payloads pass ``ClientConfig.max_read_bytes`` (the list is
+                held whole; ``read_iter`` streams any range).
+            DigestMismatchError: No copy of an entry verifies.
+        """
         self._check_confirmed(first, last)
         limit = self._config.max_read_bytes
         entries: list[Entry] = []
@@ -88,14 +123,27 @@ class ReadHandle:
     def read_iter(
         self, first: int, last: int, *, unconfirmed: bool = False
     ) -> AsyncGenerator[Entry, None]:
-        """Entries first..last (inclusive, at or below the LAC), in order, one at a time.
+        """Stream entries ``first..last`` (inclusive), in order, one at a time.
 
         Fetches ahead of the consumer within ``read_concurrency`` entries and about
-        ``read_ahead_bytes`` bytes, so memory stays flat whatever the range. The range is
-        checked at the call, before the first entry is asked for (``unconfirmed``: only that
-        it is a range, as ``read_unconfirmed`` does, for a reader that learnt the LAC
-        elsewhere). Leaving the loop early: ``aclose()`` it (or use ``contextlib.aclosing``)
-        to stop the fetches ahead at once."""
+        ``read_ahead_bytes`` bytes, so memory stays flat whatever the range. Leaving the loop
+        early: ``aclose()`` it (or use ``contextlib.aclosing``) to stop the fetches ahead at
+        once.
+
+        Args:
+            first: The first entry id.
+            last: The last entry id.
+            unconfirmed: Allow a range past the LAC this handle knows (for a reader that
+                learnt the LAC elsewhere); checked only to be a range.
+
+        Returns:
+            An async generator of the entries.
+
+        Raises:
+            ValueError: Not a range (at the call).
+            NoSuchEntryError: ``last`` is past the last add confirmed (at the call), or no
+                bookie has an entry (while iterating).
+        """
         if not unconfirmed:
             self._check_confirmed(first, last)
         elif first < 0 or last < first:
@@ -103,21 +151,52 @@ class ReadHandle:
         return self._reader.iter_range(self.metadata, first, last)
 
     async def read_unconfirmed(self, first: int, last: int) -> list[Entry]:
-        """Entries first..last even past the LAC, as far as bookies hold them."""
+        """Read entries ``first..last`` even past the LAC, as far as bookies hold them.
+
+        An entry past the LAC may still be lost by a recovery that has not seen it: use this
+        only where that is acceptable (BookKeeper's ``readUnconfirmedEntries``).
+
+        Args:
+            first: The first entry id.
+            last: The last entry id.
+
+        Returns:
+            The entries, in order.
+
+        Raises:
+            ValueError: Not a range.
+            NoSuchEntryError: No bookie has one of them.
+        """
         if first < 0 or last < first:
             raise ValueError(f"bad range {first}..{last}")
         return await self._reader.read_range(self.metadata, first, last)
 
     async def read_last_add_confirmed(self) -> int:
-        """Ask the bookies (a quorum of the last fragment) for the LAC."""
+        """Ask the bookies of the last fragment for the LAC (a closed ledger's is its last
+        entry, with no request).
+
+        Returns:
+            The LAC this handle now knows.
+
+        Raises:
+            BKError: Too few bookies answered.
+        """
         if self.is_closed:
             return self._lac
         lac = await read_lac_quorum(self.ledger_id, self.metadata, self._pool, self._config)
         return self._advance(lac)
 
     async def wait_for_lac(self, previous_lac: int, timeout: float = 10.0) -> int:
-        """Long poll: return once the LAC is above ``previous_lac``, or after ``timeout`` with
-        the LAC as it is (never below ``previous_lac``)."""
+        """Long poll: wait until the LAC passes ``previous_lac``, or for ``timeout``.
+
+        Args:
+            previous_lac: The LAC the caller knows.
+            timeout: Seconds to wait at most.
+
+        Returns:
+            The LAC: above ``previous_lac`` when it moved, else ``previous_lac`` (a closed
+            ledger ends the wait too).
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         backoff = POLL_BACKOFF_MIN
@@ -142,9 +221,17 @@ class ReadHandle:
 
     async def read_from(self, first: int = 0) -> AsyncIterator[Entry]:
         """Every entry from ``first`` on, following the tail with long polls until the ledger
-        is closed and fully read. The ledger's metadata is watched meanwhile, so a close (a
-        log rolling to its next ledger, a recovery) ends the wait at once rather than after
-        a long poll times out."""
+        is closed and fully read.
+
+        The ledger's metadata is watched meanwhile, so a close (a log rolling to its next
+        ledger, a recovery) ends the wait at once rather than after a long poll times out.
+
+        Args:
+            first: The first entry id.
+
+        Yields:
+            The entries, in order, as they are confirmed.
+        """
         next_entry = first
         closed = asyncio.Event()
         watcher = asyncio.ensure_future(self._watch_close(closed))

@@ -9,7 +9,7 @@ setup below, without etcdctl.
 Auth as etcd 3.4 wants it set up: a ``root`` user holding the ``root`` role must exist before
 ``auth enable``; then every other user is added by root. ``add_user`` gives a user a role of
 its own name granting ``readwrite`` (or ``read``) on one key prefix's range -- what an aiobk
-deployment grants its user on ``/PREFIX/`` (README "Securing etcd").
+deployment grants its user on ``/PREFIX/`` (docs/operations/security.md).
 """
 
 from __future__ import annotations

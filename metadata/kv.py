@@ -90,7 +90,7 @@ class MetadataAuthError(MetadataStoreError):
 
 class MetadataPermissionError(MetadataAuthError):
     """etcd knows the user, but none of its roles grants the keys asked for (the role must
-    cover the whole ``/PREFIX/`` range, README "Securing etcd")."""
+    cover the whole ``/PREFIX/`` range: docs/operations/security.md)."""
 
     default_message = "etcd: permission denied"
 

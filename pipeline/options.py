@@ -1,7 +1,7 @@
 """The data source's options, parsed once, and the one place it connects to the cluster.
 
-Every option, its default and what it does is listed in the README's Spark section; errors
-name the option and the form it takes.
+Every option, its default and what it does is listed in the Spark guide (docs/guide/spark.md;
+a test keeps the two in step); errors name the option and the form it takes.
 """
 
 from __future__ import annotations

@@ -30,17 +30,37 @@ from aiobk.pipeline.write import Writer
 
 
 class AiobkDataSource(DataSource):
+    """The ``aiobk`` PySpark data source: batch and streaming reads of logs (or ledgers),
+    and batch appends to logs.
+
+    Register it with ``register(spark)``, then use ``spark.read``, ``spark.readStream`` or
+    ``df.write`` with ``format("aiobk")``; the Spark guide lists the options and columns.
+    """
+
     @classmethod
     def name(cls) -> str:
+        """The format name: ``aiobk``."""
         return "aiobk"
 
     def schema(self) -> str:
+        """The columns read: log, ledger_id, entry_id, data, key, headers, timestamp,
+        position."""
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader of the options given.
+
+        Raises:
+            ValueError: The options are missing or malformed.
+        """
         return BatchReader(Options.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The streaming reader: log positions are its offsets.
+
+        Raises:
+            ValueError: Ledgers instead of logs, or a batch-only option.
+        """
         opts = Options.parse(self.options)
         if opts.ledgers:
             raise ValueError("streaming reads need 'log', 'logs' or 'logPattern', not 'ledgers'")
@@ -49,6 +69,11 @@ class AiobkDataSource(DataSource):
         return StreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """The batch writer: each log's part of a job is published all or nothing.
+
+        Raises:
+            ValueError: A mode other than append, or not one log option or ``log`` column.
+        """
         opts = Options.parse(self.options, writing=True)
         if overwrite:
             raise ValueError("the aiobk data source only appends: use mode('append')")
@@ -57,6 +82,11 @@ class AiobkDataSource(DataSource):
         return Writer(opts, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """There is no streaming sink; write each micro-batch with ``foreachBatch``.
+
+        Raises:
+            ValueError: Always, saying so.
+        """
         raise ValueError(
             "the aiobk source has no streaming sink: write each micro-batch with foreachBatch "
             "and the batch writer (df.write.format('aiobk')...mode('append').save())"
@@ -64,14 +94,28 @@ class AiobkDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register the ``aiobk`` data source with a SparkSession."""
+    """Register the ``aiobk`` data source with a SparkSession.
+
+    Args:
+        spark: The session.
+    """
     spark.dataSource.register(AiobkDataSource)
 
 
 def local_session(app: str = "aiobk", master: str = "local[2]") -> Any:
     """A local SparkSession whose Python workers run this interpreter (the project's venv),
-    with the ``aiobk`` source registered. Without PYSPARK_PYTHON the workers would start the
-    system Python, which has neither pyspark's dependencies nor aiobk."""
+    with the ``aiobk`` source registered.
+
+    Without PYSPARK_PYTHON the workers would start the system Python, which has neither
+    pyspark's dependencies nor aiobk; this sets it (unless set) to ``sys.executable``.
+
+    Args:
+        app: The application name.
+        master: The Spark master (``local[2]``: two worker threads).
+
+    Returns:
+        The session; stop it with ``spark.stop()``.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     spark = (

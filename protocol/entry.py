@@ -28,12 +28,19 @@ HEADER_SIZE = ENTRY_HEADER.size
 
 
 class DigestType(IntEnum):
+    """The digest each entry of a ledger carries, fixed when the ledger is created.
+
+    ``CRC32C`` (the default) catches corruption on disk or on the wire; ``MAC``
+    (HMAC-SHA256 keyed by the ledger's password) also catches forgery; ``DUMMY`` carries none.
+    """
+
     DUMMY = 0  # no digest (tests and benchmarks that want the floor)
     CRC32C = 1  # default: hardware CRC32C
     MAC = 2  # HMAC-SHA256 keyed by the ledger password
 
     @property
     def size(self) -> int:
+        """The digest's length in bytes."""
         return _DIGEST_SIZES[self]
 
 

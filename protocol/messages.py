@@ -71,6 +71,13 @@ class StateChange(IntEnum):
 
 
 class Durability(IntEnum):
+    """What an append's acknowledgement means for a ledger, fixed when it is created.
+
+    ``PERSISTENT``: an ack quorum of bookies fsynced the entry. ``VOLATILE`` (BP-14): an ack
+    quorum wrote it (page cache); the LAC advances only as bookies report entries synced, or
+    by ``LedgerHandle.force()``.
+    """
+
     PERSISTENT = 0  # acknowledged after fdatasync
     VOLATILE = 1  # BP-14 ("Relax durability"): acknowledged once written
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
@@ -17,6 +18,12 @@ from aiobk.runner import make_bookie
 from tests.procs import HOST_DISK_SETTINGS
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
+
+# Property tests judge what they check, not how fast this machine draws examples: a shared
+# 2-core machine under a full suite drew five examples a second and failed the health check.
+# Every test has a timeout of its own (pytest-timeout) instead of a per-example deadline.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:

@@ -24,8 +24,8 @@ EXPECTED_OPTIONS = {
         "--durability", "--no-journal-write-data", "--fail-on-miss", "--log-level",
     },
     "journal": {
-        "--seconds", "--entry-size", "--in-flight", "--durability", "--data-dir", "--json",
-        "--fail-on-miss", "--log-level",
+        "--seconds", "--entry-size", "--in-flight", "--durability", "--rates",
+        "--journal-alignment", "--data-dir", "--json", "--fail-on-miss", "--log-level",
     },
     "autorecovery": {
         "--megabytes", "--entry-size", "--ledgers", "--bookies", "--workers", "--in-flight",

@@ -219,7 +219,7 @@ def test_the_compose_file_runs_three_etcd_members_and_three_bookies() -> None:
         flags = flag_values(service["command"])
         initial = dict(m.split("=", 1) for m in flags["--initial-cluster"].split(","))
         assert initial == peers
-        assert flags["--auto-compaction-mode"] == "revision"  # README "etcd's history"
+        assert flags["--auto-compaction-mode"] == "revision"  # docs/operations/disks.md
 
     # bookies: the image's bookie command, every etcd member named, an address and volumes each.
     addresses: set[str] = set()

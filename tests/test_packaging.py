@@ -165,7 +165,8 @@ def test_the_base_install_is_the_client_and_the_extras_are_those_the_commands_na
     base = {canonicalize_name(Requirement(s).name) for s in project["dependencies"]}
     assert base == {"msgpack", "crc32c", "aetcd", "click"}
     extras: dict[str, list[str]] = project["optional-dependencies"]
-    assert set(extras) == {*EXTRAS, "all", "dev"}
+    # docs and dev are for people working on aiobk, not for users of it.
+    assert set(extras) == {*EXTRAS, "all", "docs", "dev"}
     for extra, names in EXTRAS.items():
         assert _extra_names(extras, extra) == {canonicalize_name(n) for n in names}, extra
     assert _extra_names(extras, "all") == {canonicalize_name(n) for d in EXTRAS.values() for n in d}

@@ -35,13 +35,11 @@ from aiobk.metadata import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-# The pages a new user walks through. The holding file keeps the README's former guide until
-# the guides under docs/ take it over (then it is deleted, and left out here).
+# The pages a new user walks through (the rest of docs/ runs in tests/docs/test_code_blocks.py).
 PAGES = [
     README,
     REPO / "docs" / "getting-started.md",
     REPO / "docs" / "benchmarks" / "index.md",
-    REPO / "docs" / "_moved_from_readme.md",
 ]
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 SHELL = {"sh", "shell"}

@@ -89,7 +89,9 @@ def _node_id() -> str:
 @metadata_option
 @click.option("--id", "node_id", default=None, help="Name in elections and claims.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, help="Address of the exporter."
+)
 @click.option("--lost-bookie-recovery-delay", type=float, default=None, help="Seconds.")
 @click.option("--auditor-periodic-check-interval", type=float, default=None, help="0: never.")
 @click.option("--open-ledger-rereplication-grace-period", type=float, default=None)

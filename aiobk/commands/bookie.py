@@ -53,7 +53,13 @@ def bookie_group() -> None:
 @click.option(
     "--host", default=None, help="Address to listen on (default 127.0.0.1; 0.0.0.0: all)."
 )
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A TOML file of bookie settings (flags win over it).",
+)
 @click.option("--no-journal-write-data", is_flag=True, help="BP-46: adds skip the journal.")
 @click.option("--metrics-port", type=click.IntRange(1, 65535), default=None)
 @click.option(
@@ -217,11 +223,17 @@ def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) ->
 
 @bookie_group.command("gc", help="Run a garbage collection pass on a running bookie now.")
 @click.argument("address")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for the pass.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def gc_command(address: str, timeout: float, as_json: bool) -> None:
-    """Deleted ledgers are dropped and their entry logs removed or compacted (see the README,
-    "Deleting ledgers and reclaiming disk"); the bookie runs one pass every ``gc_interval``."""
+    """Deleted ledgers are dropped and their entry logs removed or compacted (see
+    docs/operations/disks.md); the bookie runs one pass every ``gc_interval``."""
     response = _ask_bookie(address, GcRequest, timeout)
     if not isinstance(response, GcResponse) or response.status is not StatusCode.EOK:
         detail = response.detail if isinstance(response, GcResponse) else ""
@@ -249,7 +261,13 @@ def gc_command(address: str, timeout: float, as_json: bool) -> None:
 @click.argument("address")
 @click.option("--readonly", "change", flag_value="readonly", help="Refuse adds from now on.")
 @click.option("--writable", "change", flag_value="writable", help="Lift --readonly.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the bookie's answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def state_command(address: str, change: str | None, timeout: float, as_json: bool) -> None:
     """A read-only bookie refuses adds (writers move to other bookies) and serves everything

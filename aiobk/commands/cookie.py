@@ -29,7 +29,12 @@ def _cookie_config(data_dir: str, journal_dir: str | None) -> BookieConfig:
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True)
 @click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--bookie-id", default=None, help="Also show the store's cookie for this id.")
-@click.option("--metadata", envvar="AIOBK_METADATA", default=None)
+@click.option(
+    "--metadata",
+    envvar="AIOBK_METADATA",
+    default=None,
+    help="Metadata service URI (etcd://HOST:PORT/PREFIX); or set AIOBK_METADATA.",
+)
 def cookie_show(
     data_dir: str, journal_dir: str | None, bookie_id: str | None, metadata: str | None
 ) -> None:
@@ -77,7 +82,12 @@ def cookie_show(
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True)
 @click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--bookie-id", required=True, help="The bookie's id (its host:port by default).")
-@click.option("--metadata", envvar="AIOBK_METADATA", default=None)
+@click.option(
+    "--metadata",
+    envvar="AIOBK_METADATA",
+    default=None,
+    help="Metadata service URI (etcd://HOST:PORT/PREFIX); or set AIOBK_METADATA.",
+)
 def cookie_fix(
     data_dir: str, journal_dir: str | None, bookie_id: str, metadata: str | None
 ) -> None:

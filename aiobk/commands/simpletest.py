@@ -47,11 +47,25 @@ class Latencies:
     help="Write entries to a new ledger, read them back, verify, and report appends/s and "
     "append latency (its progress on a terminal).",
 )
-@click.option("--ensemble", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--write-quorum", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--ack-quorum", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
-    "--entries", type=click.IntRange(min=1, max=10_000_000), default=1000, show_default=True
+    "--ensemble", type=click.IntRange(min=1), default=3, show_default=True, help="Ensemble size."
+)
+@click.option(
+    "--write-quorum", type=click.IntRange(min=1), default=3, show_default=True, help="Copies."
+)
+@click.option(
+    "--ack-quorum",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Copies that acknowledge an entry.",
+)
+@click.option(
+    "--entries",
+    type=click.IntRange(min=1, max=10_000_000),
+    default=1000,
+    show_default=True,
+    help="Entries to write, read back and verify.",
 )
 @click.option(
     "--entry-size", type=click.IntRange(min=0, max=4 * 1024 * 1024), default=1024,

@@ -148,7 +148,9 @@ async def _until_stopped_or_exited(
 
 
 @click.command("standalone", help="Start etcd and N bookies on loopback until interrupted.")
-@click.option("--bookies", type=click.IntRange(1, 32), default=3, show_default=True)
+@click.option(
+    "--bookies", type=click.IntRange(1, 32), default=3, show_default=True, help="Bookies to run."
+)
 @click.option(
     "--data-dir", type=click.Path(file_okay=False), default="standalone-data", show_default=True
 )
@@ -159,7 +161,13 @@ async def _until_stopped_or_exited(
     show_default=True,
     help="etcd's client port; its peer port is the next one.",
 )
-@click.option("--bookie-port", type=click.IntRange(0, 65535), default=3181, show_default=True)
+@click.option(
+    "--bookie-port",
+    type=click.IntRange(0, 65535),
+    default=3181,
+    show_default=True,
+    help="The first bookie's port; the others take the next ones (0: any free ports).",
+)
 def standalone_command(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
     require_extras("aiobk standalone", "bookie")
     # The server's wiring (RocksDB, the exporter, the HTTP admin API): the bookie extra's.

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiobk.bookie.journal_format import (
+    FILE_HEADER,
+    RECORD_HEADER,
     JournalCorruptError,
     RecordType,
     Stop,
@@ -15,12 +17,14 @@ from aiobk.bookie.journal_format import (
     encode_adds,
     encode_file_header,
     encode_record,
+    padding,
     scan,
     valid_record_after,
 )
 from aiobk.bookie.journal_policy import (
     INLINE_BYTES,
     INLINE_WRITE_BYTES,
+    JOURNAL_ALIGNMENT,
     BatchPlan,
     GroupCommitPolicy,
     batch_plan,
@@ -95,14 +99,35 @@ def test_file_header() -> None:
 
 @given(st.integers(0, 10**7), st.sampled_from([512, 4096]))
 def test_padding_aligns_and_scans_as_a_record(position: int, alignment: int) -> None:
-    from aiobk.bookie.journal_format import padding
-
     pad = padding(position, alignment)
     assert (position + len(pad)) % alignment == 0
     if pad:
         records, _stop, why = scan(pad)
         assert why is Stop.END
         assert [r.kind for r in records] == [RecordType.PADDING]
+
+
+def test_lone_1_kib_adds_take_three_sectors_each_not_a_page() -> None:
+    """At low load every add is a group commit of its own. Padded to the default alignment, a
+    1 KiB add (1,059 bytes with its headers) takes 1.5 KiB of journal -- padded to a 4 KiB
+    page it took 4 KiB, 4x its payload."""
+    position = FILE_HEADER.size
+    sizes = []
+    for entry in range(16):
+        data = encode_adds(entry, 1, [(entry, bytes(1024))])
+        assert len(data) == 1059
+        data += padding(position + len(data), JOURNAL_ALIGNMENT)
+        sizes.append(len(data))
+        position += len(data)
+    assert sizes == [1536 - FILE_HEADER.size] + [1536] * 15
+    assert position % 512 == 0
+
+
+@given(st.integers(FILE_HEADER.size, 10**7), st.integers(1, 1 << 20))
+def test_default_padding_costs_less_than_a_sector_and_a_header(position: int, size: int) -> None:
+    pad = padding(position + size, JOURNAL_ALIGNMENT)
+    assert len(pad) < 512 + RECORD_HEADER.size
+    assert (position + size + len(pad)) % 512 == 0
 
 
 def _plan(records: int = 1, volatile: int = 0, size: int = 4096, **kw: object) -> BatchPlan:

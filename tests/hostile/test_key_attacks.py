@@ -328,7 +328,7 @@ async def test_a_ledger_with_metadata_from_before_the_salt_keeps_working(
 ) -> None:
     """Metadata written before ledgers had a salt keeps the unsalted digest of the password: the
     client checks a password against it; a bookie, holding only the key, checks that the ledger
-    exists (README "Master keys, ledger ids and squatting")."""
+    exists (docs/operations/security.md)."""
     uri = etcd_server.uri(unique_name("legacy"))
     bookie = await launch(args=("--metadata", uri))
     store = open_store(uri)
