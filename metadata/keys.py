@@ -34,7 +34,7 @@ class KeyLayout:
         self.bookies = self.root + b"/bookies/"
         self.cookies = self.root + b"/cookies/"
         self.logs = self.root + b"/logs/"
-        recovery = self.root + b"/autorecovery/"
+        recovery = self.autorecovery = self.root + b"/autorecovery/"
         self.auditor = recovery + b"auditor"
         self.autorecovery_status = recovery + b"status"
         self.autorecovery_disabled = recovery + b"disabled"

@@ -105,13 +105,14 @@ class MetadataStore:
 
     async def check_cluster(self) -> ClusterRecord | None:
         """The cluster record; None for a cluster set up before the record existed, known by
-        the keys its bookies and clients wrote (cookies, registrations, ledgers, logs, the id
-        counter); ``NoSuchClusterError`` when the prefix holds no cluster at all."""
+        the keys its bookies, clients and autorecovery wrote (cookies, registrations, ledgers,
+        logs, autorecovery's keys, the id counter); ``NoSuchClusterError`` when the prefix
+        holds no cluster at all."""
         found = await self.read_cluster()
         if found is not None:
             return found
         keys = self.keys
-        for prefix in (keys.cookies, keys.bookies, keys.ledgers, keys.logs):
+        for prefix in (keys.cookies, keys.bookies, keys.ledgers, keys.logs, keys.autorecovery):
             page, _revision = await self.kv.range(prefix, None, 1, keys_only=True)
             if page:
                 return None

@@ -1,5 +1,6 @@
 """``aiobk cookie show|fix``: a bookie's cookies (BP-46). ``aiobk bookie cookie`` is the same
-group under its former second name, kept for scripts and not listed (``cookie_alias``)."""
+group under a second name, kept working for scripts but deprecated and not listed
+(``cookie_alias``)."""
 
 from __future__ import annotations
 
@@ -121,5 +122,9 @@ def cookie_alias() -> click.Group:
     """``cookie_group`` under another parent, hidden from its help: one way to name a command
     is shown, an older one keeps working."""
     return click.Group(
-        cookie_group.name, commands=cookie_group.commands, help=cookie_group.help, hidden=True
+        cookie_group.name,
+        commands=cookie_group.commands,
+        help=cookie_group.help,
+        hidden=True,
+        deprecated="Use `aiobk cookie`.",
     )
