@@ -128,4 +128,5 @@ pipeline-demo: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.pipeline.demo
 
 clean:
-	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output \
+		standalone-data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.metadata
 import logging
 import os
@@ -322,8 +323,14 @@ class Bookie:
         if self._metadata is None and self.config.metadata_uri:
             self._metadata = open_store(self.config.metadata_uri)
             self._owns_metadata = True
+        fresh_instance = self._instance_ids()
+        if self._metadata is not None:
+            # The first bookie to boot under a prefix sets the cluster up. Its id is derived
+            # from this boot's fresh instance id: no other draw on the random source.
+            digest = hashlib.sha256(b"cluster:" + fresh_instance.encode()).hexdigest()
+            await self._metadata.set_up_cluster(digest[:32])
         self.booted = await boot(
-            self.context, self._disk, self._metadata, str(self.address), self._instance_ids()
+            self.context, self._disk, self._metadata, str(self.address), fresh_instance
         )
 
     @property

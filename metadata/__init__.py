@@ -30,7 +30,14 @@ from aiobk.metadata.model import (
     MetadataFormatError,
     write_set,
 )
-from aiobk.metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogMetadata
+from aiobk.metadata.records import (
+    READ_ONLY,
+    WRITABLE,
+    BookieServiceInfo,
+    ClusterRecord,
+    Cookie,
+    LogMetadata,
+)
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
 from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store, redact_uri
@@ -49,6 +56,7 @@ __all__ = [
     "READ_ONLY",
     "WRITABLE",
     "BookieServiceInfo",
+    "ClusterRecord",
     "Cookie",
     "EtcdNotFoundError",
     "EtcdProcess",

@@ -67,6 +67,39 @@ from aiobk.metadata.kv import (
 from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
+
+# gRPC's words for a connection that could not be made, and what they mean to a reader.
+_UNREACHABLE = (
+    ("connection refused", "connection refused (is etcd running on that port?)"),
+    ("domain name not found", "the host name does not resolve"),
+    ("name or service not known", "the host name does not resolve"),
+    ("dns resolution failed", "the host name does not resolve"),
+    ("no route to host", "no route to the host"),
+    ("network is unreachable", "the network is unreachable"),
+    ("connection reset", "the connection was reset"),
+    ("socket closed", "the connection was closed"),
+    ("timed out", "the connection timed out"),
+    ("deadline exceeded", "the connection timed out"),
+)
+_LONGEST_REASON = 300  # characters of an unknown cause kept in a message
+
+
+def one_line(exc: BaseException | None) -> str:
+    """``exc``'s text on one line (gRPC's can span several), cut to a readable length."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= _LONGEST_REASON else text[: _LONGEST_REASON - 3] + "..."
+
+
+def unreachable_reason(exc: BaseException | None) -> str:
+    """Why a connection to etcd failed, in a few words rather than gRPC's transcript
+    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:...: ...")."""
+    low = str(exc).lower()
+    for words, reason in _UNREACHABLE:
+        if words in low:
+            return reason
+    return one_line(exc)
+
+
 T = TypeVar("T")
 REQUIRE_LEADER = ("hasleader", "true")  # clientv3's WithRequireLeader
 
@@ -429,7 +462,9 @@ class EtcdKV(KV):
             except etcd_errors.UnauthenticatedError as exc:
                 # A token etcd no longer knows (it restarted, or the token idled out).
                 if self._credentials is None or renewed or client is None:
-                    raise MetadataAuthError(f"etcd {endpoint}: {what} refused: {exc}") from None
+                    raise MetadataAuthError(
+                        f"etcd {endpoint}: {what} refused: {one_line(exc)}"
+                    ) from None
                 renewed = True
                 attempts += 1
                 await self._retire(client)
@@ -440,7 +475,9 @@ class EtcdKV(KV):
                     raise refused from None
                 if "permission denied" in str(exc):  # through aetcd's own methods
                     raise self._denied(endpoint, what, key) from None
-                raise MetadataStoreError(f"etcd {endpoint}: {what} failed: {exc}") from exc
+                raise MetadataStoreError(
+                    f"etcd {endpoint}: {what} failed: {one_line(exc)}"
+                ) from exc
         if tls_failed is not None:
             raise tls_failed from None
         hint, text = "", str(last).lower()
@@ -449,7 +486,7 @@ class EtcdKV(KV):
         elif self._tls is not None and "handshake read failed" in text:
             hint = " (the TLS handshake was cut short: does this etcd serve TLS?)"
         raise MetadataStoreError(
-            f"{self.description} is unreachable ({what}): {last}{hint}"
+            f"{self.description} is unreachable ({what}): {unreachable_reason(last)}{hint}"
         ) from last
 
     async def _txn(

@@ -7,6 +7,7 @@ bookie extra; the others work from the client install."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.client.connection import status_error
 from aiobk.commands.common import QuietPipeGroup, client_connector, run_loop
-from aiobk.commands.cookie import cookie_group
+from aiobk.commands.cookie import cookie_alias
 from aiobk.commands.extras import require_extras
 from aiobk.commands.text import echo_table
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
@@ -39,6 +40,8 @@ from aiobk.protocol import (
     StatusCode,
 )
 from aiobk.protocol.errors import BKError
+
+log = logging.getLogger(__name__)
 
 
 @click.group(name="bookie", cls=QuietPipeGroup, help="Run and manage a bookie (storage server).")
@@ -154,6 +157,12 @@ def start_command(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(log_level or config.log_level)
+    if not config.metadata_uri:
+        log.warning(
+            "no metadata service URI (--metadata, AIOBK_METADATA or metadata_uri in --config): "
+            "this bookie serves unregistered: no cluster lists it, so no client picks it for a "
+            "ledger, and it keeps no cookie in a metadata store"
+        )
     try:
         run_until_signalled(make_bookie(config))
     except ConfigError as exc:
@@ -185,7 +194,7 @@ def format_command(data_dir: str, journal_dir: str | None, force: bool) -> None:
     click.echo(f"formatted {data_dir}" + (f" (journal {journal_dir})" if journal_dir else ""))
 
 
-bookie_group.add_command(cookie_group)
+bookie_group.add_command(cookie_alias())
 
 
 def _ask_bookie(

@@ -11,7 +11,7 @@ import pytest
 
 from aiobk import BookKeeper, ClientConfig
 from aiobk.bookie import Bookie
-from aiobk.metadata import EtcdProcess
+from aiobk.metadata import EtcdProcess, open_store
 from tests.compat.harness import (
     Release,
     ReleaseUnavailableError,
@@ -100,6 +100,11 @@ async def head_bookies(
 
 @pytest.fixture
 async def client(uri: str) -> AsyncIterator[BookKeeper]:
-    """This tree's client."""
-    async with await BookKeeper.connect(uri, config=ClientConfig(**CLIENT_CONFIG)) as bk:
+    """This tree's client. Made on the URI's store, not the URI: it connects before the test
+    starts the bookies that make the prefix a cluster (a URI is checked for one; the check on a
+    release's cluster is in test_wire.py)."""
+    async with (
+        open_store(uri) as store,
+        await BookKeeper.connect(store, config=ClientConfig(**CLIENT_CONFIG)) as bk,
+    ):
         yield bk
