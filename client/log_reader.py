@@ -182,6 +182,7 @@ async def truncate_log(
     ``force``, every one of them must take ``password`` (``check_deletes``) before the log
     changes."""
     store = bk.store
+    checked: set[int] = set()  # passwords checked once: a retry reads and writes, no more
     for _attempt in range(bk.config.metadata_retries):
         record = await store.read_log(name)
         keep_from = len(record.ledgers) - 1
@@ -193,7 +194,8 @@ async def truncate_log(
         if not removed:
             return []
         if not force:
-            await check_deletes(bk, removed, password)
+            await check_deletes(bk, [i for i in removed if i not in checked], password)
+            checked.update(removed)
         try:
             await store.write_log(record.with_ledgers(record.ledgers[keep_from:]))
         except MetadataVersionError:

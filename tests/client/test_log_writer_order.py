@@ -9,6 +9,7 @@ import itertools
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,6 +125,44 @@ async def test_a_roll_that_loses_its_race_to_a_truncation_tries_again(cluster: C
         record = await bk.store.read_log("raced")
         assert record.ledgers[0] == positions[-1].ledger_id
         assert len(record.ledgers) == 2  # and the ledger it rolled to, empty
+
+
+async def test_a_truncation_that_loses_races_to_rolls_checks_passwords_once(
+    cluster: Cluster,
+) -> None:
+    """Retention under a busy writer: every roll changes the log record, so a truncation may
+    lose its compare-and-set several times. Each retry only reads and writes the record; the
+    ledgers' passwords are checked once (re-reading a hundred ledgers' metadata on every try
+    made retention lose to rolls every ~0.6 s for good)."""
+    async with (
+        await BookKeeper.connect(cluster.uri) as bk,
+        await BookKeeper.connect(cluster.uri) as retention,
+    ):
+        writer = await bk.open_log_writer("busy", roll_bytes=100)
+        positions = [await writer.append(b"r" * 100) for _ in range(12)]
+        store = retention.store
+        write_log, read_ledger = store.write_log, store.read_ledger
+        lost, reads = 0, 0
+
+        async def roll_first(record: LogMetadata) -> LogMetadata:
+            nonlocal lost
+            if lost < 3:  # the writer rolls between the truncation's read and its write
+                lost += 1
+                await writer.append(b"r" * 100)
+            return await write_log(record)
+
+        async def counted(ledger_id: int) -> Any:
+            nonlocal reads
+            reads += 1
+            return await read_ledger(ledger_id)
+
+        store.write_log = roll_first  # type: ignore[method-assign]
+        store.read_ledger = counted  # type: ignore[method-assign]
+        removed = await retention.truncate_log("busy", before=positions[-1])
+        assert lost == 3
+        assert len(removed) == 11
+        assert reads == len(removed)
+        await writer.close()
 
 
 @pytest.mark.timeout(120)
