@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aiobk.client import BookKeeper, LogPosition, LogWriter
-from aiobk.client.errors import LogFencedError
+from aiobk.client.errors import LogFencedError, NoSuchLedgerError
 from aiobk.client.log_writer import _Append, split_at
 from aiobk.metadata import LogMetadata
 from aiobk.metadata.etcd_process import EtcdProcess
@@ -156,12 +156,29 @@ async def test_a_truncation_that_loses_races_to_rolls_checks_passwords_once(
             reads += 1
             return await read_ledger(ledger_id)
 
+        delete_ledger = store.delete_ledger
+        deleting, most = 0, 0
+
+        async def concurrent(ledger_id: int, version: int | None = None) -> None:
+            nonlocal deleting, most
+            deleting += 1
+            most = max(most, deleting)
+            try:
+                await delete_ledger(ledger_id, version)
+            finally:
+                deleting -= 1
+
         store.write_log = roll_first  # type: ignore[method-assign]
         store.read_ledger = counted  # type: ignore[method-assign]
+        store.delete_ledger = concurrent  # type: ignore[method-assign]
         removed = await retention.truncate_log("busy", before=positions[-1])
         assert lost == 3
         assert len(removed) == 11
         assert reads == len(removed)
+        assert most > 1  # the ledgers are deleted several at a time, not one after another
+        for ledger_id in removed:
+            with pytest.raises(NoSuchLedgerError):
+                await bk.store.read_ledger(ledger_id)
         await writer.close()
 
 
