@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -29,17 +30,22 @@ from aiobk.metadata.etcd_process import (
 )
 from aiobk.protocol.errors import BKError
 
+if TYPE_CHECKING:
+    from aiobk.http_admin import HttpAdmin  # the bookie extra's (aiohttp)
+
 HOST = "127.0.0.1"
 
 
-def _check_bookie_ports(bookies: int, bookie_port: int) -> None:
+def _check_bookie_ports(bookies: int, bookie_port: int, option: str = "--bookie-port") -> None:
     if not bookie_port:
         return
+    if bookie_port + bookies - 1 > 65535:
+        raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
     for port in range(bookie_port, bookie_port + bookies):
         if port_in_use(HOST, port):
             raise click.ClickException(
-                f"bookie port {HOST}:{port} is in use (another standalone or bookie running?); "
-                "choose others with --bookie-port"
+                f"{'bookie' if option == '--bookie-port' else 'HTTP'} port {HOST}:{port} is in "
+                f"use (another standalone or bookie running?); choose others with {option}"
             )
 
 
@@ -49,10 +55,14 @@ async def _run(
     etcd_port: int,
     bookie_port: int,
     make_bookie: Callable[[BookieConfig], Bookie],
+    http_port: int | None = None,
 ) -> None:
-    if bookie_port and bookie_port + bookies - 1 > 65535:
-        raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
     _check_bookie_ports(bookies, bookie_port)
+    if http_port is not None:
+        _check_bookie_ports(bookies, http_port, "--http-port")
+    # The HTTP admin API and /metrics of bookie i on http_port + i (the server's wiring).
+    from aiobk.runner import start_http_admin  # noqa: PLC0415
+
     etcd = EtcdProcess(
         client_port=etcd_port,
         peer_port=etcd_port + 1,
@@ -66,6 +76,7 @@ async def _run(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     running: list[Bookie] = []
+    admins: list[HttpAdmin] = []
     try:
         try:
             etcd.launch()  # on this (the main) thread: etcd dies with this process
@@ -81,6 +92,7 @@ async def _run(
                 port=bookie_port + index if bookie_port else 0,
                 host=HOST,
                 metadata_uri=uri,
+                http_port=None if http_port is None else http_port + index,
             )
             bookie = make_bookie(config)
             try:
@@ -89,10 +101,23 @@ async def _run(
                 raise click.ClickException(f"bookie {index} did not start: {exc}") from None
             running.append(bookie)
             click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}")
+            if http_port is not None:
+                try:
+                    admin = await start_http_admin(bookie)
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"bookie {index}: cannot serve HTTP on {HOST}:{http_port + index}: "
+                        f"{exc.strerror}"
+                    ) from None
+                if admin is not None:
+                    admins.append(admin)
+                    click.echo(f"bookie {bookie.bookie_id} admin API and metrics on {admin.url}")
         click.echo(f"metadata: {uri}")
         click.echo("standalone cluster ready; Ctrl-C stops it")
         await stop.wait()
     finally:
+        for admin in admins:
+            await admin.stop()
         for bookie in running:
             await bookie.stop()
         if etcd.process is not None:
@@ -121,10 +146,18 @@ async def _run(
     show_default=True,
     help="The first bookie's port; the others take the next ones (0: any free ports).",
 )
-def standalone_command(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
+@click.option(
+    "--http-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve bookie i's HTTP admin API and /metrics on this port + i (default: none).",
+)
+def standalone_command(
+    bookies: int, data_dir: str, etcd_port: int, bookie_port: int, http_port: int | None
+) -> None:
     require_extras("aiobk standalone", "bookie")
     # The server's wiring (RocksDB, the exporter, the HTTP admin API): the bookie extra's.
     from aiobk.runner import install_event_loop_policy, make_bookie  # noqa: PLC0415
 
     install_event_loop_policy()
-    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port, make_bookie))
+    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port, make_bookie, http_port))
