@@ -23,7 +23,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.stats import BookieStats
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.stats import ClientStats
-from aiobk.metadata import EtcdProcess, free_port
+from aiobk.metadata import EtcdProcess, free_port, open_store
 from aiobk.metrics import (
     AUTORECOVERY_HELP,
     BOOKIE_HELP,
@@ -31,6 +31,7 @@ from aiobk.metrics import (
     autorecovery_collector,
     bookie_collectors,
     histogram_name,
+    register_loop_lag,
     start_exporter,
 )
 from tests.conftest import BookieFactory, unique_name
@@ -108,9 +109,12 @@ async def test_the_dashboard_charts_only_what_the_exporter_serves(
     against every metric name the dashboard's queries and variables use."""
     bookie = await start_bookie()
     registry = CollectorRegistry()
-    for collector in bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges):
+    store = open_store(f"memory://{unique_name('dashboard')}")  # as a bookie with its store
+    collectors = bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges, lambda: store)
+    for collector in collectors:
         registry.register(collector)
     registry.register(autorecovery_collector(AutoRecoveryStats(), bookie.bookie_id))
+    register_loop_lag(registry)
     ProcessCollector(registry=registry)
     text = generate_latest(registry).decode()
     check_help(text)
@@ -217,7 +221,7 @@ def test_the_exporter_serves_metrics_a_landing_page_and_404_elsewhere() -> None:
         base = f"http://127.0.0.1:{server.server_port}"
         check_routes(base, "aiobk autorecovery ar-1")
         text = _scrape(base + "/metrics")
-        assert 'aiobk_autorecovery_ledgers_repaired_total{node="ar-1"} 3.0' in text
+        assert 'aiobk_autorecovery_ledgers_repaired_total{bookie="ar-1",node="ar-1"} 3.0' in text
         with pytest.raises(OSError, match="in use"):  # a port in use fails at once
             start_exporter("127.0.0.1", server.server_port, "again", registry)
     finally:
