@@ -2,7 +2,9 @@
 ``BookieStats`` counters and histograms, its gauges, the disk usage of its directories), an
 autorecovery process's (``AutoRecoveryStats``), and a client's, on an application's own registry
 (``register_client_metrics``). Every process that serves metrics also exports
-``aiobk_build_info{version, python}`` (``register_build_info``).
+``aiobk_build_info{version, python}`` (``register_build_info``) and its event loop's lag,
+``aiobk_event_loop_lag_seconds`` (``register_loop_lag``, ``aiobk.loop_lag``); bookies and
+autorecovery processes ``aiobk_metadata_connected`` (``MetadataCollector``).
 
 The bookie, autorecovery and client keep plain figures; one collector reads them at scrape time
 (from the exporter's thread), so the hot path pays an addition, or a ``bisect`` for a histogram,
@@ -13,7 +15,8 @@ process or client: a counter gets prometheus' ``_total`` suffix, a latency histo
 ``bookie_journal_JOURNAL_SYNC`` ``aiobk_bookie_journal_sync_seconds``, its
 ``bookie_SERVER_STATUS`` the ``aiobk_bookie_writable`` gauge). Every figure has a one-line help
 text (``BOOKIE_HELP``, ``AUTORECOVERY_HELP``, ``CLIENT_HELP``; a test checks that none is
-missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's.
+missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's,
+``deploy/grafana/client-dashboard.json`` a client's.
 
 The ``--metrics-port`` exporter is prometheus_client's WSGI app on a thread of its own, behind
 a router of ours (``exporter_app``): prometheus_client's answers the exposition on any path, so

@@ -28,12 +28,14 @@ from aiobk.metrics import (
     AUTORECOVERY_HELP,
     BOOKIE_HELP,
     CLIENT_HELP,
+    MetadataCollector,
     autorecovery_collector,
     bookie_collectors,
     histogram_name,
     register_loop_lag,
     start_exporter,
 )
+from aiobk.protocol.errors import MetadataStoreError
 from tests.conftest import BookieFactory, unique_name
 from tests.procs import BookieProcess
 
@@ -301,3 +303,23 @@ async def test_a_bookie_process_exports_histograms_gauges_and_disk_usage(
         if name == "aiobk_bookie_disk_free_bytes":
             assert 0 <= value <= disks[dict(labels)["dir"]]
     assert dashboard_metrics() <= sample_names(text)
+
+
+@pytest.mark.timeout(30)
+async def test_metadata_connected_drops_to_0_when_etcd_does_not_answer() -> None:
+    """``aiobk_metadata_connected`` follows the store's last call: 0 once one could not reach
+    etcd (nothing listens on port 1)."""
+    store = open_store("etcd://127.0.0.1:1/unreachable", timeout=1.0)
+    registry = CollectorRegistry()
+    registry.register(MetadataCollector(lambda: store, {"bookie": "b:1"}))
+    try:
+        with pytest.raises(MetadataStoreError):
+            await store.list_bookies()
+        assert registry.get_sample_value("aiobk_metadata_connected", {"bookie": "b:1"}) == 0
+    finally:
+        await store.close()
+    memory = open_store(f"memory://{unique_name('connected')}")
+    registry = CollectorRegistry()
+    registry.register(MetadataCollector(lambda: memory, {"bookie": "b:2"}))
+    await memory.list_bookies()
+    assert registry.get_sample_value("aiobk_metadata_connected", {"bookie": "b:2"}) == 1
