@@ -48,7 +48,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check $(SOURCES) tests docs/hooks
 	$(VENV)/bin/ruff format --check $(SOURCES) tests docs/hooks
-	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/soak
+	$(VENV)/bin/mypy aiobk tests/sim tests/chaos tests/fuzz tests/soak tests/compat
 	$(VENV)/bin/lint-imports
 
 # The pure codec must be fully covered by its own tests.
@@ -57,11 +57,11 @@ unit-protocol: setup
 
 # PYTHONHASHSEED=0: a simulator seed that fails here replays the same way under `make sim`.
 # Two pytest workers, a test file each at a time (--dist loadfile keeps a file's fixtures in one
-# process): most tests wait on sockets, fsyncs and etcd, so two share this 2-core machine well
+# process): most tests wait on sockets, fsyncs and etcd, so two workers share two cores well
 # (28 min -> 19 min for the same suite). Tests marked soak (minutes each) run in `make soak`.
 # A worker that dies (a native crash) fails the run at once, naming its test, instead of being
 # replaced: with --dist loadfile a replaced worker can leave pytest-xdist's controller waiting
-# forever (pytest-xdist issue 784; seen here once). SUITE_TIMEOUT bounds the whole run anyway:
+# forever (pytest-dev/pytest-xdist#784). SUITE_TIMEOUT bounds the whole run anyway:
 # a hung run fails after SUITE_TIMEOUT seconds rather than waiting for CI's job limit.
 TEST_WORKERS ?= 2
 SUITE_TIMEOUT ?= 2400
@@ -128,4 +128,5 @@ pipeline-demo: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.pipeline.demo
 
 clean:
-	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output
+	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output \
+		standalone-data

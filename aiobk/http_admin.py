@@ -9,8 +9,9 @@ as BookKeeper's, for load balancers) and ``/metrics`` (Prometheus text):
 - ``GET /api/v1/bookie/info``; ``GET|PUT /api/v1/bookie/state`` (body ``{"readOnly": bool}``,
   as BookKeeper's ``/api/v1/bookie/state/readonly``); ``PUT /api/v1/bookie/gc``;
   ``GET /api/v1/bookie/gc_details``;
-- ``GET /api/v1/autorecovery/status``, ``GET /api/v1/autorecovery/list_under_replicated_ledger``
-  (what ``aiobk autorecovery status|list-underreplicated --json`` print);
+- ``GET /api/v1/autorecovery/status``, ``GET /api/v1/autorecovery/list_under_replicated_ledger``,
+  ``GET /api/v1/autorecovery/explain?ledger_id=N[&check=false]`` (what ``aiobk autorecovery
+  status|list-underreplicated|explain --json`` print);
 - ``GET /api/v1/ledger/metadata?ledger_id=N``.
 
 Nothing here is a second bookie: admin actions call the same ``Bookie`` methods and state the
@@ -48,6 +49,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from aiobk.autorecovery.explain import explain_ledger
 from aiobk.autorecovery.status import gather_status, under_replicated
 from aiobk.bookie import Bookie
 from aiobk.bookie.access import roles_of
@@ -56,6 +58,9 @@ from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.gc import GcResult
 from aiobk.bookie.server import SOFTWARE_VERSION
 from aiobk.bookie.tls import server_context
+from aiobk.client.config import ClientConfig
+from aiobk.client.net import TlsConnector
+from aiobk.client.pool import BookiePool
 from aiobk.metadata import MetadataFormatError, MetadataStore
 from aiobk.metadata.uri import redact_uri
 from aiobk.protocol import ADMIN, KNOWN_ROLES
@@ -70,6 +75,7 @@ MAX_STORE_REQUESTS = 4  # requests working on the store at once; more get 429
 GC_WAIT = 30.0  # seconds PUT /gc waits for its pass before answering 202 (the pass goes on)
 SHUTDOWN_TIMEOUT = 2.0  # seconds a stop waits for requests in progress (the bookie is stopping)
 DISK_TIMEOUT = 5.0  # seconds to measure the directories' filesystems (a hung mount)
+REPORT_TIMEOUT = 30.0  # seconds for the garbage collection report (it reads each entry log's size)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
@@ -160,6 +166,7 @@ class HttpAdmin:
         routes.add_get(
             "/api/v1/autorecovery/list_under_replicated_ledger", self.list_under_replicated
         )
+        routes.add_get("/api/v1/autorecovery/explain", self.explain)
         routes.add_get("/api/v1/ledger/metadata", self.ledger_metadata)
         # A client that goes away cancels its handler: nothing is worked on for nobody.
         runner = web.AppRunner(
@@ -406,10 +413,18 @@ class HttpAdmin:
         return self._gc_record[1]
 
     async def gc_details(self, _request: web.Request) -> web.StreamResponse:
+        """The settings, the last pass requested here, the totals, and the report: each entry
+        log's live and total bytes and why it is kept, and the pass running now, if any
+        (``aiobk bookie gc --report``)."""
         config, figures = self.bookie.config, self.bookie.stats.as_dict()
         task = self._gc
         if task is not None and task.done() and not task.cancelled():
             self._record(task)
+        try:
+            async with asyncio.timeout(REPORT_TIMEOUT):
+                report = await self.bookie.gc_report()
+        except TimeoutError:
+            raise HttpError(503, f"no report within {REPORT_TIMEOUT:g}s") from None
         document = {
             "gc_interval": config.gc_interval,
             "compaction_threshold": config.gc_compaction_threshold,
@@ -419,6 +434,7 @@ class HttpAdmin:
             "last_requested_pass": self._gc_record[1] if self._gc_record is not None else None,
             # Every pass since the bookie started: periodic, forced by a full disk, requested.
             "totals": {name: value for name, value in figures.items() if name.startswith("gc_")},
+            "report": report,
         }
         return web.json_response(document)
 
@@ -448,6 +464,26 @@ class HttpAdmin:
         return web.json_response(
             {"ledgers": [d["ledger_id"] for d in documents], "marks": documents}
         )
+
+    async def explain(self, request: web.Request) -> web.StreamResponse:
+        """``aiobk autorecovery explain --json``'s document; ``check=false`` does not ask the
+        bookies what they hold (they are asked with this bookie's TLS identity, if any)."""
+        ledger_id = ledger_id_of(request)
+        check = request.query.get("check", "true")
+        if check not in ("true", "false"):
+            raise HttpError(400, f"check must be true or false, got {check!r}")
+        tls = self.bookie.tls
+        connector = TlsConnector(lambda: tls.client) if tls is not None else None
+
+        async def work(store: MetadataStore) -> dict[str, Any]:
+            pool = BookiePool(store, ClientConfig(), connector) if check == "true" else None
+            try:
+                return (await explain_ledger(store, ledger_id, pool=pool)).to_document()
+            finally:
+                if pool is not None:
+                    await pool.close()
+
+        return web.json_response(await self._with_store(work))
 
     async def ledger_metadata(self, request: web.Request) -> web.StreamResponse:
         ledger_id = ledger_id_of(request)

@@ -13,7 +13,6 @@ asyncio: every layer above may keep tasks with it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -59,6 +58,14 @@ class TaskKeeper:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
+        if not tasks:
+            return
+        # asyncio.wait, not ``await task`` under a suppressed CancelledError: a cancellation of
+        # the caller while it waits must reach the caller, not be taken for a task's own end.
+        await asyncio.wait(tasks)
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, *ignored):
-                await task
+            if task.cancelled():
+                continue
+            error = task.exception()
+            if error is not None and not isinstance(error, ignored):
+                raise error

@@ -5,6 +5,7 @@ BookKeeper's ``replication/`` package, which its etcd driver does not support.""
 
 from aiobk.autorecovery.auditor import Auditor
 from aiobk.autorecovery.config import AutoRecoveryConfig
+from aiobk.autorecovery.explain import Explanation, explain_ledger
 from aiobk.autorecovery.service import AutoRecovery
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.autorecovery.worker import Outcome, ReplicationWorker, WorkerSwitches
@@ -14,7 +15,9 @@ __all__ = [
     "AutoRecovery",
     "AutoRecoveryConfig",
     "AutoRecoveryStats",
+    "Explanation",
     "Outcome",
     "ReplicationWorker",
     "WorkerSwitches",
+    "explain_ledger",
 ]

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 
 from aiobk.autorecovery.checker import Holding, check_ledger
-from aiobk.autorecovery.config import AutoRecoveryConfig
+from aiobk.autorecovery.config import AutoRecoveryConfig, published_settings
 from aiobk.autorecovery.fragments import bookies_named
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
@@ -231,6 +231,7 @@ class Auditor:
             {b: t for b, t in self._absent_wall.items() if b not in self.lost},
             self._last_check,
             self._last_bookie_check,
+            published_settings(self._config),
         )
         if self._published is None or status != self._published:
             self._published = await self._marks.publish_status(status, lease.id)

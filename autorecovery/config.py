@@ -68,4 +68,19 @@ class AutoRecoveryConfig:
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
 
-__all__ = ["AutoRecoveryConfig"]
+# What the auditor publishes of its settings (``AuditorStatus.settings``): what an explanation
+# needs to say when a wait ends.
+PUBLISHED = (
+    "lost_bookie_recovery_delay",
+    "open_ledger_rereplication_grace_period",
+    "rereplication_max_bytes_per_second",
+    "rereplication_retry_delay",
+    "autorecovery_poll_interval",
+)
+
+
+def published_settings(config: AutoRecoveryConfig) -> dict[str, float]:
+    return {name: float(getattr(config, name)) for name in PUBLISHED}
+
+
+__all__ = ["PUBLISHED", "AutoRecoveryConfig", "published_settings"]

@@ -20,7 +20,8 @@ workers (beside every bookie, or ``aiobk autorecovery start``) to do it, and wat
 4. Wait until no ledger names it: each poll scans the marks (a mark naming the bookie is work
    not done yet) and reads only the ledgers whose mark no longer names it, marking again any
    that still does; once none is left a full walk confirms, and marks what a stale writer may
-   have placed there meanwhile.
+   have placed there meanwhile. Every ``explain_every`` seconds the progress names a few of
+   the ledgers left and what holds each (``autorecovery.explain``, from the store alone).
 5. A bookie still registered is drained but alive: removing its cookie under it would make its
    next boot refuse or start afresh, so wait for the operator to stop it (another budget of
    ``timeout``), then confirm once more that nothing names it.
@@ -39,6 +40,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from aiobk.autorecovery.explain import explain, gather_facts
 from aiobk.autorecovery.fragments import bookies_named
 from aiobk.autorecovery.status import LostLedger
 from aiobk.client import BookieConnection
@@ -49,7 +51,8 @@ from aiobk.protocol.errors import BKError, MetadataVersionError, NoSuchLedgerErr
 POLL_INTERVAL = 1.0  # seconds between looks at the ledgers still naming the bookie
 AUDITOR_WAIT = 15.0  # at most this long for an auditor to be elected (a failover takes a TTL)
 STATE_TIMEOUT = 10.0  # for the bookie to answer a read-only request
-SHOWN = 5  # ledger ids named in an error message
+SHOWN = 5  # ledger ids named in an error message, and ledgers explained in the progress
+EXPLAIN_EVERY = 10.0  # seconds between explanations of the ledgers left
 
 
 class DecommissionError(Exception):
@@ -58,11 +61,22 @@ class DecommissionError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerLeft:
+    """A ledger that still names the bookie, and what holds its repair (the first blocker of
+    its explanation)."""
+
+    ledger_id: int
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     stage: str  # "draining" (ledgers still name it) or "stopping" (waiting for it to stop)
     remaining: int  # ledgers that still name the bookie
     total: int  # ledgers marked so far
     note: str | None = None  # a notice to show once (read-only set, drained, ...)
+    left: tuple[LedgerLeft, ...] = ()  # the latest explanation of a few ledgers left
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +138,7 @@ class Decommission:
         poll_interval: float = POLL_INTERVAL,
         auditor_wait: float = AUDITOR_WAIT,
         set_state: SetState = ask_bookie_state,
+        explain_every: float = EXPLAIN_EVERY,
     ) -> None:
         """``set_state`` is the seam to the bookie (tests and the simulator replace it)."""
         if timeout <= 0 or poll_interval <= 0:
@@ -140,6 +155,9 @@ class Decommission:
         self._remaining: set[int] = set()
         self._marked: set[int] = set()  # every ledger marked, for the report of lost entries
         self._read_only_asked: str | None = None  # the registration version last asked
+        self._explain_every = explain_every
+        self._explained_at: float | None = None  # loop time of the last explanation
+        self._left: tuple[LedgerLeft, ...] = ()
         self.draining = False  # marked as decommissioning (stays so if interrupted)
 
     # ------------------------------------------------------------------ the phases
@@ -246,6 +264,10 @@ class Decommission:
         while True:
             started = loop.time()
             await self._look()
+            last = self._explained_at
+            if self._remaining and (last is None or started - last >= self._explain_every):
+                self._explained_at = started
+                self._left = await self.explain_left()
             if not self._remaining:
                 for ledger_id in await self._walk():  # confirm; catch late arrivals
                     await self._mark(ledger_id)
@@ -287,6 +309,16 @@ class Decommission:
             else:
                 self._remaining.discard(ledger_id)
 
+    async def explain_left(self, count: int = SHOWN) -> tuple[LedgerLeft, ...]:
+        """What holds the first ``count`` ledgers left (their explanations, store only)."""
+        left = []
+        for ledger_id in sorted(self._remaining)[:count]:
+            explanation = explain(await gather_facts(self._store, ledger_id))
+            if explanation.blockers:
+                first = explanation.blockers[0]
+                left.append(LedgerLeft(ledger_id, first.kind, first.message))
+        return tuple(left)
+
     async def _timed_out(self) -> str:
         """The timeout's message: what is left, and why some of it may stay (open ledgers)."""
         still = sorted(self._remaining)
@@ -302,11 +334,13 @@ class Decommission:
             if open_
             else ""
         )
+        why = "; ".join(f"ledger {x.ledger_id}: {x.reason}" for x in await self.explain_left(3))
         return (
             f"timed out after {self._timeout:g}s: {len(still)} ledger(s) still name "
             f"{self.bookie_id} ({_ids(still)}){hint}; it stays marked for draining and its "
             "copies keep moving: run the command again to wait "
-            "(`aiobk autorecovery list-underreplicated` shows the marks)"
+            "(`aiobk autorecovery explain LEDGER_ID` says what holds one)"
+            + (f"; what holds them: {why}" if why else "")
         )
 
     async def _wait_stopped(self) -> None:
@@ -371,7 +405,8 @@ class Decommission:
         self._report("draining", f"{self.bookie_id} set read-only: new ledgers avoid it")
 
     def _report(self, stage: str, note: str | None = None) -> None:
-        self._notify(Progress(stage, len(self._remaining), len(self._marked), note))
+        left = tuple(x for x in self._left if x.ledger_id in self._remaining)  # none done
+        self._notify(Progress(stage, len(self._remaining), len(self._marked), note, left))
 
 
 async def decommission(
@@ -384,6 +419,7 @@ async def decommission(
     poll_interval: float = POLL_INTERVAL,
     auditor_wait: float = AUDITOR_WAIT,
     set_state: SetState = ask_bookie_state,
+    explain_every: float = EXPLAIN_EVERY,
 ) -> DecommissionResult:
     """Drain ``bookie_id`` and remove it (the module docstring's six steps)."""
     return await Decommission(
@@ -395,6 +431,7 @@ async def decommission(
         poll_interval=poll_interval,
         auditor_wait=auditor_wait,
         set_state=set_state,
+        explain_every=explain_every,
     ).run()
 
 
@@ -430,6 +467,7 @@ __all__ = [
     "Decommission",
     "DecommissionError",
     "DecommissionResult",
+    "LedgerLeft",
     "Progress",
     "ask_bookie_state",
     "cancel",

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from aiobk.autorecovery.explain.model import DAMAGED, ERROR, NO_SOURCE
 from aiobk.autorecovery.fragments import FragmentRange, slot_entries
 from aiobk.client.digest import Digester
 from aiobk.client.entry_read import ask, verified
@@ -53,10 +54,20 @@ ABSENT = (StatusCode.ENOENTRY, StatusCode.ENOLEDGER)
 class CopyError(Exception):
     """The copy could not finish now (a source or the target unreachable): try again later."""
 
+    kind = ERROR  # for operators (``aiobk.autorecovery.explain``)
+
+
+class NoSourceError(CopyError):
+    """No source of some entry could be read now (down, timing out, in limbo)."""
+
+    kind = NO_SOURCE
+
 
 class DamagedCopyError(CopyError):
     """Every source of some entry answered EIO or a definite "none": its copies are damaged
     (or their disks failing for now)."""
+
+    kind = DAMAGED
 
 
 @dataclass
@@ -142,8 +153,10 @@ class SlotCopy:
         in_flight: int,
         throttle: Throttle,
         damaged_is_lost: bool = False,
+        on_copied: Callable[[int], None] | None = None,
     ) -> None:
         self._pool = pool
+        self._on_copied = on_copied  # told each entry's size once it is written
         self._ledger_id = ledger_id
         self._metadata = metadata
         self._fragment = fragment
@@ -229,6 +242,8 @@ class SlotCopy:
             raise CopyError(f"{self._target} refused entry {entry_id}: {response.status.name}")
         self.result.entries += 1
         self.result.bytes += len(body)
+        if self._on_copied is not None:
+            self._on_copied(len(body))
 
     async def _read(self, entry_id: int) -> bytes | None:
         """The entry's stored bytes from some source; None when every source is sure it has
@@ -254,7 +269,7 @@ class SlotCopy:
             elif response.status not in ABSENT:
                 unsure = True  # limbo, a refusal: the copy may be there
         if unsure:
-            raise CopyError(f"entry {entry_id}: no source could be read now")
+            raise NoSourceError(f"entry {entry_id}: no source could be read now")
         if damaged and not self._damaged_is_lost:
             raise DamagedCopyError(f"entry {entry_id}: every copy read is damaged (EIO)")
         return None
@@ -291,6 +306,7 @@ __all__ = [
     "CopyError",
     "CopyResult",
     "DamagedCopyError",
+    "NoSourceError",
     "SlotCopy",
     "Throttle",
     "fetch_master_key",

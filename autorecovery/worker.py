@@ -41,14 +41,25 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from aiobk.autorecovery.attempts import AttemptNotes
 from aiobk.autorecovery.checker import Holding, absent_entries, holds
 from aiobk.autorecovery.config import AutoRecoveryConfig
+from aiobk.autorecovery.explain.model import (
+    CHANGED,
+    DAMAGED,
+    ERROR,
+    GRACE,
+    NO_KEY,
+    NO_TARGET,
+    WRITER_ONLY,
+)
 from aiobk.autorecovery.fragments import (
     FragmentRange,
     bookies_named,
     check_points,
     closed_fragments,
     open_fragment,
+    owed_count,
     replace_bookie,
     slot_entries,
 )
@@ -71,12 +82,14 @@ from aiobk.metadata import (
     LedgerState,
     UnderReplication,
 )
+from aiobk.metadata.autorecovery import DEFERRED, FAILED
 from aiobk.metadata.kv import KeyMissingError
 from aiobk.protocol import DigestType
 from aiobk.protocol.errors import (
     BKError,
     MetadataVersionError,
     NoSuchLedgerError,
+    NotEnoughBookiesError,
 )
 from aiobk.protocol.keys import stand_in_key
 
@@ -117,9 +130,21 @@ class Job:
     slot: int
     fill: tuple[int, ...] | None = None
 
+    def size(self, metadata: LedgerMetadata) -> int:
+        """How many entries the job copies."""
+        if self.fill is not None:
+            return len(self.fill)
+        first, last = self.fragment.first, self.fragment.last
+        return owed_count(first, last, self.slot, metadata.ensemble_size, metadata.write_quorum)
+
 
 class RepairError(Exception):
-    """This repair cannot finish now; the worker backs off and tries again."""
+    """This repair cannot finish now; the worker backs off and tries again. ``kind`` names
+    why for operators (``aiobk.autorecovery.explain``)."""
+
+    def __init__(self, message: str, kind: str = ERROR) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ReplicationWorker:
@@ -152,6 +177,10 @@ class ReplicationWorker:
         self._cursor: int | None = None  # the last ledger taken: the next pass starts after it
         loop = asyncio.get_running_loop()
         self._throttle = Throttle(config.rereplication_max_bytes_per_second, loop.time)
+        self._notes = AttemptNotes(
+            self._marks, worker_id, wall_clock, config.rereplication_max_bytes_per_second
+        )
+        self._why = ("", "")  # (kind, words) of the last attempt that stopped short
 
     # ------------------------------------------------------------------ the loop
 
@@ -181,10 +210,16 @@ class ReplicationWorker:
             return False
         mark, claim, failures = taken
         try:
+            self._notes.begin(mark.ledger_id, lease.id, failures)
+            self._why = ("", "")
             outcome = await self._attempt(mark)
+            wait = self._note(mark.ledger_id, outcome, failures)
+            state = {Outcome.FAILED: FAILED, Outcome.DEFERRED: DEFERRED}.get(outcome)
+            failed = failures + (outcome is Outcome.FAILED)
+            await self._notes.end(state, *self._why, failures=failed, retry_in=wait)
         finally:
+            self._notes.abandon()  # after ``end``, nothing left to stop
             await self._marks.release(mark.ledger_id, claim)
-        self._note(mark.ledger_id, outcome, failures)
         return True
 
     async def _take(self, lease: HeldLease) -> tuple[UnderReplication, int, int] | None:
@@ -227,23 +262,26 @@ class ReplicationWorker:
             )
         return lease
 
-    def _note(self, ledger_id: int, outcome: Outcome, failures: int) -> None:
+    def _note(self, ledger_id: int, outcome: Outcome, failures: int) -> float:
+        """Book the outcome; the seconds before this worker takes the ledger again."""
         now = asyncio.get_running_loop().time()
         delay = self._config.rereplication_retry_delay
         if outcome is Outcome.FAILED:
             self.stats.repair_failures += 1
-            wait = delay * 2 ** min(failures, MAX_BACKOFF_DOUBLINGS)
+            wait = delay * float(2 ** min(failures, MAX_BACKOFF_DOUBLINGS))
             self._backoff.pop(ledger_id, None)  # re-inserted last: the newest
             self._backoff[ledger_id] = (failures + 1, now + wait)
             if len(self._backoff) > MAX_BACKOFF_ENTRIES:
                 del self._backoff[next(iter(self._backoff))]
-        elif outcome is Outcome.DEFERRED:
+            return wait
+        if outcome is Outcome.DEFERRED:
             self._backoff[ledger_id] = (failures, now + delay)
-        else:
-            self._backoff.pop(ledger_id, None)
-            self._damaged.pop(ledger_id, None)
-            if outcome is not Outcome.GONE:
-                self.stats.ledgers_repaired += 1
+            return delay
+        self._backoff.pop(ledger_id, None)
+        self._damaged.pop(ledger_id, None)
+        if outcome is not Outcome.GONE:
+            self.stats.ledgers_repaired += 1
+        return 0.0
 
     async def _attempt(self, mark: UnderReplication) -> Outcome:
         ledger_id = mark.ledger_id
@@ -255,6 +293,7 @@ class ReplicationWorker:
             self._damaged[ledger_id] = seen + 1
             if len(self._damaged) > MAX_BACKOFF_ENTRIES:
                 del self._damaged[next(iter(self._damaged))]
+            self._why = (DAMAGED, f"{exc} (attempt {seen + 1} of {DAMAGED_ATTEMPTS})")
             log.warning(
                 "worker %s: ledger %d not repaired yet (attempt %d of %d before its damaged "
                 "entries are reported lost): %s",
@@ -262,6 +301,7 @@ class ReplicationWorker:
             )  # fmt: skip
             return Outcome.FAILED
         except (RepairError, CopyError, BKError) as exc:
+            self._why = (getattr(exc, "kind", ERROR), str(exc))
             log.warning(
                 "worker %s: ledger %d not repaired yet: %s", self.worker_id, mark.ledger_id, exc
             )
@@ -295,7 +335,9 @@ class ReplicationWorker:
         if tail is not None and (stalled or moving & set(tail.ensemble)):
             waited = self._wall_clock() - mark.since / 1000
             if waited < self._config.open_ledger_rereplication_grace_period:
-                return self._deferred(ledger_id, f"open, {waited:.3f}s into its grace period")
+                return self._deferred(
+                    ledger_id, GRACE, f"open, {waited:.3f}s into its grace period"
+                )
             metadata = await self._recover(ledger_id, metadata, registered, lost)
             recovered_from = tail.first_entry_id
 
@@ -321,6 +363,7 @@ class ReplicationWorker:
                     # none lacking: a bookie that came back with its copies keeps them
 
         lost_ranges: list[tuple[int, int]] = []
+        self._notes.to_copy(sum(job.size(metadata) for job in jobs))
         if jobs:
             found: list[bytes] = []
             fetching = asyncio.Lock()
@@ -338,13 +381,15 @@ class ReplicationWorker:
                     damaged_is_lost,
                 )  # fmt: skip
                 if done is None:  # the ledger changed under us: look again soon
-                    return self._deferred(ledger_id, "its fragment changed during the copy")
+                    return self._deferred(
+                        ledger_id, CHANGED, "its fragment changed during the copy"
+                    )
                 metadata, ranges = done
                 lost_ranges.extend(ranges)
 
         still = moving & bookies_named(metadata)
         if still:  # e.g. a lost bookie still in the writer's fragment
-            return self._deferred(ledger_id, f"still names {', '.join(sorted(still))}")
+            return self._deferred(ledger_id, CHANGED, f"still names {', '.join(sorted(still))}")
         try:
             if lost_ranges or mark.lost:
                 report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)
@@ -356,11 +401,12 @@ class ReplicationWorker:
                 return Outcome.REPORTED
             await self._marks.unmark(mark)
         except MetadataVersionError:  # the auditor widened the mark meanwhile: another pass
-            return self._deferred(ledger_id, "its mark changed")
+            return self._deferred(ledger_id, CHANGED, "its mark changed")
         return Outcome.REPAIRED
 
-    def _deferred(self, ledger_id: int, why: str) -> Outcome:
+    def _deferred(self, ledger_id: int, kind: str, why: str) -> Outcome:
         log.debug("worker %s: ledger %d deferred: %s", self.worker_id, ledger_id, why)
+        self._why = (kind, why)
         return Outcome.DEFERRED
 
     async def _lacking(
@@ -402,7 +448,9 @@ class ReplicationWorker:
         the registered bookies, ``lost``: the bookies gone for good)."""
         if metadata.digest_type is DigestType.MAC:
             # Recovery re-signs what it writes back (trap 4): a MAC needs the password.
-            raise RepairError("an open ledger with a MAC digest: only its writer can close it")
+            raise RepairError(
+                "an open ledger with a MAC digest: only its writer can close it", WRITER_ONLY
+            )
         key, never_held = await self._fetch_key(ledger_id, metadata, holders)
         # Only if every bookie the ledger names was asked or is gone for good: one that is
         # merely down now may hold the only copies of acknowledged entries.
@@ -423,7 +471,7 @@ class ReplicationWorker:
             assert self._secret is not None  # read by _fetch_key
             key = stand_in_key(self._secret, ledger_id)
         if key is None:
-            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
+            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key", NO_KEY)
         recovery = LedgerRecovery(
             self._ctx,
             ledger_id=ledger_id,
@@ -450,7 +498,7 @@ class ReplicationWorker:
     ) -> bytes:
         key, _never_held = await self._fetch_key(ledger_id, metadata, holders)
         if key is None:
-            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key")
+            raise RepairError(f"no bookie of ledger {ledger_id} gave its master key", NO_KEY)
         return key
 
     async def _run_job(
@@ -472,7 +520,10 @@ class ReplicationWorker:
         fragment, slot = job.fragment, job.slot
         if job.fill is None:
             exclude = moving | ctx.pool.recently_failed()
-            target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+            try:
+                target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+            except NotEnoughBookiesError as exc:
+                raise RepairError(str(exc), NO_TARGET) from None
         else:
             target = fragment.ensemble[slot]
         copy = SlotCopy(
@@ -491,6 +542,7 @@ class ReplicationWorker:
             in_flight=self._config.rereplication_entries_in_flight,
             throttle=self._throttle,
             damaged_is_lost=damaged_is_lost,
+            on_copied=self._notes.copied,
         )
         result = await copy.run()
         if job.fill is None:

@@ -36,6 +36,7 @@ OP_ROLES: Mapping[OpCode, frozenset[str]] = {  # HANDSHAKE and START_TLS: anyone
     OpCode.FORCE: ANY_ROLE,
     OpCode.GET_BOOKIE_INFO: frozenset({ADMIN, BOOKIE}),
     OpCode.GC: frozenset({ADMIN}),
+    OpCode.GC_REPORT: frozenset({ADMIN, BOOKIE}),
     OpCode.BOOKIE_STATE: frozenset({ADMIN, BOOKIE}),  # decommission sets a bookie read-only
     OpCode.LEDGER_KEY: frozenset({ADMIN, BOOKIE}),
 }

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from aiobk.bookie.entry_index import EntryIndex
 from aiobk.bookie.entrylog import OFFSET_BITS, pack_location
+from aiobk.bookie.gc_report import GcProgress
 from aiobk.bookie.storage import LedgerStorage
 
 RECORDS_PER_YIELD = 256  # a few ms of work between yields to the event loop
@@ -69,15 +70,26 @@ def compaction_candidates(
     return [log_id for _ratio, log_id in sorted(ratios)[:limit]]
 
 
-async def relocate(storage: LedgerStorage, logs: Iterable[int], flush_bytes: int) -> Relocation:
+async def relocate(
+    storage: LedgerStorage,
+    logs: Iterable[int],
+    flush_bytes: int,
+    progress: GcProgress | None = None,
+) -> Relocation:
     """Copy every entry the index still locates in ``logs`` to the active entry log and repoint
-    the index at the copies (in the write cache: one batch at the next checkpoint)."""
+    the index at the copies (in the write cache: one batch at the next checkpoint);
+    ``progress`` follows it."""
     result = Relocation()
     logger, index = storage.entry_logger, storage.index
     unflushed = walked = 0
     for log_id in sorted(logs):
+        if progress is not None:
+            progress.compacting, progress.bytes_scanned = log_id, 0
+            progress.log_bytes = await logger.log_size(log_id)
         async for offset, ledger_id, entry_id, body in logger.records(log_id):
             walked += 1
+            if progress is not None:
+                progress.bytes_scanned = offset
             if walked % RECORDS_PER_YIELD == 0:
                 await asyncio.sleep(0)
             if index.location(ledger_id, entry_id) != pack_location(log_id, offset):
@@ -87,6 +99,9 @@ async def relocate(storage: LedgerStorage, logs: Iterable[int], flush_bytes: int
             index.put_location(ledger_id, entry_id, logger.append(ledger_id, entry_id, body))
             result.moved += 1
             result.bytes += len(body)
+            if progress is not None:
+                progress.entries_moved += 1
+                progress.bytes_moved += len(body)
             unflushed += len(body)
             if unflushed >= flush_bytes:  # bound the copies held in memory
                 await logger.flush()

@@ -378,6 +378,17 @@ class EntryIndex:
         for key, value in self.db.scan(log_key(log_id, 0), log_key(log_id + 1, 0)):
             yield LOG_KEY.unpack(key)[2], VALUE.unpack(value)[0]
 
+    def pending_log_counts(self) -> dict[int, dict[int, int]]:
+        """log -> ledger -> entries appended since the last commit (``log_ledgers`` does not
+        count them yet): what a report adds to see the logs as the next checkpoint will."""
+        out: dict[int, dict[int, int]] = {}
+        for changes in self._generations():
+            for (log_id, ledger_id), count in changes.log_counts.items():
+                if log_id not in changes.dropped_logs:
+                    ledgers = out.setdefault(log_id, {})
+                    ledgers[ledger_id] = ledgers.get(ledger_id, 0) + count
+        return out
+
     def held(self) -> int:
         """Ledgers held as of the last commit that counted them (0 before any)."""
         found = self.db.get(HELD_KEY)

@@ -12,7 +12,9 @@ journal-less bookies, BP-46's boot-time fencing and limbo cover it).
 
 Once a log is complete, garbage collection may want its number of records (compaction's
 denominator): counted while appending, or by walking the file once, then kept beside it in
-``XXXXXXXX.cnt``.
+``XXXXXXXX.cnt``; and the bytes each ledger's records take in it (what its report calls live
+bytes), tallied while appending and kept in ``XXXXXXXX.lmap`` (pairs of big-endian u64: ledger,
+bytes), or found by the same walk.
 
 Every read checks the record's CRC and ids; a mismatch raises ``CorruptEntryError`` so that the
 bookie answers EIO instead of serving bad bytes.
@@ -71,6 +73,13 @@ def count_name(log_id: int) -> str:
     return f"{log_id:08x}.cnt"
 
 
+def map_name(log_id: int) -> str:
+    return f"{log_id:08x}.lmap"
+
+
+LEDGER_BYTES = struct.Struct(">QQ")
+
+
 @dataclass(slots=True)
 class _Chunk:
     log_id: int
@@ -111,11 +120,18 @@ class EntryLogger:
         self._active_records = 0  # records appended to the active log in this life
         self._appended: dict[int, int] = {}  # records of the logs this life completed
         self._counts: dict[int, int] = {}  # records in complete logs, as far as known
+        self._active_bytes: dict[int, int] = {}  # ledger -> record bytes in the active log
+        self._completed_bytes: dict[int, dict[int, int]] = {}  # the same, logs not yet saved
 
     async def open(self) -> None:
         """Start a new entry log after every existing one (a restart never appends to old logs)."""
         await self._disk.makedirs(self._dir)
-        ids = [int(n[:-4], 16) for n in await self._disk.listdir(self._dir) if _is_log(n)]
+        names = await self._disk.listdir(self._dir)
+        ids = [int(n[:-4], 16) for n in names if _is_log(n)]
+        for name in names:  # a crash mid-removal leaves them: a reused id must not read them
+            owner = _side_of(name)
+            if owner is not None and log_name(owner) not in names:
+                await self._disk.remove(os.path.join(self._dir, name))
         await self._start_log(max(ids, default=-1) + 1)
 
     async def _start_log(self, log_id: int) -> None:
@@ -143,6 +159,7 @@ class EntryLogger:
         assert active is not None
         self._appended[active.log_id] = self._active_records  # complete: its count is final
         self._active_records = 0
+        self._completed_bytes[active.log_id], self._active_bytes = self._active_bytes, {}
         active = _Chunk(active.log_id + 1, 0, bytearray(FILE_MAGIC))
         self._chunks.append(active)
         self._active = active
@@ -162,21 +179,31 @@ class EntryLogger:
         head_size = RECORD_HEAD.size
         pack_head, pack_ids, crc = RECORD_HEAD.pack, IDS.pack, crc32c.crc32c
         data = active.data
+        added = 0  # record bytes of this ledger in the active log, tallied once per call
         for entry_id, body in entries:
             size = head_size + len(body)
             offset = active.start + len(data)
             if offset + size > max_size and offset > len(FILE_MAGIC):
+                self._tally(ledger_id, added)
+                added = 0
                 active = self.roll()
                 data = active.data
                 offset = len(FILE_MAGIC)
+            added += size
             checksum = crc(body, crc(pack_ids(ledger_id, entry_id)))
             data += pack_head(size - 8, checksum, ledger_id, entry_id)
             data += body
             locations.append(active.log_id << OFFSET_BITS | offset)  # pack_location, inlined
         self._active_records += len(entries)
+        self._tally(ledger_id, added)
         if len(data) >= self._write_buffer_size and self._flush_task is None:
             self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
         return locations
+
+    def _tally(self, ledger_id: int, size: int) -> None:
+        if size:
+            tally = self._active_bytes
+            tally[ledger_id] = tally.get(ledger_id, 0) + size
 
     async def _background_flush(self) -> None:
         try:
@@ -323,11 +350,12 @@ class EntryLogger:
         finally:
             await reader.close()
         await self._disk.remove(path)
-        count_path = os.path.join(self._dir, count_name(log_id))
-        if await self._disk.exists(count_path):
-            await self._disk.remove(count_path)
+        for side in (count_name(log_id), map_name(log_id)):
+            with contextlib.suppress(FileNotFoundError):  # never written, or removed meanwhile
+                await self._disk.remove(os.path.join(self._dir, side))
         self._counts.pop(log_id, None)
         self._appended.pop(log_id, None)
+        self._completed_bytes.pop(log_id, None)
         return size
 
     async def record_count(self, log_id: int) -> int:
@@ -345,31 +373,112 @@ class EntryLogger:
         if count is None:
             count = self._appended.get(log_id)
             if count is None:
-                count = await self._scan_count(log_id)
+                count, sizes = await self._scan(log_id)
+                await self._save_map(log_id, sizes)
             await self._disk.write_file_atomic(path, str(count).encode())
         self._counts[log_id] = count
         return count
 
-    async def _scan_count(self, log_id: int) -> int:
-        """Count the records of a log by walking their length fields, a block at a time; a
-        torn tail (a crash mid-write) ends the count."""
+    async def known_record_count(self, log_id: int) -> int | None:
+        """``record_count`` when it is known without walking the log (None otherwise); the
+        active log's records appended so far."""
+        if self._active is not None and log_id == self._active.log_id:
+            return self._active_records
+        count = self._counts.get(log_id, self._appended.get(log_id))
+        if count is not None:
+            return count
+        path = os.path.join(self._dir, count_name(log_id))
+        if await self._disk.exists(path):
+            text = (await self._disk.read_file(path)).decode(errors="replace")
+            return int(text) if text.isdigit() else None
+        return None
+
+    async def ledger_bytes(self, log_id: int, *, scan: bool = False) -> dict[int, int] | None:
+        """Record bytes per ledger in a log: the active one's so far; a complete one's from
+        this life's tally (then saved beside it), its ``.lmap`` file, or -- with ``scan`` -- a
+        walk of the log (then saved); None when not known without one."""
+        if self._active is not None and log_id == self._active.log_id:
+            return dict(self._active_bytes)
+        tallied = self._completed_bytes.get(log_id)
+        if log_id in self._writers:  # still being written out: not saved yet
+            return None if tallied is None else dict(tallied)
+        self._check_complete(log_id)
+        if tallied is not None:
+            await self._save_map(log_id, tallied)
+            return dict(tallied)
+        saved = await self._read_map(log_id)
+        if saved is not None or not scan:
+            return saved
+        count, sizes = await self._scan(log_id)
+        await self._save_map(log_id, sizes)
+        if log_id not in self._counts:
+            await self._disk.write_file_atomic(
+                os.path.join(self._dir, count_name(log_id)), str(count).encode()
+            )
+            self._counts[log_id] = count
+        return sizes
+
+    async def known_ledger_bytes(self, log_id: int) -> dict[int, int] | None:
+        """``ledger_bytes`` as far as known without walking the log, and without writing
+        anything (what a report reads, also on a full disk and while a pass runs)."""
+        if self._active is not None and log_id == self._active.log_id:
+            return dict(self._active_bytes)
+        tallied = self._completed_bytes.get(log_id)
+        if tallied is not None:
+            return dict(tallied)
+        return await self._read_map(log_id)
+
+    async def _read_map(self, log_id: int) -> dict[int, int] | None:
+        path = os.path.join(self._dir, map_name(log_id))
+        if not await self._disk.exists(path):
+            return None
+        data = await self._disk.read_file(path)
+        usable = len(data) - len(data) % LEDGER_BYTES.size
+        return dict(LEDGER_BYTES.iter_unpack(data[:usable]))
+
+    async def _save_map(self, log_id: int, sizes: dict[int, int]) -> None:
+        data = b"".join(LEDGER_BYTES.pack(ledger, size) for ledger, size in sorted(sizes.items()))
+        await self._disk.write_file_atomic(os.path.join(self._dir, map_name(log_id)), data)
+        self._completed_bytes.pop(log_id, None)  # on disk now: no longer held in memory
+
+    async def log_size(self, log_id: int) -> int:
+        """Bytes a log takes: its file, and for the active log its buffer too."""
+        active = self._active
+        if active is not None and log_id == active.log_id:
+            return self.active_size
+        buffered = sum(
+            len(c.data) for c in (self._writing, *self._chunks) if c and c.log_id == log_id
+        )
+        return await (await self._reader(log_id)).size() + buffered
+
+    async def log_ids(self) -> list[int]:
+        """Every entry log on disk, and the active one, ascending."""
+        names = await self._disk.listdir(self._dir)
+        ids = {int(name[:-4], 16) for name in names if _is_log(name)}
+        return sorted(ids | {self.active_log})
+
+    async def _scan(self, log_id: int) -> tuple[int, dict[int, int]]:
+        """Count the records of a log, and their bytes per ledger, by walking their heads a
+        block at a time; a torn tail (a crash mid-write) ends the walk."""
         reader = await self._reader(log_id)
         size = await reader.size()
         offset, count = len(FILE_MAGIC), 0
+        sizes: dict[int, int] = {}
         block, block_start = b"", offset
         while offset + RECORD_HEAD.size <= size:
             at = offset - block_start
-            if at + 4 > len(block):
+            if at + RECORD_HEAD.size > len(block):
                 block, block_start, at = await reader.pread(offset, SCAN_BLOCK), offset, 0
-                if len(block) < 4:
+                if len(block) < RECORD_HEAD.size:
                     break
-            (length,) = LENGTH.unpack_from(block, at)
+            length, _crc, ledger_id, _entry_id = RECORD_HEAD.unpack_from(block, at)
             end = offset + 8 + length
             if length < IDS.size or end > size:
                 break
             count += 1
+            sizes[ledger_id] = sizes.get(ledger_id, 0) + 8 + length
             offset = end
-        return count
+        return count, sizes
 
     async def records(self, log_id: int) -> AsyncIterator[tuple[int, int, int, bytes]]:
         """(offset, ledger, entry, body) of every record of a complete log, in file order, a
@@ -431,6 +540,14 @@ def _check(
             f"not {ledger_id}/{entry_id}"
         )
     return body
+
+
+def _side_of(name: str) -> int | None:
+    """The log id a ``.cnt`` or ``.lmap`` file belongs to; None for any other name."""
+    stem, _dot, suffix = name.partition(".")
+    if suffix in ("cnt", "lmap") and len(stem) == 8 and all(c in "0123456789abcdef" for c in stem):
+        return int(stem, 16)
+    return None
 
 
 def _is_log(name: str) -> bool:

@@ -25,18 +25,33 @@ with its scan-and-compare collector, and compaction).
 5. Compaction (``bookie.compaction``, when ``gc_compaction_threshold`` > 0): complete logs
    that still hold live entries, but under that share of their records, have those entries
    copied to the active log; the emptied logs are removed as in step 4.
+
+While a pass runs, ``progress`` says how far it is; ``report`` says, per entry log, what the
+next passes will do with it and why they keep what they keep (``bookie.gc_report``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiobk.bookie.compaction import compaction_candidates, log_usage, references, relocate
 from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.gc_report import (
+    ACTIVE,
+    GcProgress,
+    LedgerFacts,
+    LogFacts,
+    classify,
+    report_document,
+)
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.metadata import MetadataStore
@@ -46,6 +61,9 @@ log = logging.getLogger(__name__)
 
 COMPACT_LOGS_PER_PASS = 8  # bounds the copying one pass does
 CONFIRM_AT_ONCE = 32  # metadata reads in flight while confirming deletions
+MEASURE_PER_PASS = 2  # logs of an earlier life whose bytes per ledger a pass measures (a read)
+REPORT_LOOKUPS = 32  # ledgers keeping logs whose metadata a report reads, at most
+REPORT_LOOKUP_TIMEOUT = 5.0  # seconds for those reads together
 
 
 @dataclass
@@ -126,13 +144,32 @@ class GarbageCollector:
         self.stats = stats
         self.checkpoint = checkpoint  # the bookie's: makes the index and entry logs durable
         self._lock = asyncio.Lock()
+        self.wall_clock: Callable[[], float] = time.time
+        self.progress: GcProgress | None = None  # the pass running now
+        self.last_pass: dict[str, Any] | None = None  # what the last pass did, and when
+        self.stuck: set[int] = set()  # logs compaction could not empty (a damaged record)
 
     async def collect(
         self, store: MetadataStore, owner: str, *, short_of_space: bool, keep_limbo: bool
     ) -> GcResult:
         """One pass. ``keep_limbo``: the boot repair still works on limbo ledgers."""
         async with self._lock:
-            result = await self._collect(store, short_of_space, keep_limbo)
+            progress = self.progress = GcProgress(self.wall_clock())
+            try:
+                result = await self._collect(store, short_of_space, keep_limbo)
+            finally:
+                self.progress = None
+        finished = self.wall_clock()
+        self.last_pass = {
+            "started": progress.started,
+            "finished": finished,
+            "ledgers_deleted": len(result.ledgers_deleted),
+            "logs_removed": len(result.logs_removed),
+            "logs_compacted": len(result.logs_compacted),
+            "entries_moved": result.entries_moved,
+            "bytes_freed": result.bytes_freed,
+            "skipped": result.skipped or None,
+        }
         stats = self.stats
         stats.gc_ledgers_deleted += len(result.ledgers_deleted)
         stats.gc_logs_removed += len(result.logs_removed)
@@ -168,9 +205,13 @@ class GarbageCollector:
         except BKError as exc:  # MetadataStoreError and the like: delete nothing this time
             result.skipped = f"metadata store: {exc}"
             return result
+        progress = self.progress
         for ledger_id in doomed:
             if storage.delete_ledger(ledger_id):
                 result.ledgers_deleted.append(ledger_id)
+        if progress is not None:
+            progress.ledgers_deleted = len(result.ledgers_deleted)
+            progress.phase = "removing entry logs with nothing live"
         logger = storage.entry_logger
         if short_of_space and logger.active_size > self.config.entry_log_write_buffer:
             logger.roll()
@@ -194,7 +235,23 @@ class GarbageCollector:
                 await self._compact(result, [i for i in complete if live[i]], live, threshold)
             except OSError as exc:
                 result.skipped = f"compaction failed: {exc}"
+        await self._measure([i for i in complete if live[i] and i not in result.logs_removed])
         return result
+
+    async def _measure(self, logs: list[int]) -> None:
+        """Learn the bytes per ledger of a few logs that do not know them (written before
+        they were tallied, or by a life that crashed): what the report's live bytes need."""
+        logger = self.storage.entry_logger
+        left = MEASURE_PER_PASS
+        for log_id in logs:
+            if left == 0:
+                return
+            try:
+                if await logger.ledger_bytes(log_id) is None:
+                    left -= 1
+                    await logger.ledger_bytes(log_id, scan=True)
+            except (OSError, ValueError) as exc:  # gone meanwhile, or unreadable
+                log.warning("cannot measure entry log %x: %s", log_id, exc)
 
     async def _remove(self, result: GcResult, logs: list[int]) -> None:
         for log_id in logs:
@@ -204,7 +261,10 @@ class GarbageCollector:
                 log.warning("cannot remove entry log %x: %s", log_id, exc)
                 continue
             self.storage.index.drop_log(log_id)
+            self.stuck.discard(log_id)
             result.logs_removed.append(log_id)
+            if self.progress is not None:
+                self.progress.logs_removed = len(result.logs_removed)
 
     async def _compact(
         self, result: GcResult, shared: list[int], live: Counter[int], threshold: float
@@ -216,9 +276,93 @@ class GarbageCollector:
         chosen = compaction_candidates(live, records, threshold, COMPACT_LOGS_PER_PASS)
         if not chosen:
             return
-        moved = await relocate(storage, chosen, self.config.entry_log_write_buffer)
+        progress = self.progress
+        if progress is not None:
+            progress.phase, progress.logs_to_compact = "compacting", len(chosen)
+        moved = await relocate(storage, chosen, self.config.entry_log_write_buffer, progress)
         result.entries_moved += moved.moved
         await self.checkpoint()  # the copies, and the index naming them, durable together
         done = [i for i in chosen if not await references(storage.index, i)]
+        self.stuck |= set(chosen) - set(done)
         result.logs_compacted.extend(done)
+        if progress is not None:
+            progress.logs_compacted, progress.compacting = len(done), None
         await self._remove(result, done)
+
+    # ------------------------------------------------------------------ the report
+
+    async def report(self, store: MetadataStore | None) -> dict[str, Any]:
+        """Each entry log's live and total bytes and its verdict (``bookie.gc_report``), the
+        pass running now and the last one. The ledgers keeping logs are looked up in ``store``
+        (a few, briefly): open, closed or deleted."""
+        logs, ledgers = await self._log_facts()
+        threshold = self.config.gc_compaction_threshold
+        stuck = frozenset(self.stuck)
+
+        def verdicts() -> list[Any]:
+            return classify(
+                logs, ledgers, threshold=threshold, per_pass=COMPACT_LOGS_PER_PASS, stuck=stuck
+            )
+
+        reports = verdicts()
+        if store is not None:
+            keeping = sorted({k[0] for r in reports for k in r.kept_by})[:REPORT_LOOKUPS]
+            found = await _metadata_states(store, keeping)
+            for ledger_id, state in found.items():
+                ledgers[ledger_id] = LedgerFacts(
+                    ledgers[ledger_id].held, ledgers[ledger_id].limbo, state
+                )
+            reports = verdicts()
+        progress = self.progress
+        return report_document(
+            reports,
+            threshold=threshold,
+            progress=progress.to_document() if progress is not None else None,
+            last_pass=self.last_pass,
+        )
+
+    async def _log_facts(self) -> tuple[list[LogFacts], dict[int, LedgerFacts]]:
+        storage = self.storage
+        logger, index = storage.entry_logger, storage.index
+        active = logger.active_log
+        pending = index.pending_log_counts()
+        logs: list[LogFacts] = []
+        ledgers: dict[int, LedgerFacts] = {}
+        for log_id in await logger.log_ids():
+            try:
+                size = await logger.log_size(log_id)
+                records = await logger.known_record_count(log_id)
+                sizes = await logger.known_ledger_bytes(log_id)
+            except (OSError, CorruptEntryError):
+                continue  # removed meanwhile (by a pass running now)
+            entries = dict(index.log_ledgers(log_id))
+            for ledger_id, count in pending.get(log_id, {}).items():
+                entries[ledger_id] = entries.get(ledger_id, 0) + count
+            for ledger_id in entries:
+                if ledger_id not in ledgers:
+                    limbo = storage.limbo_of(ledger_id)
+                    ledgers[ledger_id] = LedgerFacts(limbo is not None, bool(limbo))
+            state = ACTIVE if log_id == active else ""
+            logs.append(LogFacts(log_id, size, state, records, entries, sizes))
+            await asyncio.sleep(0)
+        return logs, ledgers
+
+
+async def _metadata_states(store: MetadataStore, ledger_ids: list[int]) -> dict[int, str]:
+    """ "open", "closed" or "deleted" for each ledger the store answers about in time."""
+    found: dict[int, str] = {}
+
+    async def one(ledger_id: int) -> None:
+        try:
+            metadata = await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            found[ledger_id] = "deleted"
+        except BKError:
+            return
+        else:
+            found[ledger_id] = "closed" if metadata.is_closed else "open"
+
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REPORT_LOOKUP_TIMEOUT):
+            await asyncio.gather(*(one(i) for i in ledger_ids))
+    return found

@@ -53,6 +53,11 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
+    def __repr__(self) -> str:
+        count = self.count
+        mean = f", mean={self.sum / count:.6g}" if count else ""
+        return f"Histogram(count={count}, sum={self.sum:.6g}{mean})"
+
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, values at or below it), ending with (inf, count): the exposition's
         ``_bucket`` series, from one copy of the counts."""

@@ -40,8 +40,8 @@ class GroupCommitPolicy:
 # to the 4 KiB page instead also keeps a batch off the page the previous one ended in, which
 # only pays on a disk that makes a write to a page under writeback wait for it (stable pages:
 # /sys/block/DEV/queue/stable_writes = 1, and btrfs) -- set journal_alignment = 4096 there.
-# Measured on ext4 over a virtio disk without stable pages (docs/benchmarks/results/
-# 2026-11-28-journal-alignment.md, three alternated runs a side): a lone 1 KiB add took 1.5
+# Measured on ext4 over a virtio disk without stable pages, three alternated runs a side
+# (docs/benchmarks/results/2026-11-28-journal-alignment.md): a lone 1 KiB add took 1.5
 # journal bytes per payload byte at 512 against 4.0 at 4096 (1.5 against 3.9 at 400 adds/s);
 # adds/s and p50 at 1, 16 and 256 in flight were within the runs' spread of each other.
 JOURNAL_ALIGNMENT = 512

@@ -8,7 +8,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+
+class BookieAddress(NamedTuple):
+    """Where a bookie listens: ``str()`` gives ``host:port``.
+
+    Attributes:
+        host: The address it is bound to.
+        port: The port (the one the system chose when the config asked for 0).
+    """
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 class ServerHandle(Protocol):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Protocol, cast
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
@@ -27,12 +28,13 @@ from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.disk_monitor import DiskMonitor
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
+from aiobk.bookie.gauges import bookie_gauges
 from aiobk.bookie.gc import GarbageCollector, GcResult
 from aiobk.bookie.journal import Journal
 from aiobk.bookie.journal_policy import GroupCommitPolicy
 from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledger_state import Ledgers
-from aiobk.bookie.net import AsyncioNetwork, ServerHandle, ServerNetwork
+from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
 from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
 from aiobk.bookie.repair import RepairerFactory, run_repair
@@ -49,21 +51,6 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     SOFTWARE_VERSION = "unknown"
 
 log = logging.getLogger(__name__)
-
-
-class BookieAddress(NamedTuple):
-    """Where a bookie listens: ``str()`` gives ``host:port``.
-
-    Attributes:
-        host: The address it is bound to.
-        port: The port (the one the system chose when the config asked for 0).
-    """
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 SECRET_RECHECK = 5.0  # seconds between store reads while the cluster secret does not exist
@@ -336,8 +323,14 @@ class Bookie:
         if self._metadata is None and self.config.metadata_uri:
             self._metadata = open_store(self.config.metadata_uri)
             self._owns_metadata = True
+        fresh_instance = self._instance_ids()
+        if self._metadata is not None:
+            # The first bookie to boot under a prefix sets the cluster up. Its id is derived
+            # from this boot's fresh instance id: no other draw on the random source.
+            digest = hashlib.sha256(b"cluster:" + fresh_instance.encode()).hexdigest()
+            await self._metadata.set_up_cluster(digest[:32])
         self.booted = await boot(
-            self.context, self._disk, self._metadata, str(self.address), self._instance_ids()
+            self.context, self._disk, self._metadata, str(self.address), fresh_instance
         )
 
     @property
@@ -532,7 +525,7 @@ class Bookie:
                 result = await self.collect_garbage()
             except BookieStateError:
                 return  # the stop began during the pass
-            except OSError:
+            except Exception:  # a disk error, a metadata outage, ...: the next pass tries again
                 log.exception("garbage collection failed; trying again next time")
                 continue
             if result.skipped:
@@ -567,30 +560,15 @@ class Bookie:
             self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
         )
 
+    async def gc_report(self) -> dict[str, Any]:
+        """Why each entry log's space is kept, and the pass running now (``bookie.gc_report``)."""
+        return await self._gc.report(self._metadata)
+
     # ------------------------------------------------------------------ helpers
 
     def gauges(self) -> dict[str, int]:
         """Figures of the moment, beside the counters (GET_BOOKIE_INFO, metrics)."""
-        flow = self.flow
-        journal = self.journal
-        return {
-            "writable": int(self.write_state.writable),
-            "high_priority_writes": int(self.write_state.high_priority),
-            "checkpoint_failing": int(self.checkpoint_error is not None),
-            "journal_failed": int(journal.failed is not None),
-            "connections_open": len(flow.connections),
-            "connection_bytes_held": flow.held,
-            "add_bytes_in_progress": flow.add_bytes,
-            "long_polls_waiting": flow.long_polls,
-            "journal_queue_size": journal.queue_size,
-            "journal_force_write_queue_size": journal.sync_queue_size,
-            "ledgers_held": len(self.storage.ledgers),
-            "ledger_states_in_use": self.storage.states_in_use,
-            "write_cache_bytes": self.storage.write_cache_bytes,
-            "write_cache_max_bytes": self.config.write_cache_max_size,
-            "read_cache_bytes": self.storage.read_cache.size,
-            "read_cache_max_bytes": self.config.read_cache_max_size,
-        }
+        return bookie_gauges(self)
 
     async def disk_usage(self) -> tuple[int, int]:
         """Free and total bytes of the data directory's filesystem."""

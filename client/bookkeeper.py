@@ -26,7 +26,7 @@ from aiobk.client.read import EntryReader
 from aiobk.client.read_handle import ReadHandle
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.client.stats import bound_to_loop
-from aiobk.metadata import Fragment, LedgerMetadata, MetadataStore, open_store
+from aiobk.metadata import ClusterRecord, Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import DigestType, Durability, master_key
 from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError
 from aiobk.protocol.keys import SALT_SIZE
@@ -45,6 +45,9 @@ class BookKeeper:
         store: The metadata store it uses.
         stats: Its figures (appends, ensemble changes, recoveries, reads), which
             ``aiobk.metrics.register_client_metrics`` exports.
+        cluster: The cluster record read when connecting to a URI (its ``instance_id``);
+            None before connecting, when given a store, or for a cluster set up by 0.1.0
+            that no newer bookie has booted in yet.
     """
 
     def __init__(
@@ -98,6 +101,10 @@ class BookKeeper:
         self.stats = self.context.stats
         self._owns_store = owns_store
         self._closed = False
+        # A store the caller built is the caller's to vouch for (in-process wiring, the
+        # simulator); a URI is checked for a cluster when connecting.
+        self._check_cluster = isinstance(metadata, str)
+        self.cluster: ClusterRecord | None = None
 
     @classmethod
     async def connect(
@@ -122,18 +129,27 @@ class BookKeeper:
 
         Returns:
             The client, to be closed with ``close()`` or ``async with``.
+
+        Raises:
+            NoSuchClusterError: The URI's prefix holds no cluster (no bookie ever started
+                with it).
+            MetadataStoreError: The metadata store is unreachable.
         """
         bk = cls(metadata, config, rng=rng, connector=connector, wall_clock=wall_clock, tls=tls)
         await bk._connect()
         return bk
 
     async def _connect(self) -> None:
-        """What connecting takes. Nothing yet: the store and the bookie connections open on
-        first use, so a cluster that is down shows at the first operation (one place for a
-        future handshake, e.g. TLS, that ``connect()`` and ``async with`` share)."""
+        """What connecting takes (``connect()`` and ``async with`` share it): given a URI, one
+        read of the cluster record, so that a prefix where no cluster was ever set up fails
+        here (``NoSuchClusterError``) instead of looking like an empty cluster, and an
+        unreachable store fails here too (``MetadataStoreError``). Bookie connections open on
+        first use."""
         if self._closed:
             raise RuntimeError("this BookKeeper is closed; make a new one")
         self.stats.clock = bound_to_loop(self.stats.clock)  # this loop's, read directly
+        if self._check_cluster:
+            self.cluster = await self.store.check_cluster()
 
     async def __aenter__(self) -> BookKeeper:
         await self._connect()

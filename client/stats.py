@@ -46,6 +46,11 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
+    def __repr__(self) -> str:
+        count = self.count
+        mean = f", mean={self.sum / count:.6g}" if count else ""
+        return f"Histogram(count={count}, sum={self.sum:.6g}{mean})"
+
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, values at or below it), ending with (inf, count)."""
         running = 0
@@ -85,7 +90,7 @@ class ClientStats:
     speculative_reads: int = 0  # a next bookie asked because the first was slow
     # Not counters (``as_dict`` leaves them out):
     append_latency: Histogram = field(default_factory=Histogram)  # add -> confirmed, seconds
-    clock: Clock = loop_clock  # times the histogram (see the module doc)
+    clock: Clock = field(default=loop_clock, repr=False)  # times the histogram (module doc)
 
     def as_dict(self) -> dict[str, int]:
         """The counters."""

@@ -7,6 +7,7 @@ from aiobk.metadata.autorecovery import (
     LOST_BOOKIE,
     AuditorStatus,
     AutoRecoveryStore,
+    RepairAttempt,
     UnderReplication,
 )
 from aiobk.metadata.etcd_process import EtcdNotFoundError, EtcdProcess, free_port
@@ -29,7 +30,14 @@ from aiobk.metadata.model import (
     MetadataFormatError,
     write_set,
 )
-from aiobk.metadata.records import READ_ONLY, WRITABLE, BookieServiceInfo, Cookie, LogMetadata
+from aiobk.metadata.records import (
+    READ_ONLY,
+    WRITABLE,
+    BookieServiceInfo,
+    ClusterRecord,
+    Cookie,
+    LogMetadata,
+)
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
 from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store, redact_uri
@@ -41,12 +49,14 @@ __all__ = [
     "AuditorStatus",
     "AutoRecoveryStore",
     "HeldLease",
+    "RepairAttempt",
     "UnderReplication",
     "DEFAULT_BOOKIE_TTL",
     "DEFAULT_TIMEOUT",
     "READ_ONLY",
     "WRITABLE",
     "BookieServiceInfo",
+    "ClusterRecord",
     "Cookie",
     "EtcdNotFoundError",
     "EtcdProcess",

@@ -11,6 +11,9 @@ Keys under ``PREFIX/autorecovery/`` (``KeyLayout``)::
     secret                      the cluster's key-request secret (``cluster_secret``)
     underreplicated/LEDGER      an ``UnderReplication`` mark
     claims/LEDGER               the worker repairing that ledger now, under its lease
+    attempts/LEDGER             that worker's last attempt at it (``RepairAttempt``): what it
+                                is doing, or why it stopped and when it tries again; under
+                                its lease (its backoff dies with it)
     decommission/BOOKIE         a bookie being drained: workers move its copies away
 
 Theory of operation. The auditor marks a ledger when a bookie named in it is lost, or a check
@@ -28,7 +31,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from aiobk.metadata.keys import KeyLayout
@@ -141,6 +144,9 @@ class AuditorStatus:
     missing_bookies: dict[str, int] = field(default_factory=dict)  # gone, not yet lost
     last_check: int = 0  # ms of the last full check's end (0: none yet)
     last_bookie_check: int = 0  # ms of the last lost-bookie check's end
+    # The auditor's autorecovery settings (delays, grace period, throttle), so that an
+    # explanation read from the store alone can say when a wait ends.
+    settings: dict[str, float] = field(default_factory=dict)
     version: int = field(default=-1, compare=False)
 
     def to_json(self) -> bytes:
@@ -151,6 +157,7 @@ class AuditorStatus:
                 "missing_bookies": self.missing_bookies,
                 "last_check": self.last_check,
                 "last_bookie_check": self.last_bookie_check,
+                "settings": self.settings,
             }
         )
 
@@ -164,10 +171,57 @@ class AuditorStatus:
                 {str(k): int(v) for k, v in d.get("missing_bookies", {}).items()},
                 int(d.get("last_check", 0)),
                 int(d.get("last_bookie_check", 0)),
+                {str(k): float(v) for k, v in d.get("settings", {}).items()},
                 version,
             )
         except (KeyError, ValueError, TypeError, AttributeError) as exc:
             raise MetadataFormatError(f"unreadable auditor status: {exc!r}") from None
+
+
+# RepairAttempt.state
+REPAIRING = "repairing"  # claimed and being worked on now
+FAILED = "failed"  # stopped: tried again at ``retry_at`` (backing off)
+DEFERRED = "deferred"  # not now (a grace period, a race): tried again at ``retry_at``
+
+
+@dataclass(frozen=True, slots=True)
+class RepairAttempt:
+    """A worker's latest attempt at one ledger, as operators see it (``aiobk autorecovery
+    explain``): written when it claims the ledger, while it copies, and when it stops short;
+    removed once the ledger is repaired. ``kind`` names why it stopped (``aiobk.autorecovery.
+    explain`` has the list); ``detail`` says it in words."""
+
+    ledger_id: int
+    worker: str
+    started: int  # ms when the worker took the ledger for this attempt
+    state: str = REPAIRING
+    kind: str = ""
+    detail: str = ""
+    failures: int = 0  # attempts in a row that failed, this one included once it has
+    retry_at: int = 0  # ms before which this worker will not take it again (0: any time)
+    updated: int = 0  # ms of this record
+    entries_to_copy: int = 0  # what this attempt found to copy, once it knows
+    entries_copied: int = 0
+    bytes_copied: int = 0
+    max_bytes_per_second: int = 0  # the worker's copying throttle (0: none)
+    version: int = field(default=-1, compare=False)
+
+    def to_json(self) -> bytes:
+        return _dump({f.name: getattr(self, f.name) for f in fields(self) if f.name != "version"})
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> RepairAttempt:
+        d = _load(data, "repair attempt")
+        try:
+            values: dict[str, Any] = {}
+            for f in fields(cls):
+                if f.name == "version" or f.name not in d:
+                    continue
+                kind = str if f.type == "str" else int
+                values[f.name] = kind(d[f.name])
+            return cls(**values, version=version)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise MetadataFormatError(f"unreadable repair attempt: {exc!r}") from None
 
 
 class AutoRecoveryStore:
@@ -275,6 +329,48 @@ class AutoRecoveryStore:
     async def claimant(self, ledger_id: int) -> str | None:
         found, _rev = await self._kv.get(self._keys.claim(ledger_id))
         return None if found is None else found.value.decode(errors="replace")
+
+    # ------------------------------------------------------------------ attempts
+
+    async def note_attempt(self, attempt: RepairAttempt, lease: int) -> None:
+        """Write the worker's attempt under its lease, over whatever attempt was there (the
+        latest worker to try a ledger is the one to hear about). An attempt under way that has
+        no reason of its own keeps the reason the one before it stopped for."""
+        key = self._keys.attempt(attempt.ledger_id)
+        for _try in range(5):
+            found, _rev = await self._kv.get(key)
+            if found is not None and attempt.state == REPAIRING and not attempt.kind:
+                with contextlib.suppress(MetadataFormatError):
+                    before = RepairAttempt.from_json(found.value)
+                    attempt = dataclasses.replace(attempt, kind=before.kind, detail=before.detail)
+            try:
+                if found is None:
+                    await self._kv.create(key, attempt.to_json(), lease)
+                else:
+                    await self._kv.compare_and_set(
+                        key, attempt.to_json(), found.mod_revision, lease
+                    )
+                return
+            except (KeyExistsError, KeyMissingError, RevisionMismatchError):
+                continue
+
+    async def read_attempt(self, ledger_id: int) -> RepairAttempt | None:
+        found, _rev = await self._kv.get(self._keys.attempt(ledger_id))
+        if found is None:
+            return None
+        try:
+            return RepairAttempt.from_json(found.value, found.mod_revision)
+        except MetadataFormatError:
+            return None  # a damaged note explains nothing
+
+    async def clear_attempt(self, ledger_id: int) -> None:
+        """Remove the ledger's attempt, whoever wrote it (the ledger is repaired); a read
+        only when there is none."""
+        key = self._keys.attempt(ledger_id)
+        found, _rev = await self._kv.get(key)
+        if found is not None:
+            with contextlib.suppress(KeyMissingError, RevisionMismatchError):
+                await self._kv.delete(key, found.mod_revision)
 
     # ------------------------------------------------------------------ the auditor
 
@@ -402,8 +498,12 @@ def _versioned(record: Versioned, version: int) -> Versioned:
 __all__ = [
     "CHECK",
     "DECOMMISSION",
+    "DEFERRED",
+    "FAILED",
     "LOST_BOOKIE",
+    "REPAIRING",
     "AuditorStatus",
     "AutoRecoveryStore",
+    "RepairAttempt",
     "UnderReplication",
 ]

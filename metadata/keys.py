@@ -1,5 +1,8 @@
 """Where everything lives in the store, under the URI's prefix (``/aiobk`` by default)::
 
+    PREFIX/instanceid                    the cluster record (JSON): written when the
+                                         cluster is set up, what tells a prefix holding
+                                         a cluster from an empty one
     PREFIX/ledgers/0000000000000000042   ledger metadata (JSON); ids zero-padded so that
                                          key order is id order for streaming lists
     PREFIX/idgen                         written once per allocation: the write's store
@@ -25,12 +28,13 @@ class KeyLayout:
     def __init__(self, prefix: str) -> None:
         cleaned = prefix.strip("/")
         self.root = ("/" + cleaned if cleaned else "/aiobk").encode()
+        self.cluster = self.root + b"/instanceid"
         self.ledgers = self.root + b"/ledgers/"
         self.idgen = self.root + b"/idgen"
         self.bookies = self.root + b"/bookies/"
         self.cookies = self.root + b"/cookies/"
         self.logs = self.root + b"/logs/"
-        recovery = self.root + b"/autorecovery/"
+        recovery = self.autorecovery = self.root + b"/autorecovery/"
         self.auditor = recovery + b"auditor"
         self.autorecovery_status = recovery + b"status"
         self.autorecovery_disabled = recovery + b"disabled"
@@ -39,6 +43,7 @@ class KeyLayout:
         self.cluster_secret = recovery + b"secret"
         self.underreplicated_prefix = recovery + b"underreplicated/"
         self.claims_prefix = recovery + b"claims/"
+        self.attempts_prefix = recovery + b"attempts/"
         self.decommission_prefix = recovery + b"decommission/"
 
     def ledger(self, ledger_id: int) -> bytes:
@@ -52,6 +57,9 @@ class KeyLayout:
 
     def claim(self, ledger_id: int) -> bytes:
         return self.claims_prefix + _padded(ledger_id)
+
+    def attempt(self, ledger_id: int) -> bytes:
+        return self.attempts_prefix + _padded(ledger_id)
 
     def decommission(self, bookie_id: str) -> bytes:
         return self.decommission_prefix + _component(bookie_id, "bookie id")

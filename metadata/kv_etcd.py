@@ -67,6 +67,39 @@ from aiobk.metadata.kv import (
 from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
+
+# gRPC's words for a connection that could not be made, and what they mean to a reader.
+_UNREACHABLE = (
+    ("connection refused", "connection refused (is etcd running on that port?)"),
+    ("domain name not found", "the host name does not resolve"),
+    ("name or service not known", "the host name does not resolve"),
+    ("dns resolution failed", "the host name does not resolve"),
+    ("no route to host", "no route to the host"),
+    ("network is unreachable", "the network is unreachable"),
+    ("connection reset", "the connection was reset"),
+    ("socket closed", "the connection was closed"),
+    ("timed out", "the connection timed out"),
+    ("deadline exceeded", "the connection timed out"),
+)
+_LONGEST_REASON = 300  # characters of an unknown cause kept in a message
+
+
+def one_line(exc: BaseException | None) -> str:
+    """``exc``'s text on one line (gRPC's can span several), cut to a readable length."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= _LONGEST_REASON else text[: _LONGEST_REASON - 3] + "..."
+
+
+def unreachable_reason(exc: BaseException | None) -> str:
+    """Why a connection to etcd failed, in a few words rather than gRPC's transcript
+    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:...: ...")."""
+    low = str(exc).lower()
+    for words, reason in _UNREACHABLE:
+        if words in low:
+            return reason
+    return one_line(exc)
+
+
 T = TypeVar("T")
 REQUIRE_LEADER = ("hasleader", "true")  # clientv3's WithRequireLeader
 
@@ -205,6 +238,7 @@ class EtcdKV(KV):
         self._credentials = credentials
         self._tls = tls
         self.timeout = timeout
+        self._shut = False  # close() was called: no call connects again
         user = f"{credentials.user}:***@" if credentials is not None else ""
         scheme = "etcds://" if tls is not None else "etcd://"
         self.description = scheme + user + ",".join(f"{h}:{p}" for h, p in endpoints)
@@ -291,9 +325,14 @@ class EtcdKV(KV):
             await self._rotate()
 
     async def _rotate(self) -> None:
-        client, self._client = self._client, None
+        """The next endpoint. The client of the last one is retired, not closed: closing a
+        channel cancels the calls still on it, which are other callers' (each bounded by the
+        timeout anyway)."""
+        client = self._client
         self._index = (self._index + 1) % len(self._endpoints)
-        await self._close_client(client)
+        if client is not None:
+            await self._retire(client)
+        self._client = None
 
     async def _retire(self, client: aetcd.Client) -> None:
         """Stop using ``client`` (its token died): the next call connects anew. Calls already
@@ -377,7 +416,7 @@ class EtcdKV(KV):
         last: BaseException | None = None
         tls_failed: MetadataAuthError | None = None
         attempts = len(self._endpoints)
-        renewed = False
+        renewed = closed_under = False
         while attempts > 0:
             attempts -= 1
             endpoint = self.endpoint
@@ -394,6 +433,21 @@ class EtcdKV(KV):
                         raise self._denied(endpoint, what, key) from None
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # this call was cancelled
+                if self._shut:
+                    raise MetadataStoreError(f"{self.description}: closed during {what}") from None
+                # gRPC cancels the calls of a channel that is closed under them: another call
+                # moved to the next endpoint, or a token died. Not a cancellation of this
+                # call's task (which would end a lease's keep-alive, a GC loop, ... silently):
+                # try again on the client that is current now.
+                last = exc
+                if not closed_under:
+                    closed_under = True
+                    attempts += 1
+                continue
             except etcd_errors.ConnectionFailedError as exc:
                 last = exc
                 # The next endpoint may trust us (or be up); if none does: say so.
@@ -411,7 +465,9 @@ class EtcdKV(KV):
             except etcd_errors.UnauthenticatedError as exc:
                 # A token etcd no longer knows (it restarted, or the token idled out).
                 if self._credentials is None or renewed or client is None:
-                    raise MetadataAuthError(f"etcd {endpoint}: {what} refused: {exc}") from None
+                    raise MetadataAuthError(
+                        f"etcd {endpoint}: {what} refused: {one_line(exc)}"
+                    ) from None
                 renewed = True
                 attempts += 1
                 await self._retire(client)
@@ -422,7 +478,9 @@ class EtcdKV(KV):
                     raise refused from None
                 if "permission denied" in str(exc):  # through aetcd's own methods
                     raise self._denied(endpoint, what, key) from None
-                raise MetadataStoreError(f"etcd {endpoint}: {what} failed: {exc}") from exc
+                raise MetadataStoreError(
+                    f"etcd {endpoint}: {what} failed: {one_line(exc)}"
+                ) from exc
         self.connected = False
         if tls_failed is not None:
             raise tls_failed from None
@@ -432,7 +490,7 @@ class EtcdKV(KV):
         elif self._tls is not None and "handshake read failed" in text:
             hint = " (the TLS handshake was cut short: does this etcd serve TLS?)"
         raise MetadataStoreError(
-            f"{self.description} is unreachable ({what}): {last}{hint}"
+            f"{self.description} is unreachable ({what}): {unreachable_reason(last)}{hint}"
         ) from last
 
     async def _txn(
@@ -561,6 +619,7 @@ class EtcdKV(KV):
             )
 
     async def close(self) -> None:
+        self._shut = True
         client, self._client = self._client, None
         retired, self._retired = self._retired, []
         for old in [client, *(old for _when, old in retired)]:

@@ -53,7 +53,9 @@ class HeldLease:
             await asyncio.sleep(self.ttl / 3)
             try:
                 remaining = await self._kv.keep_alive(self.id)
-            except MetadataStoreError as exc:
+            except Exception as exc:  # whatever it is, the loop must not end unheard
+                if not isinstance(exc, MetadataStoreError):
+                    log.warning("%s: lease refresh raised %r", self.name, exc, exc_info=exc)
                 if loop.time() - last_ok < self.ttl:
                     log.warning("%s: lease refresh failed: %s", self.name, exc)
                     continue

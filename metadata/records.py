@@ -1,4 +1,5 @@
-"""The other values the metadata store keeps: bookie registrations, cookies, log records.
+"""The other values the metadata store keeps: the cluster record, bookie registrations, cookies,
+log records.
 
 All JSON with a ``format`` number, all immutable, each carrying the store version it was read
 at (``version``, not serialized).
@@ -37,6 +38,29 @@ def _dump(document: dict[str, Any]) -> bytes:
 
 WRITABLE = "writable"
 READ_ONLY = "readonly"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRecord:
+    """What marks a prefix as holding a cluster, as BookKeeper's INSTANCEID does: written once,
+    when the cluster is set up (its first bookie boots), and never changed; ``instance_id``
+    tells one cluster from another. Fields this version does not know are kept as read."""
+
+    instance_id: str
+    version: int = field(default=-1, compare=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> bytes:
+        return _dump({**self.extra, "instance_id": self.instance_id})
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> ClusterRecord:
+        d = _load(data, "cluster record")
+        instance_id = d.get("instance_id")
+        if not isinstance(instance_id, str) or not instance_id:
+            raise MetadataFormatError("unreadable cluster record: no instance id")
+        extra = {k: v for k, v in d.items() if k not in ("format", "instance_id")}
+        return cls(instance_id, version, extra)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,13 +25,14 @@ from aiobk.metadata.kv import (
 )
 from aiobk.metadata.listing import walk_ids
 from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
-from aiobk.metadata.records import BookieServiceInfo, Cookie, LogMetadata
+from aiobk.metadata.records import BookieServiceInfo, ClusterRecord, Cookie, LogMetadata
 from aiobk.metadata.registration import Registration
 from aiobk.protocol.errors import (
     BookieAlreadyRegisteredError,
     LedgerExistsError,
     LogExistsError,
     MetadataVersionError,
+    NoSuchClusterError,
     NoSuchLedgerError,
     NoSuchLogError,
 )
@@ -73,6 +74,56 @@ class MetadataStore:
             return 0
         await self.kv.compact(target)
         return target
+
+    # ------------------------------------------------------------------ the cluster
+
+    async def read_cluster(self) -> ClusterRecord | None:
+        """The cluster record (None: the prefix has none)."""
+        found, _revision = await self.kv.get(self.keys.cluster)
+        if found is None:
+            return None
+        return ClusterRecord.from_json(found.value, found.mod_revision)
+
+    async def set_up_cluster(self, instance_id: str) -> ClusterRecord:
+        """The cluster record, written now with ``instance_id`` when the prefix has none: by
+        the first bookie that boots under the prefix, or by the first to boot with this version
+        in a cluster set up before the record existed. An existing record never changes."""
+        found = await self.read_cluster()
+        if found is not None:
+            return found
+        record = ClusterRecord(instance_id)
+        try:
+            version = await self.kv.create(self.keys.cluster, record.to_json())
+        except KeyExistsError:  # another bookie set the cluster up meanwhile: its record holds
+            found = await self.read_cluster()
+            if found is None:
+                raise MetadataVersionError(
+                    "the cluster record vanished as it was written"
+                ) from None
+            return found
+        return dataclasses.replace(record, version=version)
+
+    async def check_cluster(self) -> ClusterRecord | None:
+        """The cluster record; None for a cluster set up before the record existed, known by
+        the keys its bookies, clients and autorecovery wrote (cookies, registrations, ledgers,
+        logs, autorecovery's keys, the id counter); ``NoSuchClusterError`` when the prefix
+        holds no cluster at all."""
+        found = await self.read_cluster()
+        if found is not None:
+            return found
+        keys = self.keys
+        for prefix in (keys.cookies, keys.bookies, keys.ledgers, keys.logs, keys.autorecovery):
+            page, _revision = await self.kv.range(prefix, None, 1, keys_only=True)
+            if page:
+                return None
+        counter, _revision = await self.kv.get(keys.idgen)
+        if counter is not None:
+            return None
+        where = "" if self.uri.startswith("memory://") else f" under prefix {keys.root.decode()}"
+        raise NoSuchClusterError(
+            f"{self.uri}: no aiobk cluster was ever set up{where} (no bookie has started with "
+            "this metadata URI); check it"
+        )
 
     # ------------------------------------------------------------------ ledgers
 

@@ -309,6 +309,14 @@ class ReadTooLargeError(BKError):
     default_message = "read range larger than max_read_bytes; stream it with read_iter()"
 
 
+class NoSuchClusterError(BKError):
+    """The metadata service URI names a prefix where no aiobk cluster was ever set up: no
+    cluster record, and none of the keys a cluster writes (a mistyped prefix, most likely)."""
+
+    code = -46
+    default_message = "no aiobk cluster under this metadata prefix"
+
+
 class MetadataVersionError(BKError):
     """A compare-and-set on ledger or log metadata lost: someone else changed it since it
     was read.

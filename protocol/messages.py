@@ -49,6 +49,7 @@ class OpCode(IntEnum):
     LEDGER_KEY = 10  # replication workers: a ledger's master key, for the cluster's secret
     START_TLS = 11  # upgrade this connection to TLS (BookKeeper's START_TLS), then handshake
     ADD_BATCH = 12  # protocol 2: consecutive adds of one ledger in one frame, one answer
+    GC_REPORT = 13  # operators: each entry log's live bytes and why it is kept (no pass run)
 
 
 class AddFlag(IntFlag):
@@ -257,6 +258,13 @@ class GcRequest(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class GcReportRequest(Request):
+    op = OpCode.GC_REPORT
+    tag = OpCode.GC_REPORT
+    _wire = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BookieStateRequest(Request):
     op = OpCode.BOOKIE_STATE
     tag = OpCode.BOOKIE_STATE
@@ -413,6 +421,17 @@ class GcResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class GcReportResponse(Response):
+    """The bookie's garbage collection report, as JSON (``bookie.gc_report``'s document: its
+    shape is the report's, not the codec's), or EIO with a message."""
+
+    op = OpCode.GC_REPORT
+    tag = OpCode.GC_REPORT | RESPONSE_BIT
+    _wire = (_INT, _STR)
+    report: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BookieStateResponse(Response):
     """The state after the request: writable or not, every reason it is not, whether recovery
     adds are still taken, and a checkpoint failure if checkpoints are failing."""
@@ -469,6 +488,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         ForceRequest,
         GetBookieInfoRequest,
         GcRequest,
+        GcReportRequest,
         BookieStateRequest,
         LedgerKeyRequest,
         StartTlsRequest,
@@ -486,6 +506,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         ForceResponse,
         GetBookieInfoResponse,
         GcResponse,
+        GcReportResponse,
         BookieStateResponse,
         LedgerKeyResponse,
         StartTlsResponse,

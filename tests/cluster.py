@@ -26,6 +26,8 @@ class Cluster:
 
     async def add_bookie(self, **settings: Any) -> Bookie:
         index = len(self.bookies)
+        while (self.root / f"bookie{index}").exists():  # a bookie removed from the list
+            index += 1
         config = BookieConfig(
             data_dir=str(self.root / f"bookie{index}"),
             port=settings.pop("port", 0),

@@ -109,6 +109,10 @@ def test_the_systemd_units_run_an_existing_command(
     assert check_flags(args[3:], command)["--config"] == CONFIG_IN_IMAGE
     assert service["KillSignal"] == "SIGTERM"  # the clean stop
     assert service["Restart"] == "on-failure"
+    # A pip install holds no documentation files: a unit names none (`systemctl help` would
+    # point at a path that does not exist).
+    pages = unit(name)["Unit"].get("Documentation", "").split()
+    assert not [page for page in pages if page.startswith("file:")]
 
 
 # ------------------------------------------------------------------ Dockerfile

@@ -80,6 +80,7 @@ class Standalone:
     uri: str
     root: Path
     env: dict[str, str]  # without AIOBK_METADATA: a page must export it
+    printed: list[str]  # what the standalone printed up to "ready"
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,9 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
         )  # fmt: skip
         assert process.stdout is not None
         uri = None
+        printed: list[str] = []
         for line in process.stdout:  # bounded by the process: it ends or says ready
+            printed.append(line.rstrip("\n"))
             if line.startswith("metadata: "):
                 uri = line.split(": ", 1)[1].strip()
             if "ready" in line:
@@ -110,7 +113,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalone]
     else:
         raise AssertionError("aiobk standalone did not start in 5 tries")
     try:
-        yield Standalone(uri, root, env)
+        yield Standalone(uri, root, env, printed)
     finally:
         process.send_signal(signal.SIGINT)
         try:
@@ -146,6 +149,10 @@ def _walk(page: Path, standalone: Standalone) -> tuple[int, int]:
                     if variable == "AIOBK_METADATA":
                         assert env[variable] == standalone.uri, (
                             f"{name} line {line} exports {value!r}, not the URI `make run` prints"
+                        )
+                        # The line itself is one `make run` prints, for a user to paste.
+                        assert f"export AIOBK_METADATA={standalone.uri}" in standalone.printed, (
+                            f"{name} line {line}: `make run` prints no export line to copy"
                         )
                 elif program == "aiobk":
                     argv = [sys.executable, "-m", "aiobk"]

@@ -186,3 +186,47 @@ def test_sigkill_of_a_standalone_takes_its_etcd_along(
     finally:
         if not exited(etcd_pid):  # before the fix: the orphan is this test's to clean up
             os.kill(etcd_pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_the_printed_export_line_points_a_shell_at_the_cluster(
+    tmp_path: Path, standalones: list[Standalone]
+) -> None:
+    etcd_port, bookie_port = _free_pair(), free_port()
+    standalone = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    standalones.append(standalone)
+    standalone.wait_for("ready")
+    exports = [line.strip() for line in standalone.output if line.startswith("export ")]
+    assert exports == [f"export AIOBK_METADATA={standalone.uri}"]
+    # The line as a user pastes it into a new shell, then a command that needs the URI.
+    env = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}
+    shell = subprocess.run(
+        ["bash", "-c", f'{exports[0]}\n"$0" -m aiobk bookies list --json', sys.executable],
+        capture_output=True, text=True, timeout=60, check=False, env=env,
+    )  # fmt: skip
+    assert shell.returncode == 0, shell.stderr
+    assert f"127.0.0.1:{bookie_port}" in shell.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_standalone_whose_etcd_dies_says_so_and_exits(
+    tmp_path: Path, standalones: list[Standalone]
+) -> None:
+    etcd_port, bookie_port = _free_pair(), free_port()
+    standalone = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    standalones.append(standalone)
+    standalone.wait_for("ready")
+    etcd_pid = _child_etcd(standalone.proc.pid)
+    os.kill(etcd_pid, signal.SIGTERM)
+    assert _until(lambda: standalone.proc.poll() is not None, 30), "it kept running"
+    assert standalone.proc.returncode == 1
+    assert standalone.proc.stderr is not None
+    errors = standalone.proc.stderr.read().splitlines()
+    said = [line for line in errors if "etcd" in line and "stopping the bookies" in line]
+    assert said == [
+        f"aiobk: error: etcd (pid {etcd_pid}) was killed by SIGTERM; stopping the bookies "
+        f"(etcd's log: {tmp_path / 'data' / 'etcd' / 'etcd.log'})"
+    ], errors
+    assert len(errors) <= 3, errors  # not a stream of warnings about the store
+    standalone.wait_for("standalone cluster stopped", 5)
+    assert not port_in_use("127.0.0.1", bookie_port)  # its bookies stopped

@@ -60,3 +60,39 @@ async def test_cancel_and_wait_swallows_only_the_named_failures() -> None:
     await asyncio.sleep(0)
     with pytest.raises(ValueError, match="not expected"):
         await keeper.cancel_and_wait(Expected)
+
+
+async def test_a_caller_cancelled_while_it_waits_for_the_tasks_is_cancelled() -> None:
+    """A worker cancelled while it waited for its helper tasks to stop carried on as if
+    nothing had happened, and whoever cancelled it waited for it forever."""
+    keeper = TaskKeeper()
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(0.2)
+
+    keeper.spawn(slow_to_stop(), name="slow")
+    await asyncio.sleep(0)
+    caller = asyncio.ensure_future(keeper.cancel_and_wait())
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+async def test_cancel_and_wait_raises_what_is_not_ignored() -> None:
+    keeper = TaskKeeper()
+
+    async def fails_on_stop(error: Exception) -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            raise error
+
+    keeper.spawn(fails_on_stop(KeyError("k")), name="a")
+    keeper.spawn(fails_on_stop(ValueError("v")), name="b")
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="v"):
+        await keeper.cancel_and_wait(KeyError)

@@ -1,5 +1,5 @@
-"""``aiobk autorecovery start|status|list-underreplicated|trigger-audit|disable|enable``:
-run autorecovery on its own, and see and steer what it does cluster-wide.
+"""``aiobk autorecovery start|status|list-underreplicated|explain|trigger-audit|disable|
+enable``: run autorecovery on its own, and see and steer what it does cluster-wide.
 
 Every bookie runs autorecovery beside it by default (``autorecovery_enabled``); ``start`` is for
 clusters that keep it apart (bookies with ``autorecovery_enabled = false``, as BookKeeper's
@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
+from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig, Explanation, explain_ledger
 from aiobk.autorecovery.status import (
     MarkedLedger,
     StatusReport,
@@ -30,6 +30,8 @@ from aiobk.autorecovery.status import (
     under_replicated,
 )
 from aiobk.bookie.config import BookieConfig, ConfigError
+from aiobk.client.config import ClientConfig
+from aiobk.client.pool import BookiePool
 from aiobk.commands.common import (
     QuietPipeGroup,
     client_connector,
@@ -296,6 +298,62 @@ def list_command(metadata: str | None, as_json: bool) -> None:
         for m in marked
     ]
     echo_table(rows, ("ledger", "missing", "since", "reasons", "lost entries", "worker"))
+
+
+@autorecovery_group.command(
+    "explain", short_help="Why a ledger is under-replicated, and what holds its repair."
+)
+@click.argument("ledger_id", type=click.IntRange(0, 2**63 - 1))
+@metadata_option
+@click.option(
+    "--no-check",
+    "no_check",
+    is_flag=True,
+    help="Do not ask the bookies what they hold (the store's view alone).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds for the whole explanation (each bookie read has 5 s).",
+)
+@json_option
+def explain_command(
+    ledger_id: int, metadata: str | None, no_check: bool, timeout: float, as_json: bool
+) -> None:
+    """Explain one ledger: whether it is under-replicated, which fragments and copies are
+    missing (each bookie is asked about the first and last entries it owes, as the auditor's
+    check does, unless --no-check), what holds its repair now -- autorecovery disabled or not
+    running, a worker on it since when and how far, its throttle, an open ledger's grace
+    period, no bookie outside an ensemble to copy to, no readable source copy, the last
+    attempt's failure and when it is retried -- and what you can do. Exits 0 whatever the
+    ledger's state; times in JSON are milliseconds since the epoch."""
+    connector = None if no_check else client_connector()
+
+    async def action(store: MetadataStore) -> Explanation:
+        pool = None if no_check else BookiePool(store, ClientConfig(), connector)
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                return await explain_ledger(store, ledger_id, pool=pool)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise click.ClickException(
+                f"no explanation within {timeout:g}s (the store or the bookies are slow to "
+                "answer; --no-check skips the bookies)"
+            ) from None
+        finally:
+            if pool is not None:
+                await pool.close()
+
+    explanation = run_with_store(metadata, action)
+    if as_json:
+        click.echo(json.dumps(explanation.to_document()))
+    else:
+        for line in explanation.lines():
+            click.echo(line)
 
 
 # ------------------------------------------------------------------------------------- switches

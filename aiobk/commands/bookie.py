@@ -7,6 +7,7 @@ bookie extra; the others work from the client install."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -20,14 +21,17 @@ from aiobk.bookie.journal_format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.client.connection import status_error
 from aiobk.commands.common import QuietPipeGroup, client_connector, run_loop
-from aiobk.commands.cookie import cookie_group
+from aiobk.commands.cookie import cookie_alias
 from aiobk.commands.extras import require_extras
+from aiobk.commands.text import echo_table
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataURIError
 from aiobk.protocol import (
     BookieStateRequest,
     BookieStateResponse,
     ErrorResponse,
+    GcReportRequest,
+    GcReportResponse,
     GcRequest,
     GcResponse,
     Request,
@@ -36,6 +40,8 @@ from aiobk.protocol import (
     StatusCode,
 )
 from aiobk.protocol.errors import BKError
+
+log = logging.getLogger(__name__)
 
 
 @click.group(name="bookie", cls=QuietPipeGroup, help="Run and manage a bookie (storage server).")
@@ -151,6 +157,12 @@ def start_command(
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure_logging(log_level or config.log_level)
+    if not config.metadata_uri:
+        log.warning(
+            "no metadata service URI (--metadata, AIOBK_METADATA or metadata_uri in --config): "
+            "this bookie serves unregistered: no cluster lists it, so no client picks it for a "
+            "ledger, and it keeps no cookie in a metadata store"
+        )
     try:
         run_until_signalled(make_bookie(config))
     except ConfigError as exc:
@@ -182,11 +194,14 @@ def format_command(data_dir: str, journal_dir: str | None, force: bool) -> None:
     click.echo(f"formatted {data_dir}" + (f" (journal {journal_dir})" if journal_dir else ""))
 
 
-bookie_group.add_command(cookie_group)
+bookie_group.add_command(cookie_alias())
 
 
-def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) -> Response:
-    """Send one request to the bookie at HOST:PORT and return its answer (any status)."""
+def _ask_bookie(
+    address: str, make: Callable[[int], Request], timeout: float, *, unknown_ok: bool = False
+) -> Response:
+    """Send one request to the bookie at HOST:PORT and return its answer (any status; with
+    ``unknown_ok`` an older bookie's ErrorResponse to a request it does not know)."""
 
     host, _sep, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -203,6 +218,8 @@ def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) ->
         finally:
             conn.close()
         if isinstance(response, ErrorResponse):  # EPERM (TLS, role) or EBADREQ
+            if unknown_ok and response.status is StatusCode.EBADREQ:
+                return response
             raise status_error(response, address)
         return response
 
@@ -221,31 +238,109 @@ def _ask_bookie(address: str, make: Callable[[int], Request], timeout: float) ->
     show_default=True,
     help="Seconds to wait for the pass.",
 )
+@click.option(
+    "--report",
+    "report_only",
+    is_flag=True,
+    help="Run no pass: show each entry log's live and total bytes and why it is kept, and the "
+    "pass running now, if any.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def gc_command(address: str, timeout: float, as_json: bool) -> None:
+def gc_command(address: str, timeout: float, report_only: bool, as_json: bool) -> None:
     """Deleted ledgers are dropped and their entry logs removed or compacted (see
-    docs/operations/disks.md); the bookie runs one pass every ``gc_interval``."""
-    response = _ask_bookie(address, GcRequest, timeout)
-    if not isinstance(response, GcResponse) or response.status is not StatusCode.EOK:
-        detail = response.detail if isinstance(response, GcResponse) else ""
-        raise click.ClickException(f"{address}: {response.status.name}: {detail}")
-    figures = {
-        "ledgers_deleted": response.ledgers_deleted,
-        "logs_removed": response.logs_removed,
-        "entries_moved": response.entries_moved,
-        "bytes_freed": response.bytes_freed,
-        "skipped": response.detail,
-    }
-    if as_json:
-        click.echo(json.dumps(figures))
-    else:
-        click.echo(
-            f"{address}: {response.ledgers_deleted} deleted ledger(s) dropped, "
-            f"{response.logs_removed} entry log(s) removed, {response.entries_moved} entries "
-            f"moved, {response.bytes_freed} bytes freed"
+    docs/operations/disks.md); the bookie runs one pass every ``gc_interval``.
+    Then the report: per entry log, its total and live bytes, what the next passes do with it
+    (removed, compacted) or why they keep it (the active log, a live share at or above
+    gc_compaction_threshold and the ledgers holding it, compaction off or stuck), and the
+    bytes reclaimable now. With --json the pass's figures, and the report under "report"."""
+    figures: dict[str, Any] = {}
+    detail = ""
+    if not report_only:
+        response = _ask_bookie(address, GcRequest, timeout)
+        if not isinstance(response, GcResponse) or response.status is not StatusCode.EOK:
+            detail = response.detail if isinstance(response, GcResponse) else ""
+            raise click.ClickException(f"{address}: {response.status.name}: {detail}")
+        detail = response.detail
+        figures = {
+            "ledgers_deleted": response.ledgers_deleted,
+            "logs_removed": response.logs_removed,
+            "entries_moved": response.entries_moved,
+            "bytes_freed": response.bytes_freed,
+            "skipped": response.detail,
+        }
+    answer = _ask_bookie(address, GcReportRequest, min(timeout, 60.0), unknown_ok=True)
+    report: dict[str, Any] | None = None
+    if isinstance(answer, GcReportResponse):
+        if answer.status is not StatusCode.EOK:
+            raise click.ClickException(f"{address}: no report: {answer.report}")
+        report = json.loads(answer.report)
+    elif report_only:  # an older bookie answered EBADREQ to a request it does not know
+        raise click.ClickException(
+            f"{address} does not know the garbage collection report (a bookie older than this "
+            f"command): `aiobk bookie gc {address}` without --report runs a pass"
         )
-    if response.detail:
-        raise click.ClickException(f"{address}: the pass stopped early: {response.detail}")
+    if as_json:
+        click.echo(json.dumps({**figures, "report": report}))
+    else:
+        if figures:
+            click.echo(
+                f"{address}: {figures['ledgers_deleted']} deleted ledger(s) dropped, "
+                f"{figures['logs_removed']} entry log(s) removed, {figures['entries_moved']} "
+                f"entries moved, {figures['bytes_freed']} bytes freed"
+            )
+        if report is None:
+            click.echo(f"{address}: no report (a bookie older than this command)")
+        else:
+            _print_gc_report(report)
+    if detail:
+        raise click.ClickException(f"{address}: the pass stopped early: {detail}")
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _print_gc_report(report: dict[str, Any]) -> None:
+    rows = []
+    for entry in report["logs"]:
+        share = entry["live_share"]
+        live = ("~" if entry["live_bytes_estimated"] else "") + _size(entry["live_bytes"])
+        why = entry["reason"]
+        if entry["kept_by"]:
+            held = ", ".join(f"{k['ledger_id']} ({k['ledger']})" for k in entry["kept_by"])
+            why += f"; kept by ledger {held}"
+        share_text = "-" if share is None else f"{share:.0%}"
+        reclaimable = _size(entry["reclaimable_bytes"])
+        total = _size(entry["total_bytes"])
+        rows.append((entry["file"], total, live, share_text, reclaimable, entry["state"], why))
+    click.echo(
+        f"entry logs: {_size(report['total_bytes'])} in all, {_size(report['live_bytes'])} "
+        f"live, {_size(report['reclaimable_bytes'])} reclaimable by the next passes "
+        f"(gc_compaction_threshold {report['compaction_threshold']:g})"
+    )
+    echo_table(rows, ("log", "total", "live", "live%", "reclaimable", "state", "why"))
+    total = report.get("logs_total", len(rows))
+    if total > len(rows):
+        click.echo(
+            f"({len(rows)} of {total} entry logs shown: those with the most to reclaim, then "
+            "the largest; the totals count them all)"
+        )
+    running = report.get("running")
+    if running:
+        line = f"a pass is running: {running['phase']}"
+        if running["compacting_log"] is not None:
+            line += (
+                f", log {running['compacting_log']:08x} ({running['logs_compacted'] + 1} of "
+                f"{running['logs_to_compact']}): {_size(running['compacting_bytes_scanned'])} of "
+                f"{_size(running['compacting_log_bytes'])} read, {running['entries_moved']} "
+                "entries moved"
+            )
+        click.echo(line)
 
 
 @bookie_group.command("state", help="Show a running bookie's state, or force it read-only.")

@@ -103,7 +103,8 @@ def decommission_command(
     `aiobk autorecovery start`), which copy its entries to other bookies -- reading from it
     while it lives -- and take it out of the ledger's ensembles. A live bookie is set
     read-only first so that new ledgers avoid it. Progress (the ledgers still naming it) is
-    shown on stderr.
+    shown on stderr, with the first few of them and what holds each (as `aiobk autorecovery
+    explain` says): looked at every 10 s, shown when it changes and each minute otherwise.
 
     Once no ledger names it, a bookie that is still running is reported drained and the
     command waits (up to --timeout again) for you to stop it: its cookie is removed only once
@@ -219,12 +220,15 @@ class _DrainReporter:
     seconds)."""
 
     LINE_EVERY = 5.0
+    EXPLAIN_EVERY = 60.0
 
     def __init__(self, bookie_id: str, live: ProgressLine | None) -> None:
         self._bookie_id = bookie_id
         self._live = live
         self._shown: tuple[str, int] | None = None
         self._shown_at = 0.0
+        self._explained: tuple[tuple[int, str], ...] = ()  # (ledger, kind) last explained
+        self._explained_at = 0.0
 
     def __enter__(self) -> _DrainReporter:
         if self._live is not None:
@@ -236,12 +240,27 @@ class _DrainReporter:
         if self._live is not None:
             self._live.__exit__(None, None, None)
 
+    def _say(self, line: str) -> None:
+        if self._live is not None:
+            self._live.note(line)
+        else:
+            click.echo(line, err=True)
+
     def notify(self, progress: DrainProgress) -> None:
         if progress.note is not None:
-            if self._live is not None:
-                self._live.note(progress.note)
-            else:
-                click.echo(progress.note, err=True)
+            self._say(progress.note)
+        # Shown when what holds them changes, and again each minute while nothing does.
+        holds = tuple((ledger.ledger_id, ledger.kind) for ledger in progress.left)
+        now = time.monotonic()
+        if holds and (holds != self._explained or now - self._explained_at >= self.EXPLAIN_EVERY):
+            self._explained, self._explained_at = holds, now
+            for ledger in progress.left:
+                self._say(f"  ledger {ledger.ledger_id} not done: {ledger.reason}")
+            more = progress.remaining - len(progress.left)
+            if more > 0:
+                self._say(
+                    f"  and {more} more (`aiobk autorecovery explain LEDGER_ID` for any of them)"
+                )
         moved = progress.total - progress.remaining
         if self._live is not None:
             self._live.show(

@@ -6,7 +6,6 @@ metadata store or a client."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -20,7 +19,6 @@ import click
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig
-from aiobk.client.entry import Entry
 from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.tls_files import TlsFilesError, client_context
 from aiobk.commands.text import echo_table
@@ -32,7 +30,7 @@ from aiobk.metadata import (
     MetadataURIError,
     open_store,
 )
-from aiobk.protocol.errors import BKError
+from aiobk.protocol.errors import BKError, UnauthorizedError
 
 
 def with_log_level(command: click.Command, default: str = "warning") -> click.Command:
@@ -169,15 +167,24 @@ def client_connector() -> Connector | None:
     return TlsConnector(tls) if tls is not None else None
 
 
-def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[T]]) -> T:
-    """Open the store, run ``action`` (``run_loop``), close; store errors become one-line
-    errors."""
+def require_metadata(uri: str | None) -> str:
+    """The metadata URI a command was given; a usage error before anything else when none was
+    (before a confirmation is asked for, too)."""
     if not uri:
         raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
+    return uri
+
+
+def run_with_store(uri: str | None, action: Callable[[MetadataStore], Awaitable[T]]) -> T:
+    """Open the store, check that it holds a cluster (a prefix where none was ever set up is
+    an error, not an empty cluster), run ``action`` (``run_loop``), close; store errors become
+    one-line errors."""
+    uri = require_metadata(uri)
 
     async def main() -> T:
         store = open_store(uri)
         try:
+            await store.check_cluster()
             return await action(store)
         finally:
             await store.close()
@@ -221,8 +228,7 @@ def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
 def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]]) -> T:
     """Connect (TLS to bookies as ``client_tls`` says), run ``action`` (``run_loop``), close;
     client errors become one-line errors."""
-    if not uri:
-        raise click.UsageError("--metadata (or AIOBK_METADATA) is required")
+    uri = require_metadata(uri)
     tls = client_tls()
 
     async def main() -> T:
@@ -233,8 +239,23 @@ def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]
         return run_loop(main())
     except MetadataURIError as exc:
         raise click.UsageError(str(exc)) from None
+    except UnauthorizedError as exc:
+        raise click.ClickException(_password_hint(str(exc))) from None
     except BKError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _password_hint(message: str) -> str:
+    """A wrong password's message, saying what to do about it on a command that takes
+    ``--password``."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or "--password" in message:
+        return message
+    if not any(param.name == "password" for param in ctx.command.params):
+        return message
+    if ctx.params.get("password"):
+        return f"{message}: the --password given is not the ledger's"
+    return f"{message}: give the ledger's password with --password"
 
 
 async def until_signalled(work: Coroutine[Any, Any, None]) -> None:
@@ -290,25 +311,6 @@ def confirm_or_stop(question: str, refused: str) -> None:
     """Ask on the terminal (the question on stderr: stdout is for data); "no" stops."""
     if not click.confirm(question, default=False, err=True):
         raise click.ClickException(refused)
-
-
-def entry_line(
-    entry: Entry, as_json: bool, position: str | None = None, extra: dict[str, Any] | None = None
-) -> str:
-    """One entry as printed: ``ID<TAB>DATA`` (UTF-8, other bytes escaped), or a JSON object
-    with the data in base64 (and ``extra``'s fields); ``position`` (a log's ``LEDGER:ENTRY``)
-    replaces the id."""
-    if as_json:
-        document: dict[str, Any] = {}
-        if position is not None:
-            document["position"] = position
-            document["ledger_id"] = entry.ledger_id
-        document["entry_id"] = entry.entry_id
-        document["data_base64"] = base64.b64encode(entry.data).decode()
-        document.update(extra or {})
-        return json.dumps(document)
-    data = entry.data.decode("utf-8", errors="backslashreplace")
-    return f"{entry.entry_id if position is None else position}\t{data}"
 
 
 password_option = click.option(

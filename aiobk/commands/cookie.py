@@ -1,4 +1,6 @@
-"""``aiobk cookie show|fix`` (also ``aiobk bookie cookie``): a bookie's cookies (BP-46)."""
+"""``aiobk cookie show|fix``: a bookie's cookies (BP-46). ``aiobk bookie cookie`` is the same
+group under a second name, kept working for scripts but deprecated and not listed
+(``cookie_alias``)."""
 
 from __future__ import annotations
 
@@ -114,3 +116,15 @@ def cookie_fix(
     except (MetadataURIError, BKError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"cookies of {bookie_id} rewritten (instance {instance}); the next start fences")
+
+
+def cookie_alias() -> click.Group:
+    """``cookie_group`` under another parent, hidden from its help: one way to name a command
+    is shown, an older one keeps working."""
+    return click.Group(
+        cookie_group.name,
+        commands=cookie_group.commands,
+        help=cookie_group.help,
+        hidden=True,
+        deprecated="Use `aiobk cookie`.",
+    )

@@ -16,11 +16,11 @@ import json
 
 import click
 
+from aiobk.client import log_format
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.passwords import check_delete
 from aiobk.commands.common import (
     confirm_or_stop,
-    entry_line,
     json_option,
     ledger_document,
     metadata_option,
@@ -28,12 +28,15 @@ from aiobk.commands.common import (
     print_ledger_table,
     quiet_on_closed_pipe,
     refuse_unless_confirmable,
+    require_metadata,
     run_with_client,
     run_with_store,
     yes_option,
 )
+from aiobk.commands.records import entry_line
 from aiobk.metadata import LedgerMetadata
 from aiobk.metadata.store import MetadataStore
+from aiobk.protocol.errors import NoSuchLogError
 from aiobk.protocol.keys import password_matches
 
 
@@ -72,8 +75,10 @@ def ledger_show(ledger_id: int, metadata: str | None, as_json: bool) -> None:
 def read_command(group: click.Group) -> None:
     @group.command(
         "read",
-        help="Print a ledger's entries, up to the last add confirmed its bookies report. "
-        "Never fences: a live writer keeps writing (unless --recover).",
+        help="Print a ledger's entries, up to the last add confirmed its bookies report, one a "
+        "line: ID<TAB>DATA, or for a ledger of a log of records with a key, headers and a time, "
+        "ID<TAB>TIME<TAB>KEY<TAB>HEADERS<TAB>DATA (UTF-8; other bytes and control characters "
+        "backslash-escaped). Never fences: a live writer keeps writing (unless --recover).",
     )
     @click.argument("ledger_id", type=click.IntRange(min=0))
     @click.option("--from", "first", type=click.IntRange(min=0), default=0, help="First entry.")
@@ -118,11 +123,22 @@ def read_command(group: click.Group) -> None:
             end = lac if last is None else last
             if first > end:
                 return
+            envelopes = await holds_envelopes(bk.store, rh.metadata)
             # Streamed: each entry printed as it arrives, so the first line shows at once
             # and memory stays flat whatever the ledger's size.
             async with contextlib.aclosing(rh.read_iter(first, end)) as entries:
                 async for entry in entries:
-                    click.echo(entry_line(entry, as_json))
+                    record = None
+                    if envelopes:
+                        try:
+                            record = log_format.decode(entry.data)
+                        except log_format.RecordFormatError as exc:
+                            click.echo(
+                                f"aiobk: entry {entry.entry_id} is no record ({exc}); "
+                                "shown as stored",
+                                err=True,
+                            )
+                    click.echo(entry_line(entry.entry_id, entry.data, as_json, record))
 
         with quiet_on_closed_pipe():
             run_with_client(metadata, action)
@@ -177,6 +193,7 @@ def delete_command(group: click.Group) -> None:
     ) -> None:
         if password is not None and no_password_check:
             raise click.UsageError("--password and --no-password-check contradict each other")
+        require_metadata(metadata)
         refuse_unless_confirmable(f"deleting ledger {ledger_id}", yes)
         # A ledger created with the empty password needs none given (BookKeeper.delete_ledger).
         secret = None if password is None else password.encode()
@@ -209,6 +226,19 @@ def delete_command(group: click.Group) -> None:
             click.echo(json.dumps({"ledger_id": ledger_id, "deleted": True}))
         else:
             click.echo(f"deleted ledger {ledger_id}")
+
+
+async def holds_envelopes(store: MetadataStore, metadata: LedgerMetadata) -> bool:
+    """Whether the ledger's entries are records with a key, headers and a time: it was written
+    for a log (its custom metadata names it) whose records are envelopes."""
+    name = metadata.custom_metadata.get("log")
+    if name is None:
+        return False
+    try:
+        found = await store.read_log(name.decode(errors="replace"))
+    except (NoSuchLogError, ValueError):  # gone, or no name a log can have
+        return False
+    return found.record_format == log_format.ENVELOPE
 
 
 def has_empty_password(metadata: LedgerMetadata) -> bool:

@@ -8,7 +8,6 @@ fences: reading a log never disturbs its writer.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from typing import Any
@@ -16,21 +15,21 @@ from typing import Any
 import click
 
 from aiobk.client.bookkeeper import BookKeeper
-from aiobk.client.entry import Entry
-from aiobk.client.log_position import LogPosition, LogRecord
+from aiobk.client.log_position import LogPosition
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,
-    entry_line,
     json_option,
     metadata_option,
     quiet_on_closed_pipe,
     refuse_unless_confirmable,
+    require_metadata,
     run_with_client,
     run_with_store,
     until_signalled,
     yes_option,
 )
+from aiobk.commands.records import record_line
 from aiobk.metadata import KeyLayout, LogMetadata, MetadataStore
 from aiobk.protocol.errors import NoSuchLedgerError
 
@@ -126,21 +125,12 @@ def log_show(name: str, metadata: str | None, as_json: bool) -> None:
             click.echo(f"  {ledger['ledger_id']}\t{ledger['state']}")
 
 
-def _record_fields(record: LogRecord) -> dict[str, Any] | None:
-    """An envelope record's key, headers and time for ``tail --json`` (bytes in base64)."""
-    if record.timestamp is None:
-        return None
-    return {
-        "key_base64": None if record.key is None else base64.b64encode(record.key).decode(),
-        "headers_base64": {k: base64.b64encode(v).decode() for k, v in record.headers.items()},
-        "timestamp": record.timestamp,
-    }
-
-
 @log_group.command(
     "tail",
-    help="Print a log's records (POSITION<TAB>DATA) from --from to the end the log has now; "
-    "with --follow, keep printing live appends until interrupted.",
+    help="Print a log's records from --from to the end the log has now, one a line: "
+    "POSITION<TAB>DATA, or POSITION<TAB>TIME<TAB>KEY<TAB>HEADERS<TAB>DATA for records with a "
+    "key, headers and a time (UTF-8; other bytes and control characters backslash-escaped). "
+    "With --follow, keep printing live appends until interrupted.",
 )
 @name_argument
 @click.option(
@@ -160,9 +150,7 @@ def log_tail(
 
         async def show() -> None:
             async for record in reader:
-                position = record.position
-                entry = Entry(position.ledger_id, position.entry_id, record.data)
-                click.echo(entry_line(entry, as_json, str(position), _record_fields(record)))
+                click.echo(record_line(record, as_json))
                 if follow:
                     sys.stdout.flush()  # live: each record as it comes, not a buffer later
 
@@ -225,6 +213,7 @@ def log_delete(
     metadata: str | None,
     as_json: bool,
 ) -> None:
+    require_metadata(metadata)
     refuse_unless_confirmable(f"deleting log {name}", yes)
     if not yes:
         record = run_with_store(metadata, lambda store: store.read_log(name))

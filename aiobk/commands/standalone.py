@@ -10,7 +10,9 @@ standalone is refused).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import shlex
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -77,6 +79,7 @@ async def _run(
         loop.add_signal_handler(signum, stop.set)
     running: list[Bookie] = []
     admins: list[HttpAdmin] = []
+    lost_etcd = False
     try:
         try:
             etcd.launch()  # on this (the main) thread: etcd dies with this process
@@ -113,8 +116,21 @@ async def _run(
                     admins.append(admin)
                     click.echo(f"bookie {bookie.bookie_id} admin API and metrics on {admin.url}")
         click.echo(f"metadata: {uri}")
+        # What a second terminal needs, as a line it can run as it is.
+        click.echo(f"export AIOBK_METADATA={shlex.quote(uri)}")
         click.echo("standalone cluster ready; Ctrl-C stops it")
-        await stop.wait()
+        etcd_exit = await _until_stopped_or_exited(stop, etcd)
+        if etcd_exit is not None:
+            pid, status = etcd_exit
+            # Said at once, before the bookies' stop: the one line that explains the rest.
+            # Their warnings about the store they can no longer reach would only repeat it.
+            click.echo(
+                f"aiobk: error: etcd (pid {pid}) {_ending(status)}; stopping the bookies "
+                f"(etcd's log: {etcd.log_path})",
+                err=True,
+            )
+            logging.getLogger("aiobk").setLevel(logging.ERROR)
+            lost_etcd = True
     finally:
         for admin in admins:
             await admin.stop()
@@ -123,6 +139,37 @@ async def _run(
         if etcd.process is not None:
             await asyncio.to_thread(etcd.stop, False)
             click.echo("standalone cluster stopped")
+    if lost_etcd:
+        raise click.exceptions.Exit(1)
+
+
+def _ending(status: int) -> str:
+    """How a process with exit status ``status`` (negative: killed by that signal) ended."""
+    if status >= 0:
+        return f"exited with status {status}"
+    try:
+        name = signal.Signals(-status).name
+    except ValueError:
+        name = f"signal {-status}"
+    return f"was killed by {name}"
+
+
+async def _until_stopped_or_exited(
+    stop: asyncio.Event, etcd: EtcdProcess
+) -> tuple[int, int] | None:
+    """Wait for ``stop`` (a signal) or for etcd's process to exit; (pid, status) in the latter
+    case, known the moment it happens (a thread waits on the process: the bookies are stopped
+    before they notice). Stopping etcd afterwards ends that thread."""
+    process = etcd.process
+    assert process is not None
+    exited = asyncio.ensure_future(asyncio.to_thread(process.wait))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait((exited, stopped), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not exited.done():
+        exited.cancel()  # the thread itself ends when etcd is stopped
+        return None
+    return process.pid, exited.result()
 
 
 @click.command("standalone", help="Start etcd and N bookies on loopback until interrupted.")

@@ -1,4 +1,5 @@
-"""Plain-text output of the commands: aligned tables, and a progress line on a terminal.
+"""Plain-text output of the commands: aligned tables, line-safe bytes, and a progress line on a
+terminal.
 
 No terminal-UI library: these are all a command line needs, and the client install stays
 small (``aiobk.commands.extras``). Tables never wrap or clip a cell, so piped output keeps
@@ -7,6 +8,7 @@ whole values on one line per row.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -32,6 +34,35 @@ def format_table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = 
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
+
+
+# What ``printable`` escapes: the backslash itself; C0 controls (newline and tab among them), DEL
+# and the C1 controls, which a terminal may act on; the Unicode line and paragraph separators,
+# which some readers take as line ends; and the bytes that are not UTF-8 (decoded as lone
+# surrogates by "surrogateescape").
+_UNSAFE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029\udc80-\udcff]")
+_NAMED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def printable(data: bytes) -> str:
+    """``data`` as one line of text: UTF-8 shown as it is, everything else backslash-escaped --
+    ``\\\\`` for a backslash, ``\\n``, ``\\t`` and ``\\r``, ``\\xNN`` for another control byte or a
+    byte that is not UTF-8, ``\\uNNNN`` for a C1 control or a line or paragraph separator. No
+    two inputs print the same, and nothing printed breaks a line or moves a terminal's cursor."""
+    return _UNSAFE.sub(_escape, data.decode("utf-8", errors="surrogateescape"))
 
 
 def echo_table(rows: Sequence[Sequence[str]], headers: Sequence[str] | None = None) -> None:
@@ -86,4 +117,4 @@ def progress_line() -> ProgressLine | None:
     return ProgressLine(sys.stderr) if sys.stderr.isatty() else None
 
 
-__all__ = ["ProgressLine", "echo_table", "format_table", "progress_line"]
+__all__ = ["ProgressLine", "echo_table", "format_table", "printable", "progress_line"]

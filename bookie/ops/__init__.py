@@ -10,6 +10,7 @@ from aiobk.bookie.ops.admin import (
     handle_bookie_state,
     handle_force,
     handle_gc,
+    handle_gc_report,
     handle_handshake,
 )
 from aiobk.bookie.ops.lac import handle_read_lac, handle_write_lac
@@ -27,6 +28,7 @@ HANDLERS: dict[OpCode, Handler] = {
     OpCode.FORCE: handle_force,
     OpCode.GET_BOOKIE_INFO: handle_bookie_info,
     OpCode.GC: handle_gc,
+    OpCode.GC_REPORT: handle_gc_report,
     OpCode.BOOKIE_STATE: handle_bookie_state,
     OpCode.LEDGER_KEY: handle_ledger_key,
 }

@@ -1,8 +1,9 @@
-"""HANDSHAKE, FORCE, GET_BOOKIE_INFO, GC and BOOKIE_STATE."""
+"""HANDSHAKE, FORCE, GET_BOOKIE_INFO, GC, GC_REPORT and BOOKIE_STATE."""
 
 from __future__ import annotations
 
 import hmac
+import json
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.config import ConfigError
@@ -14,6 +15,8 @@ from aiobk.protocol import (
     BookieStateResponse,
     ForceRequest,
     ForceResponse,
+    GcReportRequest,
+    GcReportResponse,
     GcRequest,
     GcResponse,
     GetBookieInfoRequest,
@@ -130,6 +133,21 @@ def handle_gc(ctx: BookieContext, request: GcRequest, conn: Replier) -> None:
         )
 
     conn.spawn(run())
+
+
+def handle_gc_report(ctx: BookieContext, request: GcReportRequest, conn: Replier) -> None:
+    """Each entry log's live and total bytes, and why garbage collection keeps it
+    (``aiobk bookie gc --report``); no pass is run."""
+
+    async def answer() -> None:
+        try:
+            report = await ctx.admin.gc_report()
+        except OSError as exc:
+            conn.reply(GcReportResponse(request.txn_id, StatusCode.EIO, str(exc)))
+            return
+        conn.reply(GcReportResponse(request.txn_id, StatusCode.EOK, json.dumps(report)))
+
+    conn.spawn(answer())
 
 
 def handle_bookie_state(ctx: BookieContext, request: BookieStateRequest, conn: Replier) -> None:

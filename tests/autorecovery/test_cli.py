@@ -406,8 +406,13 @@ async def test_bad_input_and_an_unreachable_store_are_one_line_errors(
 ) -> None:
     """As the console script runs (child processes, at once): the store is asked."""
     uri = etcd_server.uri(unique_name("arcli"))
+    async with open_store(uri) as store:
+        await store.set_up_cluster("arcli")  # a cluster, with no bookie and no ledger yet
+    empty = etcd_server.uri(unique_name("arcli"))  # no cluster at all
     down = f"etcd://127.0.0.1:{free_port()}/x"  # nothing listens: refused
     cases: list[tuple[list[str], str]] = [
+        (["bookies", "decommission", "x:1", "--metadata", empty],
+         "no aiobk cluster was ever set up under prefix"),
         (["bookies", "decommission", "nobody:1", "--metadata", uri],
          "unknown bookie 'nobody:1': not registered, no cookie, named in no ledger"),
         (["bookies", "decommission", "x:1", "--metadata", down], "unreachable"),

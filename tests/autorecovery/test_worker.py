@@ -5,6 +5,8 @@ test sets up a mark and looks at exactly what one repair does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import random
 import shutil
@@ -195,6 +197,39 @@ async def test_with_no_bookie_to_copy_to_the_repair_fails_and_backs_off(
     await asyncio.sleep(CONFIG.rereplication_retry_delay * 1.5)
     assert await worker.run_once()
     assert await bk.store.autorecovery.read_mark(ledger_id) is None
+
+
+@pytest.mark.timeout(60)
+async def test_a_cancelled_repair_stops_noting_its_attempt(
+    cluster: Cluster, bk: BookKeeper
+) -> None:
+    """A worker stopped mid-copy leaves no task behind noting the attempt it gave up."""
+    ledger_id = await _ledger(bk, 60)
+    victim = (await bk.store.read_ledger(ledger_id)).fragments[0].ensemble[0]
+    await _lose(cluster, cluster.by_id(victim))
+    await bk.store.autorecovery.mark(ledger_id, [victim], LOST_BOOKIE, 0)
+    slow = dataclasses.replace(CONFIG, rereplication_max_bytes_per_second=50)  # ~10 s of copying
+    worker = ReplicationWorker(
+        bk.context, slow, "slow-worker", wall_clock=time.time,
+        secret_bytes=random.Random(5).randbytes,
+    )  # fmt: skip
+
+    def noting() -> list[asyncio.Task[object]]:
+        return [t for t in asyncio.all_tasks() if t.get_name() == "attempt-notes" and not t.done()]
+
+    repair = asyncio.create_task(worker.run_once())
+    async with asyncio.timeout(10):
+        while not noting():
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)  # copying, under its throttle
+    assert not repair.done()
+    repair.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await repair
+    for _turn in range(3):
+        await asyncio.sleep(0)
+    assert noting() == []
+    assert await bk.store.autorecovery.claimant(ledger_id) is None  # released
 
 
 @pytest.mark.timeout(60)

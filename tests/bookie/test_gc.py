@@ -165,6 +165,34 @@ async def test_periodic_gc_runs_on_its_own(tmp_path: Path) -> None:
         await _check(keep.ledger_id, bk, 40, b"k")
 
 
+async def test_a_pass_that_fails_unexpectedly_does_not_end_periodic_gc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever one pass raises, the next pass runs: a GC loop that ended on an error a pass
+    did not expect left a bookie's disk growing for the rest of its life."""
+    async with _one_bookie(tmp_path, **{**SMALL_LOGS, "gc_interval": 0.1}) as (cluster, bk):
+        keep, doomed = await _two_ledgers(bk)
+        bookie = cluster.bookies[0]
+        real = type(bookie).collect_garbage
+        failures = []
+
+        async def failing_once(self: object, forced: bool = False) -> object:
+            if not failures:
+                failures.append(1)
+                raise RuntimeError("an error no pass expects")
+            return await real(bookie, forced)
+
+        monkeypatch.setattr(type(bookie), "collect_garbage", failing_once)
+        await bk.delete_ledger(doomed.ledger_id)
+        for _ in range(100):
+            if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
+                break
+            await asyncio.sleep(0.1)
+        assert failures == [1]
+        assert doomed.ledger_id not in bookie.storage.ledgers
+        await _check(keep.ledger_id, bk, 40, b"k")
+
+
 @pytest.mark.timeout(120)
 async def test_gc_with_etcd_down_deletes_nothing_then_resumes(tmp_path: Path) -> None:
     etcd = EtcdProcess(data_dir=str(tmp_path / "etcd")).start()

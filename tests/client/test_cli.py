@@ -117,7 +117,10 @@ async def test_ledger_read_recover_and_errors(etcd_cluster: Cluster) -> None:
     assert backwards.stderr == "aiobk: error: --from 5 is after --to 3\n"
     wrong = await aiobk("ledger", "read", ledger, "--metadata", uri, "--password", "no")
     assert wrong.returncode == 1
-    assert wrong.stderr == f"aiobk: error: wrong password for ledger {ledger}\n"
+    assert wrong.stderr == (
+        f"aiobk: error: wrong password for ledger {ledger}: the --password given is not the "
+        "ledger's\n"
+    )
     # --recover fences and closes: every entry a quorum holds, then the ledger's end.
     full = await aiobk("ledger", "read", ledger, "--metadata", uri, "--password", "pw", "--recover")
     assert full.stdout.splitlines() == [f"{i}\tline {i}" for i in range(5)]
@@ -177,7 +180,10 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
             "ledger", "delete", ledger, "--metadata", uri, "--yes", "--password", "x"
         )
         assert wrong.returncode == 1
-        assert wrong.stderr == f"aiobk: error: wrong password for ledger {ledger}\n"
+        assert wrong.stderr == (
+            f"aiobk: error: wrong password for ledger {ledger}: the --password given is not "
+            "the ledger's\n"
+        )
         status, out, shown = await asyncio.to_thread(
             aiobk_on_terminal, "ledger", "delete", ledger, "--metadata", uri, "--password", "x"
         )

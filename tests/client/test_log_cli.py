@@ -69,7 +69,7 @@ async def test_log_commands(etcd_cluster: Cluster) -> None:
             "headers_base64": {"h": base64.b64encode(b"v").decode()}, "timestamp": 5,
         }  # fmt: skip
         plain = await aiobk("log", "tail", "events", "--metadata", uri)
-        assert plain.stdout == f"{at}\te\n"
+        assert plain.stdout == f"{at}\t1970-01-01T00:00:00.005Z\tk\th=v\te\n"
         await bk.delete_log("events")
 
         # tail without --follow: to the end seen at the start, then exit; the writer is live.

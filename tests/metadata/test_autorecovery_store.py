@@ -1,6 +1,7 @@
 """Autorecovery's keys (metadata.autorecovery), one contract over memory:// and a real etcd:
 marks widen by compare-and-set and go only at the version read, claims exclude each other and
-vanish with their lease, one auditor at a time, the switch, audit requests, the secret."""
+vanish with their lease, workers' attempts, one auditor at a time, the switch, audit requests,
+the secret."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from aiobk.metadata import (
     LOST_BOOKIE,
     AuditorStatus,
     MetadataStore,
+    RepairAttempt,
     UnderReplication,
 )
+from aiobk.metadata.autorecovery import FAILED
 from aiobk.protocol.errors import MetadataVersionError
 
 
@@ -78,6 +81,30 @@ async def test_a_claim_excludes_others_and_lapses_with_its_lease(store: Metadata
     assert await marks.claimant(5) is None
 
 
+async def test_a_workers_attempt_is_noted_keeps_its_reason_and_goes_with_its_lease(
+    store: MetadataStore,
+) -> None:
+    marks, kv = store.autorecovery, store.kv
+    lease, _ttl = await kv.grant_lease(60)
+    failed = RepairAttempt(5, "w1", 1000, FAILED, "no-bookie-outside-ensemble", "need 1",
+                           failures=2, retry_at=9000, updated=2000)  # fmt: skip
+    await marks.note_attempt(failed, lease)
+    assert await marks.read_attempt(5) == failed
+    # The next attempt, under way, says nothing yet of its own: the last reason stays with it.
+    again = RepairAttempt(5, "w2", 3000, entries_to_copy=10, entries_copied=4, updated=3500)
+    await marks.note_attempt(again, lease)
+    read = await marks.read_attempt(5)
+    assert read is not None
+    assert (read.worker, read.state, read.entries_copied) == ("w2", "repairing", 4)
+    assert (read.kind, read.detail) == ("no-bookie-outside-ensemble", "need 1")
+    await marks.clear_attempt(5)
+    assert await marks.read_attempt(5) is None
+    await marks.clear_attempt(5)  # none: nothing to do
+    await marks.note_attempt(failed, lease)
+    await kv.revoke_lease(lease)  # the worker died: its note goes with it (and its backoff)
+    assert await marks.read_attempt(5) is None
+
+
 async def test_one_auditor_at_a_time(store: MetadataStore) -> None:
     marks, kv = store.autorecovery, store.kv
     first, _ttl = await kv.grant_lease(60)
@@ -85,8 +112,10 @@ async def test_one_auditor_at_a_time(store: MetadataStore) -> None:
     assert await marks.auditor() is None
     assert await marks.elect("a1", first)
     assert not await marks.elect("a2", second)
-    status = await marks.publish_status(AuditorStatus("a1", {"b9": 12}, {"b8": 20}, 5, 6), first)
+    published = AuditorStatus("a1", {"b9": 12}, {"b8": 20}, 5, 6, {"grace": 30.0})
+    status = await marks.publish_status(published, first)
     assert await marks.read_status() == status
+    assert status.settings == {"grace": 30.0}
     await kv.revoke_lease(first)
     assert await marks.auditor() is None
     assert await marks.read_status() is None  # the status lived under the auditor's lease

@@ -138,3 +138,40 @@ async def test_a_cancel_arriving_as_a_call_completes_is_not_swallowed(etcd_serve
             await task
     finally:
         await store.close()
+
+
+async def test_a_call_whose_client_is_closed_under_it_is_tried_again_not_cancelled(
+    etcd_server: EtcdProcess,
+) -> None:
+    """gRPC cancels the calls of a channel closed under them. That is not a cancellation of
+    the caller: a bookie's lease keep-alive and GC loop ended silently this way when another
+    call moved to the next etcd endpoint, and the bookie dropped out of the registry."""
+    kv = EtcdKV([(etcd_server.host, etcd_server.client_port)], timeout=3.0)
+    try:
+        lease, _ttl = await kv.grant_lease(30)
+        for turn in range(20):
+            calls = [asyncio.ensure_future(kv.keep_alive(lease)) for _ in range(4)]
+            await asyncio.sleep(0.0005 * (turn % 5))  # some sent, some not yet
+            client = kv._client
+            if turn % 2:
+                await kv._rotate()  # as a call that failed does, moving to the next endpoint
+            else:
+                await kv._close_client(client)  # as a token's retirement does, later
+            assert [await call > 0 for call in calls] == [True] * 4
+    finally:
+        await kv.close()
+
+
+async def test_a_call_on_a_closed_kv_is_an_error_not_a_new_connection(
+    etcd_server: EtcdProcess,
+) -> None:
+    kv = EtcdKV([(etcd_server.host, etcd_server.client_port)], timeout=3.0)
+    lease, _ttl = await kv.grant_lease(30)
+    call = asyncio.ensure_future(kv.keep_alive(lease))
+    await asyncio.sleep(0)
+    await kv.close()
+    (outcome,) = await asyncio.gather(call, return_exceptions=True)
+    if isinstance(outcome, BaseException):
+        assert isinstance(outcome, MetadataStoreError)
+        assert "closed" in str(outcome)
+    assert kv._client is None

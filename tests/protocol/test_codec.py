@@ -28,6 +28,8 @@ from aiobk.protocol import (
     ForceResponse,
     FrameDecoder,
     FrameTooLargeError,
+    GcReportRequest,
+    GcReportResponse,
     GcRequest,
     GcResponse,
     GetBookieInfoRequest,
@@ -84,6 +86,7 @@ requests = st.one_of(
     st.builds(ForceRequest, i64, i64, small),
     st.builds(GetBookieInfoRequest, i64),
     st.builds(GcRequest, i64),
+    st.builds(GcReportRequest, i64),
     st.builds(BookieStateRequest, i64, st.sampled_from(list(StateChange))),
     st.builds(LedgerKeyRequest, i64, i64, small),
 )
@@ -104,6 +107,7 @@ responses = st.one_of(
         st.dictionaries(st.text(max_size=8), i64, max_size=4),
     ),
     st.builds(GcResponse, i64, status, i64, i64, i64, i64, st.text(max_size=20)),
+    st.builds(GcReportResponse, i64, status, st.text(max_size=40)),
     st.builds(
         BookieStateResponse, i64, status, i64, st.text(max_size=20), i64, st.text(max_size=9)
     ),
