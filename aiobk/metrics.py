@@ -2,7 +2,9 @@
 ``BookieStats`` counters and histograms, its gauges, the disk usage of its directories), an
 autorecovery process's (``AutoRecoveryStats``), and a client's, on an application's own registry
 (``register_client_metrics``). Every process that serves metrics also exports
-``aiobk_build_info{version, python}`` (``register_build_info``).
+``aiobk_build_info{version, python}`` (``register_build_info``) and its event loop's lag,
+``aiobk_event_loop_lag_seconds`` (``register_loop_lag``, ``aiobk.loop_lag``); bookies and
+autorecovery processes ``aiobk_metadata_connected`` (``MetadataCollector``).
 
 The bookie, autorecovery and client keep plain figures; one collector reads them at scrape time
 (from the exporter's thread), so the hot path pays an addition, or a ``bisect`` for a histogram,
@@ -13,7 +15,8 @@ process or client: a counter gets prometheus' ``_total`` suffix, a latency histo
 ``bookie_journal_JOURNAL_SYNC`` ``aiobk_bookie_journal_sync_seconds``, its
 ``bookie_SERVER_STATUS`` the ``aiobk_bookie_writable`` gauge). Every figure has a one-line help
 text (``BOOKIE_HELP``, ``AUTORECOVERY_HELP``, ``CLIENT_HELP``; a test checks that none is
-missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's.
+missing). ``deploy/grafana/bookie-dashboard.json`` charts the bookie's,
+``deploy/grafana/client-dashboard.json`` a client's.
 
 The ``--metrics-port`` exporter is prometheus_client's WSGI app on a thread of its own, behind
 a router of ours (``exporter_app``): prometheus_client's answers the exposition on any path, so
@@ -25,6 +28,7 @@ exporters' convention: whoever opens the port by hand learns what it is; a scrap
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import shutil
 import socket
@@ -50,6 +54,8 @@ import aiobk
 from aiobk.autorecovery import AutoRecoveryStats
 from aiobk.bookie.stats import BookieStats
 from aiobk.client import BookKeeper
+from aiobk.loop_lag import LoopLag, loop_lag
+from aiobk.metadata import MetadataStore
 
 Figures = Callable[[], dict[str, int]]
 
@@ -66,7 +72,16 @@ Histograms = Callable[[], Mapping[str, HistogramFigures]]
 
 # AutoRecoveryStats' figures that go up and down (the rest only ever grow). Named here rather
 # than in the stats class, which stays free of exporting concerns.
-AUTORECOVERY_GAUGES = frozenset({"under_replicated_ledgers", "lost_ledgers", "lost_bookies"})
+AUTORECOVERY_GAUGES = frozenset(
+    {
+        "under_replicated_ledgers",
+        "lost_ledgers",
+        "lost_bookies",
+        "bookies_registered",
+        "bookies_writable",
+        "bookies_readonly",
+    }
+)
 
 # One line per figure, by its exported name without the prefix (and without a counter's
 # _total); BookKeeper's name in brackets where one maps.
@@ -169,6 +184,10 @@ AUTORECOVERY_HELP: dict[str, str] = {
     "(the auditor's count).",
     "lost_ledgers": "Marked ledgers with entries no bookie has (the auditor's count).",
     "lost_bookies": "Bookies the auditor holds lost.",
+    "bookies_registered": "Bookies registered (live), writable or read-only, as the auditor "
+    "last read the registry.",
+    "bookies_writable": "Writable bookies registered, as the auditor last read the registry.",
+    "bookies_readonly": "Read-only bookies registered, as the auditor last read the registry.",
     "ledgers_repaired": "Under-replicated marks this process's workers resolved.",
     "fragments_replicated": "Fragment copies this process's workers moved to a new bookie.",
     "entries_replicated": "Entries this process's workers copied to a new bookie.",
@@ -224,10 +243,11 @@ class FiguresCollector:
         gauges: Figures | None = None,
         histograms: Histograms | None = None,
         help_texts: Mapping[str, str] | None = None,
+        extra_labels: Mapping[str, str] | None = None,
     ) -> None:
         self._subsystem = subsystem
-        self._label = label
-        self._value = value
+        self._labels = [label, *(extra_labels or {})]
+        self._values = [value, *(extra_labels or {}).values()]
         self._counters = counters
         self._gauges = gauges
         self._histograms = histograms
@@ -238,7 +258,7 @@ class FiguresCollector:
 
     def collect(self) -> Iterator[Any]:
         prefix = f"aiobk_{self._subsystem}"
-        labels, values = [self._label], [self._value]
+        labels, values = self._labels, self._values
         for name, value in self._counters().items():
             family = CounterMetricFamily(
                 f"{prefix}_{name}", self._doc(name, "counter"), labels=labels
@@ -311,6 +331,65 @@ def register_build_info(registry: CollectorRegistry = REGISTRY) -> None:
             _build_info_on.add(registry)
 
 
+LOOP_LAG_HELP = (
+    "How much later than scheduled the event loop woke a task sleeping 0.5 s (the loop's clock)."
+)
+METADATA_CONNECTED_HELP = (
+    "1 while the last call to the metadata store (etcd) got through, 0 after one that could not."
+)
+
+
+class LoopLagCollector:
+    """``aiobk_event_loop_lag_seconds``: the lag histogram of the process's loop
+    (``aiobk.loop_lag``)."""
+
+    def __init__(self, monitor: LoopLag) -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Any]:
+        family = HistogramMetricFamily("aiobk_event_loop_lag_seconds", LOOP_LAG_HELP)
+        buckets, total = _buckets(self.monitor.histogram)
+        family.add_metric([], buckets, total)
+        yield family
+
+
+_loop_lag_on: weakref.WeakKeyDictionary[CollectorRegistry, LoopLagCollector] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_loop_lag(registry: CollectorRegistry = REGISTRY) -> LoopLagCollector:
+    """Measure the running loop's lag and put ``aiobk_event_loop_lag_seconds`` on ``registry``
+    (once: the bookies of a standalone cluster and the clients of one application share a
+    loop). Called on the loop's thread."""
+    monitor = loop_lag()
+    with _build_info_lock:
+        collector = _loop_lag_on.get(registry)
+        if collector is None:
+            collector = _loop_lag_on[registry] = LoopLagCollector(monitor)
+            registry.register(collector)
+        collector.monitor = monitor  # a later loop of the same process (tests) takes over
+    return collector
+
+
+class MetadataCollector:
+    """``aiobk_metadata_connected{...} 1|0``: whether a process's metadata store answers
+    (``KV.connected``), with the process's labels (a bookie's, an autorecovery's)."""
+
+    def __init__(self, store: Callable[[], MetadataStore | None], labels: Mapping[str, str]):
+        self._store = store
+        self._labels = dict(labels)
+
+    def collect(self) -> Iterator[Any]:
+        family = GaugeMetricFamily(
+            "aiobk_metadata_connected", METADATA_CONNECTED_HELP, labels=list(self._labels)
+        )
+        store = self._store()
+        if store is not None:
+            family.add_metric(list(self._labels.values()), int(store.kv.connected))
+        yield family
+
+
 def _split(figures: Figures, gauge_names: Collection[str]) -> tuple[Figures, Figures]:
     """One source of figures as two: the counters, and the gauges among them."""
 
@@ -324,7 +403,10 @@ def _split(figures: Figures, gauge_names: Collection[str]) -> tuple[Figures, Fig
 
 
 def bookie_collectors(
-    stats: BookieStats, bookie_id: str, gauges: Figures | None = None
+    stats: BookieStats,
+    bookie_id: str,
+    gauges: Figures | None = None,
+    store: Callable[[], MetadataStore | None] | None = None,
 ) -> list[Any]:
     """The collectors of a bookie's figures (``aiobk_bookie_*{bookie=...}``), for a registry of
     the caller's choosing: counters, gauges and histograms, and its directories' disk usage.
@@ -338,7 +420,10 @@ def bookie_collectors(
     figures = FiguresCollector(
         "bookie", "bookie", bookie_id, stats.as_dict, gauges, histograms, BOOKIE_HELP
     )
-    return [figures, DiskCollector(bookie_id, lambda: stats.directories)]
+    collectors: list[Any] = [figures, DiskCollector(bookie_id, lambda: stats.directories)]
+    if store is not None:
+        collectors.append(MetadataCollector(store, {"bookie": bookie_id}))
+    return collectors
 
 
 METRICS_PATH = "/metrics"
@@ -402,9 +487,11 @@ def start_exporter(
 
 
 def _serve(collectors: Iterable[Any], host: str, port: int, title: str) -> None:
-    """Bind the exporter first: a port in use fails here (OSError) before anything registers."""
+    """Bind the exporter first: a port in use fails here (OSError) before anything registers.
+    Called on the process's loop (its lag is measured from now)."""
     start_exporter(host, port, title)
     register_build_info()
+    register_loop_lag()
     for collector in collectors:
         REGISTRY.register(collector)
 
@@ -415,18 +502,32 @@ def serve_metrics(
     host: str,
     port: int,
     gauges: Figures | None = None,
+    store: Callable[[], MetadataStore | None] | None = None,
 ) -> None:
     """Start a bookie's exporter thread (it lives as long as the process). ``gauges`` is read
-    at scrape time too (writable, bytes held, ...)."""
-    _serve(bookie_collectors(stats, bookie_id, gauges), host, port, f"aiobk bookie {bookie_id}")
+    at scrape time too (writable, bytes held, ...); ``store`` the bookie's metadata store, for
+    ``aiobk_metadata_connected``."""
+    _serve(
+        bookie_collectors(stats, bookie_id, gauges, store), host, port, f"aiobk bookie {bookie_id}"
+    )
 
 
 def autorecovery_collector(stats: AutoRecoveryStats, node_id: str) -> FiguresCollector:
-    """A collector of an autorecovery process's figures (``aiobk_autorecovery_*{node=...}``),
-    for a registry of the caller's choosing (a bookie's exporter may add it beside its own)."""
+    """A collector of an autorecovery process's figures
+    (``aiobk_autorecovery_*{node=..., bookie=...}``), for a registry of the caller's choosing
+    (a bookie's exporter may add it beside its own). ``bookie`` is the same id as ``node``:
+    the bookie it runs beside, or the name of an ``aiobk autorecovery start`` process -- so
+    that one ``bookie=`` selector finds a bookie's figures and its autorecovery's; ``node``
+    stays for the dashboards and alerts written against it."""
     counters, gauges = _split(stats.as_dict, AUTORECOVERY_GAUGES)
     return FiguresCollector(
-        "autorecovery", "node", node_id, counters, gauges, help_texts=AUTORECOVERY_HELP
+        "autorecovery",
+        "node",
+        node_id,
+        counters,
+        gauges,
+        help_texts=AUTORECOVERY_HELP,
+        extra_labels={"bookie": node_id},
     )
 
 
@@ -437,10 +538,19 @@ def add_autorecovery_metrics(stats: AutoRecoveryStats, node_id: str) -> None:
 
 
 def serve_autorecovery_metrics(
-    stats: AutoRecoveryStats, node_id: str, host: str, port: int
+    stats: AutoRecoveryStats,
+    node_id: str,
+    host: str,
+    port: int,
+    store: MetadataStore | None = None,
 ) -> None:
-    """Start the exporter of ``aiobk autorecovery start`` (lives as long as the process)."""
-    _serve([autorecovery_collector(stats, node_id)], host, port, f"aiobk autorecovery {node_id}")
+    """Start the exporter of ``aiobk autorecovery start`` (lives as long as the process);
+    ``store`` its metadata store, for ``aiobk_metadata_connected``."""
+    collectors: list[Any] = [autorecovery_collector(stats, node_id)]
+    if store is not None:
+        labels = {"node": node_id, "bookie": node_id}
+        collectors.append(MetadataCollector(lambda: store, labels))
+    _serve(collectors, host, port, f"aiobk autorecovery {node_id}")
 
 
 def client_collector(bk: BookKeeper, name: str = "aiobk") -> FiguresCollector:
@@ -471,9 +581,13 @@ def register_client_metrics(
 ) -> FiguresCollector:
     """Export client ``bk``'s figures on ``registry`` (the application's; prometheus_client's
     default one unless told), labelled ``client=name`` -- give each client of one registry its
-    own name. Returns the collector (``registry.unregister`` it when the client is closed)."""
+    own name. Returns the collector (``registry.unregister`` it when the client is closed).
+    Called on the client's loop, it also measures that loop's lag, exported once per registry
+    as ``aiobk_event_loop_lag_seconds`` (``register_loop_lag``)."""
     collector = client_collector(bk, name)
     registry.register(collector)
+    with contextlib.suppress(RuntimeError):  # no running loop: no loop to measure
+        register_loop_lag(registry)
     return collector
 
 
@@ -483,10 +597,14 @@ __all__ = [
     "BOOKIE_HELP",
     "BUILD_INFO_HELP",
     "CLIENT_HELP",
+    "LOOP_LAG_HELP",
+    "METADATA_CONNECTED_HELP",
     "METRICS_PATH",
     "BuildInfoCollector",
     "DiskCollector",
     "FiguresCollector",
+    "LoopLagCollector",
+    "MetadataCollector",
     "add_autorecovery_metrics",
     "autorecovery_collector",
     "bookie_collectors",
@@ -495,6 +613,7 @@ __all__ = [
     "histogram_name",
     "register_build_info",
     "register_client_metrics",
+    "register_loop_lag",
     "serve_autorecovery_metrics",
     "serve_metrics",
     "start_exporter",

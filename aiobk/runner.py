@@ -40,6 +40,7 @@ from aiobk.metrics import (
     autorecovery_collector,
     bookie_collectors,
     register_build_info,
+    register_loop_lag,
     serve_metrics,
 )
 
@@ -163,6 +164,7 @@ def start_metrics(bookie: Bookie) -> None:
             bookie.config.host,
             bookie.config.metrics_port,
             bookie.gauges,
+            lambda: bookie.metadata,
         )
         for companion in bookie.companions:
             if isinstance(companion, AutoRecovery):
@@ -179,10 +181,14 @@ async def start_http_admin(bookie: Bookie, **options: Any) -> HttpAdmin | None:
     if config.http_port is None:
         return None
     register_build_info()  # REGISTRY's, served here as by the exporter
+    register_loop_lag()
     registries: list[CollectorRegistry] = [REGISTRY]
     if config.metrics_port is None:
         own = CollectorRegistry(auto_describe=False)  # nothing collected before a scrape
-        for collector in bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges):
+        collectors = bookie_collectors(
+            bookie.stats, bookie.bookie_id, bookie.gauges, lambda: bookie.metadata
+        )
+        for collector in collectors:
             own.register(collector)
         for companion in bookie.companions:
             if isinstance(companion, AutoRecovery):

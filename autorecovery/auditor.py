@@ -108,7 +108,12 @@ class Auditor:
     async def _watch_registry(self) -> set[str]:
         """Update the absence clocks from the registry; the bookies that just became lost."""
         loop = asyncio.get_running_loop()
-        registered = {info.bookie_id for info in await self._store.list_bookies()}
+        infos = await self._store.list_bookies()
+        registered = {info.bookie_id for info in infos}
+        writable = sum(info.writable for info in infos)
+        self.stats.bookies_registered = len(infos)
+        self.stats.bookies_writable = writable
+        self.stats.bookies_readonly = len(infos) - writable
         self._known |= registered
         for bookie in registered:
             self._absent.pop(bookie, None)

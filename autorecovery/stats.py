@@ -15,6 +15,9 @@ class AutoRecoveryStats:
     under_replicated_ledgers: int = 0  # gauge: marks waiting for repair (the auditor's count)
     lost_ledgers: int = 0  # gauge: marked ledgers with entries no bookie has
     lost_bookies: int = 0  # gauge: bookies the auditor holds lost
+    bookies_registered: int = 0  # gauge: live bookies in the registry, as the auditor last read
+    bookies_writable: int = 0  # gauge: ... of them writable
+    bookies_readonly: int = 0  # gauge: ... of them read-only
     # workers
     ledgers_repaired: int = 0  # marks a worker of this process resolved
     fragments_replicated: int = 0  # (fragment, bookie) copies moved to a new bookie

@@ -8,6 +8,11 @@ Prints a table with HDR percentiles, checks the targets as ratios to the floor, 
 Mode ``tls`` runs the persistent mode over TLS: bookies with ``--tls-only`` and
 ``--tls-client-auth`` and certificates made for the run, the client with its own; run it beside
 ``persistent`` (``--modes persistent,tls``) and read the cost as the ratio of the two rows.
+
+With ``--metadata URI`` (or AIOBK_METADATA) it measures that existing cluster instead: nothing
+started, no floors or targets (its disks and network are not this machine's), modes
+persistent or volatile, and every ledger it wrote deleted at the end. ``--entries`` caps the
+appends of each level.
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ from aiobk.bench.floors import (
 )
 from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
 from aiobk.client import BookKeeper, ClientConfig, Durability
-from aiobk.commands.common import run_group, with_log_level
-from aiobk.metadata import EtcdProcess
+from aiobk.commands.common import metadata_option, run_group, with_log_level
+from aiobk.metadata import EtcdProcess, MetadataURIError, redact_uri
 from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
+from aiobk.protocol.errors import BKError
 
 
 @dataclass
@@ -66,6 +72,7 @@ async def run_level(
     size: int,
     progress: Any,
     durability: Durability = Durability.PERSISTENT,
+    entries: int = 5_000_000,
 ) -> Level:
     lh = await bk.create_ledger(3, 3, 2, durability=durability)
     payload = os.urandom(size)
@@ -73,12 +80,15 @@ async def run_level(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     done = 0
+    started_appends = 0
     errors = 0
     task = progress.add_task(f"{in_flight:>4} in flight", total=seconds)
 
     async def worker() -> None:
         nonlocal done, errors
-        while loop.time() < deadline and done < 5_000_000:
+        nonlocal started_appends
+        while loop.time() < deadline and started_appends < entries:
+            started_appends += 1
             started = time.perf_counter_ns()
             try:
                 await lh.append(payload)
@@ -100,6 +110,7 @@ async def run_level(
     ticking.cancel()
     progress.update(task, completed=seconds)
     await lh.close()
+    await bk.delete_ledger(lh.ledger_id)  # a benchmark leaves no data behind
     return Level(
         durability.name.lower(),
         in_flight,
@@ -113,13 +124,18 @@ async def run_level(
     )
 
 
-async def _syncs(bk: BookKeeper) -> int:
-    """Journal and ledger-storage fdatasyncs so far, summed over the bookies."""
+async def _syncs(bk: BookKeeper) -> int | None:
+    """Journal and ledger-storage fdatasyncs so far, summed over the bookies (None when a
+    bookie does not say: an existing cluster may refuse a client without the admin role)."""
     total = 0
     for info in await bk.store.list_bookies():
-        conn = await bk.pool.get(info.bookie_id)
-        response = await conn.call(GetBookieInfoRequest(0), 10)
-        assert isinstance(response, GetBookieInfoResponse)
+        try:
+            conn = await bk.pool.get(info.bookie_id)
+            response = await conn.call(GetBookieInfoRequest(0), 10)
+        except BKError:
+            return None
+        if not isinstance(response, GetBookieInfoResponse):
+            return None
         total += response.stats["journal_syncs"] + response.stats["storage_syncs"]
     return total
 
@@ -131,18 +147,49 @@ async def run(
     size: int,
     durability: Durability,
     tls: ssl.SSLContext | None = None,
+    entries: int = 5_000_000,
 ) -> list[Level]:
     results = []
     async with await BookKeeper.connect(uri, ClientConfig(), tls=tls) as bk:
         with Progress(transient=True) as progress:
             warm = await bk.create_ledger(3, 3, 2)
-            await asyncio.gather(*(warm.append(b"w" * size) for _ in range(2000)))
+            await asyncio.gather(*(warm.append(b"w" * size) for _ in range(min(2000, entries))))
             await warm.close()
+            await bk.delete_ledger(warm.ledger_id)
             for level in levels:
                 before = await _syncs(bk)
-                result = await run_level(bk, level, seconds, size, progress, durability)
-                result.fdatasyncs_per_s = round((await _syncs(bk) - before) / result.seconds, 1)
+                result = await run_level(bk, level, seconds, size, progress, durability, entries)
+                after = await _syncs(bk)
+                if before is not None and after is not None:
+                    result.fdatasyncs_per_s = round((after - before) / result.seconds, 1)
                 results.append(result)
+    return results
+
+
+def measure_cluster(
+    uri: str, seconds: float, entry_size: int, levels: list[int], modes: list[str], entries: int
+) -> list[Level]:
+    """Each mode's levels against the existing cluster at ``uri`` (no servers started, no
+    floors measured: the cluster's disks and network are not this machine's)."""
+    results: list[Level] = []
+    for mode in modes:
+        if mode not in ("persistent", "volatile"):
+            raise click.UsageError(
+                f"mode {mode} starts bookies of its own; with --metadata use persistent or "
+                "volatile (--durability)"
+            )
+        durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
+        try:
+            levels_run = uvloop.run(
+                run(uri, levels, seconds, entry_size, durability, entries=entries)
+            )
+        except MetadataURIError as exc:
+            raise click.UsageError(str(exc)) from None
+        except BKError as exc:
+            raise click.ClickException(str(exc)) from None
+        for level in levels_run:
+            level.mode = mode
+        results.extend(levels_run)
     return results
 
 
@@ -164,7 +211,12 @@ class Floors:
 
 
 def measure(
-    bookies: int, seconds: float, entry_size: int, levels: list[int], modes: list[str]
+    bookies: int,
+    seconds: float,
+    entry_size: int,
+    levels: list[int],
+    modes: list[str],
+    entries: int = 5_000_000,
 ) -> tuple[Floors, list[Level]]:
     """Start etcd, measure the floors, then each mode's levels on fresh bookie processes."""
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
@@ -184,7 +236,9 @@ def measure(
             procs = start_bookies(bookies, os.path.join(base, f"{mode}-{index}"), uri, extra)
             durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
             try:
-                levels_run = uvloop.run(run(uri, levels, seconds, entry_size, durability, tls))
+                levels_run = uvloop.run(
+                    run(uri, levels, seconds, entry_size, durability, tls, entries)
+                )
             finally:
                 stop_bookies(procs)
                 procs = []
@@ -241,16 +295,24 @@ def check_targets(floors: Floors, results: list[Level]) -> list[dict[str, Any]]:
 
 
 def print_table(
-    console: Console, floors: Floors, results: list[Level], bookies: int, seconds: float,
-    entry_size: int,
+    console: Console, floors: Floors | None, results: list[Level], bookies: int | str,
+    seconds: float, entry_size: int,
 ) -> None:  # fmt: skip
-    floor_us, quorum_floor_us = floors.floor_us, floors.quorum_floor_us
-    table = Table(
-        title=f"appends, E3 WQ3 AQ2, {entry_size} B, {bookies} bookies, "
-        f"{seconds:g} s per level (floor {floor_us} us = fdatasync {floors.fdatasync_us} "
-        f"+ RTT {floors.loopback_rtt_us}; quorum floor {quorum_floor_us} us = 2nd of 3 "
-        f"concurrent fdatasyncs {floors.quorum_fdatasync_us} + RTT)"
-    )
+    if floors is None:
+        title = (
+            f"appends, E3 WQ3 AQ2, {entry_size} B, on {bookies}, {seconds:g} s per level "
+            "(no floors: the cluster's disks and network are not this machine's)"
+        )
+        floor_us = quorum_floor_us = 0
+    else:
+        floor_us, quorum_floor_us = floors.floor_us, floors.quorum_floor_us
+        title = (
+            f"appends, E3 WQ3 AQ2, {entry_size} B, {bookies} bookies, "
+            f"{seconds:g} s per level (floor {floor_us} us = fdatasync {floors.fdatasync_us} "
+            f"+ RTT {floors.loopback_rtt_us}; quorum floor {quorum_floor_us} us = 2nd of 3 "
+            f"concurrent fdatasyncs {floors.quorum_fdatasync_us} + RTT)"
+        )
+    table = Table(title=title)
     for column in (
         "mode",
         "in flight",
@@ -267,7 +329,9 @@ def print_table(
     for r in results:
         table.add_row(
             r.mode, str(r.in_flight), f"{r.appends_per_s:.0f}", str(r.p50_us), str(r.p99_us),
-            str(r.p999_us), f"{r.p50_us / floor_us:.2f}", f"{r.p50_us / quorum_floor_us:.2f}",
+            str(r.p999_us),
+            f"{r.p50_us / floor_us:.2f}" if floor_us else "-",
+            f"{r.p50_us / quorum_floor_us:.2f}" if quorum_floor_us else "-",
             f"{r.fdatasyncs_per_s:.0f}",
             str(r.errors),
         )  # fmt: skip
@@ -315,6 +379,11 @@ def _modes(
 @click.option(
     "--no-journal-write-data", is_flag=True, help="The journal-less mode only (instead of --modes)."
 )
+@click.option(
+    "--entries", type=click.IntRange(min=1), default=5_000_000, show_default=True,
+    help="Appends per in-flight level at most (a level ends at --seconds or at this count).",
+)  # fmt: skip
+@metadata_option
 @fail_on_miss_option()
 def command(
     bookies: int,
@@ -325,25 +394,38 @@ def command(
     modes: str,
     durability: str | None,
     no_journal_write_data: bool,
+    entries: int,
+    metadata: str | None,
     fail_on_miss: bool,
 ) -> int:
+    """With --metadata (or AIOBK_METADATA) the run measures that cluster instead: no servers
+    started, no floors, the ledgers it writes deleted at the end."""
     chosen = _modes(modes, durability, no_journal_write_data)
     console = Console(width=160)
-    floors, results = measure(bookies, seconds, entry_size, levels, chosen)
-    print_table(console, floors, results, bookies, seconds, entry_size)
-    checks = check_targets(floors, results)
+    floors: Floors | None
+    if metadata:
+        floors = None
+        results = measure_cluster(metadata, seconds, entry_size, levels, chosen, entries)
+        print_table(console, None, results, redact_uri(metadata), seconds, entry_size)
+        checks: list[dict[str, Any]] = []
+    else:
+        floors, results = measure(bookies, seconds, entry_size, levels, chosen, entries)
+        print_table(console, floors, results, bookies, seconds, entry_size)
+        checks = check_targets(floors, results)
     path = json_path or os.path.join(
         "bench", "results", f"add-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as handle:
-        report = {
+        report: dict[str, Any] = {
             "modes": chosen,
-            "floor_us": floors.floor_us,
-            "fdatasync_p50_us": floors.fdatasync_us,
-            "loopback_rtt_p50_us": floors.loopback_rtt_us,
-            "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us,
-            "quorum_floor_us": floors.quorum_floor_us,
+            "cluster": redact_uri(metadata) if metadata else None,
+            "entry_size": entry_size,
+            "floor_us": floors.floor_us if floors else None,
+            "fdatasync_p50_us": floors.fdatasync_us if floors else None,
+            "loopback_rtt_p50_us": floors.loopback_rtt_us if floors else None,
+            "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us if floors else None,
+            "quorum_floor_us": floors.quorum_floor_us if floors else None,
             "levels": [asdict(r) for r in results],
             "checks": checks,
         }

@@ -163,6 +163,9 @@ class KV(abc.ABC):
     """etcd-shaped storage: revisions, compare-and-set, ranges, watches, leases."""
 
     description: str = ""
+    # False from a call that could not reach the store until one that does (etcd's twin; a
+    # store in memory is always reached): the ``aiobk_metadata_connected`` gauge.
+    connected: bool = True
 
     @abc.abstractmethod
     async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
@@ -220,6 +223,12 @@ class KV(abc.ABC):
     @abc.abstractmethod
     async def revoke_lease(self, lease: int) -> None:
         """End a lease now; its keys disappear."""
+
+    async def lease_time_to_live(self, lease: int) -> tuple[float, float] | None:
+        """(remaining, granted) seconds of a lease (remaining <= 0: it is gone); None when this
+        store cannot tell. The time since its holder last refreshed it is about
+        ``granted - remaining`` (etcd counts whole seconds)."""
+        return None
 
     @abc.abstractmethod
     async def close(self) -> None: ...

@@ -425,7 +425,9 @@ class EtcdKV(KV):
                 try:
                     async with asyncio.timeout(self.timeout):
                         client = await self._get_client()
-                        return await fn(client)
+                        answer = await fn(client)
+                    self.connected = True
+                    return answer
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
                     if exc.code() == rpc.StatusCode.PERMISSION_DENIED:
                         raise self._denied(endpoint, what, key) from None
@@ -454,6 +456,7 @@ class EtcdKV(KV):
                     await self._rotate()
                 continue
             except (TimeoutError, etcd_errors.ConnectionTimeoutError) as exc:
+                self.connected = False
                 if len(self._endpoints) > 1:
                     await self._rotate()
                 raise MetadataStoreError(
@@ -478,6 +481,7 @@ class EtcdKV(KV):
                 raise MetadataStoreError(
                     f"etcd {endpoint}: {what} failed: {one_line(exc)}"
                 ) from exc
+        self.connected = False
         if tls_failed is not None:
             raise tls_failed from None
         hint, text = "", str(last).lower()
@@ -599,6 +603,13 @@ class EtcdKV(KV):
     async def keep_alive(self, lease: int) -> float:
         reply = await self._call("lease keep-alive", lambda c: c.refresh_lease(lease))
         return float(reply.TTL) if reply is not None else 0.0
+
+    async def lease_time_to_live(self, lease: int) -> tuple[float, float] | None:
+        request = rpc.LeaseTimeToLiveRequest(ID=lease)
+        response = await self._call(
+            "lease time-to-live", lambda c: c.leasestub.LeaseTimeToLive(request, **self._opts(c))
+        )
+        return float(response.TTL), float(response.grantedTTL)  # TTL -1: expired
 
     async def revoke_lease(self, lease: int) -> None:
         request = rpc.LeaseRevokeRequest(ID=lease)

@@ -229,5 +229,11 @@ class MemoryKV(KV):
     async def revoke_lease(self, lease: int) -> None:
         self._expire(lease)
 
+    async def lease_time_to_live(self, lease: int) -> tuple[float, float] | None:
+        held = self._leases.get(lease)
+        if held is None:
+            return -1.0, 0.0
+        return held.expires - asyncio.get_running_loop().time(), held.ttl
+
     async def close(self) -> None:
         """Shared by every user of the name: nothing to release (each store closes its watches)."""

@@ -320,6 +320,32 @@ class MetadataStore:
                 return out
             after = page[-1].key
 
+    async def bookie_leases(self) -> dict[str, tuple[float, float]]:
+        """Each registered bookie's id -> (seconds since it last refreshed its registration's
+        lease, the lease's TTL). A live bookie refreshes every third of its TTL; a dead one's
+        registration stays until the TTL runs out, so this is the registry's word on when a
+        bookie was last heard from. A bookie whose lease the store cannot describe is left
+        out (``KV.lease_time_to_live``)."""
+        leases: dict[str, int] = {}
+        after: bytes | None = None
+        while True:
+            page, _revision = await self.kv.range(self.keys.bookies, after, 1000)
+            for item in page:
+                if item.lease:
+                    leases[item.key[len(self.keys.bookies) :].decode()] = item.lease
+            if len(page) < 1000:
+                break
+            after = page[-1].key
+        asked = await asyncio.gather(
+            *(self.kv.lease_time_to_live(lease) for lease in leases.values())
+        )
+        out: dict[str, tuple[float, float]] = {}
+        for bookie_id, answer in zip(leases, asked, strict=True):
+            if answer is not None and answer[0] > 0:
+                remaining, granted = answer
+                out[bookie_id] = (max(0.0, granted - remaining), granted)
+        return out
+
     async def watch_bookies(self) -> AsyncIterator[list[BookieServiceInfo]]:
         """The registered bookies now, then the whole set again after every change (read
         afresh when the watch falls behind the store's compaction)."""
@@ -352,6 +378,18 @@ class MetadataStore:
     async def read_cookie(self, bookie_id: str) -> Cookie | None:
         found, _revision = await self.kv.get(self.keys.cookie(bookie_id))
         return None if found is None else Cookie.from_json(found.value, found.mod_revision)
+
+    async def list_cookies(self) -> list[Cookie]:
+        """Every cookie: the bookies that ever booted against this store and were not
+        decommissioned since, running or not."""
+        out: list[Cookie] = []
+        after: bytes | None = None
+        while True:
+            page, _revision = await self.kv.range(self.keys.cookies, after, 1000)
+            out.extend(Cookie.from_json(item.value, item.mod_revision) for item in page)
+            if len(page) < 1000:
+                return out
+            after = page[-1].key
 
     async def write_cookie(self, cookie: Cookie) -> Cookie:
         """Create (``cookie.version == -1``) or replace at ``cookie.version``."""

@@ -22,6 +22,7 @@ EXPECTED_OPTIONS = {
     "add": {
         "--bookies", "--seconds", "--entry-size", "--in-flight", "--json", "--modes",
         "--durability", "--no-journal-write-data", "--fail-on-miss", "--log-level",
+        "--entries", "--metadata",
     },
     "journal": {
         "--seconds", "--entry-size", "--in-flight", "--durability", "--rates",
@@ -96,12 +97,18 @@ def test_bench_add_ends_with_the_targets_missed_and_exits_0(
     seen: list[tuple[int, float, int, list[int], list[str]]] = []
 
     def fake_measure(
-        bookies: int, seconds: float, entry_size: int, levels: list[int], modes: list[str]
+        bookies: int,
+        seconds: float,
+        entry_size: int,
+        levels: list[int],
+        modes: list[str],
+        entries: int = 0,
     ) -> tuple[Floors, list[Level]]:
         seen.append((bookies, seconds, entry_size, levels, modes))
         return floors, canned
 
     monkeypatch.setattr(bench_add, "measure", fake_measure)
+    monkeypatch.delenv("AIOBK_METADATA", raising=False)  # the local run, not a cluster's
     argv = ["bench", "add", "--in-flight", "1,512", "--seconds", "0.5", "--json"]
     with pytest.raises(SystemExit) as exited:
         aiobk_main([*argv, str(tmp_path / "add.json"), *flags])

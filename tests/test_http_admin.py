@@ -110,7 +110,8 @@ async def test_every_endpoint_answers(admin: tuple[Cluster, Http, HttpAdmin]) ->
     assert headers["Content-Type"].startswith("text/plain")
     assert f'aiobk_bookie_adds_total{{bookie="{bookie.bookie_id}"}} 4.0' in text
     assert f'aiobk_bookie_writable{{bookie="{bookie.bookie_id}"}} 1.0' in text
-    assert f'aiobk_autorecovery_ledgers_repaired_total{{node="{bookie.bookie_id}"}}' in text
+    labels = f'bookie="{bookie.bookie_id}",node="{bookie.bookie_id}"'
+    assert f"aiobk_autorecovery_ledgers_repaired_total{{{labels}}}" in text
     assert "python_info" in text  # the process's registry follows the bookie's figures
 
     status, info = await http.json("GET", "/api/v1/bookie/info")

@@ -175,7 +175,9 @@ async def _serve(
             from aiobk.metrics import serve_autorecovery_metrics  # noqa: PLC0415 - bookie extra
 
             try:
-                serve_autorecovery_metrics(service.stats, node_id, metrics_host, metrics_port)
+                serve_autorecovery_metrics(
+                    service.stats, node_id, metrics_host, metrics_port, store
+                )
             except OSError as exc:
                 raise click.ClickException(
                     f"cannot serve metrics on {metrics_host}:{metrics_port}: {exc.strerror}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 
 import click
 
@@ -16,6 +17,7 @@ from aiobk.autorecovery.decommission import (
 )
 from aiobk.autorecovery.decommission import Progress as DrainProgress
 from aiobk.autorecovery.decommission import cancel as cancel_decommission
+from aiobk.autorecovery.roster import RosterEntry, gather_roster
 from aiobk.client.connection import BookieConnection
 from aiobk.commands.common import client_connector, json_option, metadata_option, run_with_store
 from aiobk.commands.text import ProgressLine, echo_table, progress_line
@@ -28,30 +30,44 @@ def bookies_group() -> None:
     pass
 
 
-@bookies_group.command("list", help="List live bookies (writable and read-only).")
+@bookies_group.command(
+    "list",
+    help="List the bookies: the registered ones (writable or read-only) with when each was last "
+    "heard from, then the lost ones (a cookie or the auditor knows them; not registered).",
+)
 @metadata_option
 @json_option
 def bookies_list(metadata: str | None, as_json: bool) -> None:
-    bookies = run_with_store(metadata, lambda store: store.list_bookies())
+    now = time.time()
+    entries = run_with_store(metadata, lambda store: gather_roster(store, int(now * 1000)))
     if as_json:
-        documents = [
-            {
-                "id": b.bookie_id,
-                "address": b.address,
-                "state": b.state,
-                "software_version": b.software_version,
-                "free_bytes": b.free_bytes,
-                "total_bytes": b.total_bytes,
-            }
-            for b in bookies
-        ]
-        click.echo(json.dumps(documents))
+        click.echo(json.dumps([entry.to_document() for entry in entries]))
         return
     rows = [
-        (b.bookie_id, b.address, b.state, f"{b.free_bytes / 2**30:.1f}", b.software_version)
-        for b in bookies
+        (
+            entry.bookie_id,
+            entry.address,
+            entry.state,
+            f"{entry.free_bytes / 2**30:.1f}" if entry.registered else "-",
+            entry.software_version or "-",
+            _heard(entry, now),
+        )
+        for entry in entries
     ]
-    echo_table(rows, ("id", "address", "state", "free GiB", "version"))
+    echo_table(rows, ("id", "address", "state", "free GiB", "version", "last heard"))
+
+
+def _heard(entry: RosterEntry, now: float) -> str:
+    """When a bookie was last heard from, as the table shows it."""
+    if entry.registered:
+        if entry.last_heard is None:
+            return "-"
+        ago = f"{max(0.0, now - entry.last_heard / 1000):.0f}s ago"
+        return f"{ago} (late: dead or cut off?)" if entry.late else ago
+    if entry.absent_since is None:
+        return "not registered"
+    at = datetime.fromtimestamp(entry.absent_since / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f"absent since {at}"
 
 
 @bookies_group.command(

@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -31,17 +32,22 @@ from aiobk.metadata.etcd_process import (
 )
 from aiobk.protocol.errors import BKError
 
+if TYPE_CHECKING:
+    from aiobk.http_admin import HttpAdmin  # the bookie extra's (aiohttp)
+
 HOST = "127.0.0.1"
 
 
-def _check_bookie_ports(bookies: int, bookie_port: int) -> None:
+def _check_bookie_ports(bookies: int, bookie_port: int, option: str = "--bookie-port") -> None:
     if not bookie_port:
         return
+    if bookie_port + bookies - 1 > 65535:
+        raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
     for port in range(bookie_port, bookie_port + bookies):
         if port_in_use(HOST, port):
             raise click.ClickException(
-                f"bookie port {HOST}:{port} is in use (another standalone or bookie running?); "
-                "choose others with --bookie-port"
+                f"{'bookie' if option == '--bookie-port' else 'HTTP'} port {HOST}:{port} is in "
+                f"use (another standalone or bookie running?); choose others with {option}"
             )
 
 
@@ -51,10 +57,14 @@ async def _run(
     etcd_port: int,
     bookie_port: int,
     make_bookie: Callable[[BookieConfig], Bookie],
+    http_port: int | None = None,
 ) -> None:
-    if bookie_port and bookie_port + bookies - 1 > 65535:
-        raise click.BadParameter(f"{bookies} bookies from port {bookie_port} pass 65535")
     _check_bookie_ports(bookies, bookie_port)
+    if http_port is not None:
+        _check_bookie_ports(bookies, http_port, "--http-port")
+    # The HTTP admin API and /metrics of bookie i on http_port + i (the server's wiring).
+    from aiobk.runner import start_http_admin  # noqa: PLC0415
+
     etcd = EtcdProcess(
         client_port=etcd_port,
         peer_port=etcd_port + 1,
@@ -68,6 +78,7 @@ async def _run(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     running: list[Bookie] = []
+    admins: list[HttpAdmin] = []
     lost_etcd = False
     try:
         try:
@@ -84,6 +95,7 @@ async def _run(
                 port=bookie_port + index if bookie_port else 0,
                 host=HOST,
                 metadata_uri=uri,
+                http_port=None if http_port is None else http_port + index,
             )
             bookie = make_bookie(config)
             try:
@@ -92,6 +104,17 @@ async def _run(
                 raise click.ClickException(f"bookie {index} did not start: {exc}") from None
             running.append(bookie)
             click.echo(f"bookie {bookie.bookie_id} serving on {bookie.address}")
+            if http_port is not None:
+                try:
+                    admin = await start_http_admin(bookie)
+                except OSError as exc:
+                    raise click.ClickException(
+                        f"bookie {index}: cannot serve HTTP on {HOST}:{http_port + index}: "
+                        f"{exc.strerror}"
+                    ) from None
+                if admin is not None:
+                    admins.append(admin)
+                    click.echo(f"bookie {bookie.bookie_id} admin API and metrics on {admin.url}")
         click.echo(f"metadata: {uri}")
         # What a second terminal needs, as a line it can run as it is.
         click.echo(f"export AIOBK_METADATA={shlex.quote(uri)}")
@@ -109,6 +132,8 @@ async def _run(
             logging.getLogger("aiobk").setLevel(logging.ERROR)
             lost_etcd = True
     finally:
+        for admin in admins:
+            await admin.stop()
         for bookie in running:
             await bookie.stop()
         if etcd.process is not None:
@@ -168,10 +193,18 @@ async def _until_stopped_or_exited(
     show_default=True,
     help="The first bookie's port; the others take the next ones (0: any free ports).",
 )
-def standalone_command(bookies: int, data_dir: str, etcd_port: int, bookie_port: int) -> None:
+@click.option(
+    "--http-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve bookie i's HTTP admin API and /metrics on this port + i (default: none).",
+)
+def standalone_command(
+    bookies: int, data_dir: str, etcd_port: int, bookie_port: int, http_port: int | None
+) -> None:
     require_extras("aiobk standalone", "bookie")
     # The server's wiring (RocksDB, the exporter, the HTTP admin API): the bookie extra's.
     from aiobk.runner import install_event_loop_policy, make_bookie  # noqa: PLC0415
 
     install_event_loop_policy()
-    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port, make_bookie))
+    asyncio.run(_run(bookies, data_dir, etcd_port, bookie_port, make_bookie, http_port))

@@ -309,17 +309,29 @@ def metrics(subsystem: str) -> list[Metric]:
                 found.append(Metric(f"aiobk_bookie_{name}", "gauge", label, help_text))
     elif subsystem == "autorecovery":
         for name, help_text in exported.AUTORECOVERY_HELP.items():
+            labels = "node, bookie"
             if name in exported.AUTORECOVERY_GAUGES:
-                found.append(Metric(f"aiobk_autorecovery_{name}", "gauge", "node", help_text))
+                found.append(Metric(f"aiobk_autorecovery_{name}", "gauge", labels, help_text))
             else:
                 found.append(
-                    Metric(f"aiobk_autorecovery_{name}_total", "counter", "node", help_text)
+                    Metric(f"aiobk_autorecovery_{name}_total", "counter", labels, help_text)
                 )
     elif subsystem == "client":
         collector = exported.client_collector(BookKeeper("memory://docs-reference"), "docs")
         for family in collector.collect():
             name = family.name + ("_total" if family.type == "counter" else "")
             found.append(Metric(name, family.type, "client", family.documentation))
+    elif subsystem == "process":
+        found += [
+            Metric("aiobk_build_info", "gauge", "version, python", exported.BUILD_INFO_HELP),
+            Metric("aiobk_event_loop_lag_seconds", "histogram", "", exported.LOOP_LAG_HELP),
+            Metric(
+                "aiobk_metadata_connected",
+                "gauge",
+                "bookie (and node, in autorecovery)",
+                exported.METADATA_CONNECTED_HELP,
+            ),
+        ]
     else:
         raise GenerationError(f"no metrics subsystem {subsystem!r}")
     return found
@@ -328,7 +340,8 @@ def metrics(subsystem: str) -> list[Metric]:
 def metrics_table(subsystem: str) -> str:
     lines = ["| name | kind | labels | meaning |", "|---|---|---|---|"]
     lines += [
-        f"| `{m.name}` | {m.kind} | `{m.label}` | {_cell(m.help)} |" for m in metrics(subsystem)
+        f"| `{m.name}` | {m.kind} | {f'`{m.label}`' if m.label else 'none'} | {_cell(m.help)} |"
+        for m in metrics(subsystem)
     ]
     return "\n".join(lines)
 

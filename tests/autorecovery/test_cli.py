@@ -520,10 +520,13 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
                 lambda: urllib.request.urlopen(url, timeout=10).read().decode()
             )
             for sample in (
-                'aiobk_autorecovery_auditor_elections_total{node="ar-test"} 1.0',
-                'aiobk_autorecovery_ledgers_repaired_total{node="ar-test"} 1.0',
-                'aiobk_autorecovery_entries_replicated_total{node="ar-test"} 10.0',
+                'aiobk_autorecovery_auditor_elections_total{bookie="ar-test",node="ar-test"} 1.0',
+                'aiobk_autorecovery_ledgers_repaired_total{bookie="ar-test",node="ar-test"} 1.0',
+                'aiobk_autorecovery_entries_replicated_total{bookie="ar-test",node="ar-test"} 10.0',
                 "# TYPE aiobk_autorecovery_under_replicated_ledgers gauge",
+                'aiobk_autorecovery_bookies_registered{bookie="ar-test",node="ar-test"} ',
+                'aiobk_metadata_connected{bookie="ar-test",node="ar-test"} 1.0',
+                "aiobk_event_loop_lag_seconds_count ",
             ):
                 assert sample in text, text
             proc.send_signal(signal.SIGTERM)

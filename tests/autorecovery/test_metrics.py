@@ -30,7 +30,9 @@ async def test_a_bookies_exporter_serves_its_autorecovery_figures(
                 return bytes(answer.read())
 
         text = b""
-        elected = re.compile(rb'aiobk_autorecovery_auditor_elections_total\{node="[^"]+"\} 1\.0')
+        elected = re.compile(
+            rb'aiobk_autorecovery_auditor_elections_total\{bookie="([^"]+)",node="\1"\} 1\.0'
+        )
         async with asyncio.timeout(30):  # the only bookie: elected auditor within a poll or two
             while not elected.search(text):
                 text = await asyncio.to_thread(scrape)

@@ -23,16 +23,19 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.stats import BookieStats
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.stats import ClientStats
-from aiobk.metadata import EtcdProcess, free_port
+from aiobk.metadata import EtcdProcess, free_port, open_store
 from aiobk.metrics import (
     AUTORECOVERY_HELP,
     BOOKIE_HELP,
     CLIENT_HELP,
+    MetadataCollector,
     autorecovery_collector,
     bookie_collectors,
     histogram_name,
+    register_loop_lag,
     start_exporter,
 )
+from aiobk.protocol.errors import MetadataStoreError
 from tests.conftest import BookieFactory, unique_name
 from tests.procs import BookieProcess
 
@@ -108,9 +111,12 @@ async def test_the_dashboard_charts_only_what_the_exporter_serves(
     against every metric name the dashboard's queries and variables use."""
     bookie = await start_bookie()
     registry = CollectorRegistry()
-    for collector in bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges):
+    store = open_store(f"memory://{unique_name('dashboard')}")  # as a bookie with its store
+    collectors = bookie_collectors(bookie.stats, bookie.bookie_id, bookie.gauges, lambda: store)
+    for collector in collectors:
         registry.register(collector)
     registry.register(autorecovery_collector(AutoRecoveryStats(), bookie.bookie_id))
+    register_loop_lag(registry)
     ProcessCollector(registry=registry)
     text = generate_latest(registry).decode()
     check_help(text)
@@ -217,7 +223,7 @@ def test_the_exporter_serves_metrics_a_landing_page_and_404_elsewhere() -> None:
         base = f"http://127.0.0.1:{server.server_port}"
         check_routes(base, "aiobk autorecovery ar-1")
         text = _scrape(base + "/metrics")
-        assert 'aiobk_autorecovery_ledgers_repaired_total{node="ar-1"} 3.0' in text
+        assert 'aiobk_autorecovery_ledgers_repaired_total{bookie="ar-1",node="ar-1"} 3.0' in text
         with pytest.raises(OSError, match="in use"):  # a port in use fails at once
             start_exporter("127.0.0.1", server.server_port, "again", registry)
     finally:
@@ -297,3 +303,23 @@ async def test_a_bookie_process_exports_histograms_gauges_and_disk_usage(
         if name == "aiobk_bookie_disk_free_bytes":
             assert 0 <= value <= disks[dict(labels)["dir"]]
     assert dashboard_metrics() <= sample_names(text)
+
+
+@pytest.mark.timeout(30)
+async def test_metadata_connected_drops_to_0_when_etcd_does_not_answer() -> None:
+    """``aiobk_metadata_connected`` follows the store's last call: 0 once one could not reach
+    etcd (nothing listens on port 1)."""
+    store = open_store("etcd://127.0.0.1:1/unreachable", timeout=1.0)
+    registry = CollectorRegistry()
+    registry.register(MetadataCollector(lambda: store, {"bookie": "b:1"}))
+    try:
+        with pytest.raises(MetadataStoreError):
+            await store.list_bookies()
+        assert registry.get_sample_value("aiobk_metadata_connected", {"bookie": "b:1"}) == 0
+    finally:
+        await store.close()
+    memory = open_store(f"memory://{unique_name('connected')}")
+    registry = CollectorRegistry()
+    registry.register(MetadataCollector(lambda: memory, {"bookie": "b:2"}))
+    await memory.list_bookies()
+    assert registry.get_sample_value("aiobk_metadata_connected", {"bookie": "b:2"}) == 1

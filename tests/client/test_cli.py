@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aiobk.client import BookKeeper, ClientConfig
+import pytest
+
+from aiobk.client import BookKeeper, ClientConfig, Durability
+from aiobk.protocol.errors import NoSuchLedgerError
 from tests.client.clirun import aiobk, aiobk_on_terminal
 from tests.cluster import Cluster
 
@@ -51,6 +54,38 @@ async def test_simpletest(etcd_cluster: Cluster) -> None:
     assert result.returncode == 0, result.stderr
     assert "wrote 200 entries" in result.stdout
     assert "all verified" in result.stdout
+
+
+async def test_simpletest_honours_size_in_flight_durability_and_cleans_up(
+    etcd_cluster: Cluster,
+) -> None:
+    """--entry-size exactly (5 bytes was 10), --in-flight and --durability taken, the add
+    latency apart from the wait for an in-flight slot, and no ledger left behind unless
+    --keep."""
+    uri = etcd_cluster.uri
+    common = ("simpletest", "--metadata", uri, "--entries", "50", "--entry-size", "5")
+    run = await aiobk(*common, "--in-flight", "4", "--durability", "volatile", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert (summary["entry_size"], summary["in_flight"]) == (5, 4)
+    assert (summary["durability"], summary["kept"]) == ("volatile", False)
+    assert 0 < summary["append_latency_ms"]["p50"] <= summary["append_latency_ms"]["max"]
+    assert summary["slot_wait_ms"]["p50"] <= summary["slot_wait_ms"]["max"]
+    async with BookKeeper(uri) as bk:
+        with pytest.raises(NoSuchLedgerError):
+            await bk.store.read_ledger(summary["ledger_id"])
+    kept = await aiobk(*common, "--keep", "--json")
+    assert kept.returncode == 0, kept.stderr
+    ledger_id = json.loads(kept.stdout)["ledger_id"]
+    async with BookKeeper(uri) as bk:
+        rh = await bk.open_ledger(ledger_id, recovery=False)
+        entries = await rh.read(0, 49)
+        assert {len(entry.data) for entry in entries} == {5}
+        assert rh.metadata.durability is Durability.PERSISTENT
+        await bk.delete_ledger(ledger_id)
+    bad = await aiobk(*common, "--in-flight", "0")
+    assert bad.returncode == 2
+    assert "--in-flight" in bad.stderr
 
 
 async def test_ledger_read_recover_and_errors(etcd_cluster: Cluster) -> None:
@@ -231,7 +266,8 @@ async def test_simpletest_json_and_no_progress_off_a_terminal(etcd_cluster: Clus
     plain = await aiobk("simpletest", "--metadata", uri, "--entries", "300")
     assert plain.stderr == ""
     (line,) = plain.stdout.splitlines()
-    assert "appends/s, latency p50" in line
+    assert "append latency (call to confirmation) p50" in line
+    assert "waited for an in-flight slot p50" in line
     assert line.endswith("all verified")
 
 

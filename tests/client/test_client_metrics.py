@@ -4,13 +4,16 @@ latency, an ensemble change, a recovery, reads and speculative reads, on real bo
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aiobk.client import BookKeeper, ClientConfig
-from aiobk.metrics import CLIENT_HELP, register_client_metrics
+from aiobk.metrics import CLIENT_HELP, LOOP_LAG_HELP, register_client_metrics
 from aiobk.protocol import ReadRequest
 from tests.cluster import Cluster
 from tests.dropping import DroppingConnector
@@ -72,7 +75,38 @@ async def test_a_clients_figures_on_its_applications_registry(cluster: Cluster) 
 
         text = generate_latest(registry).decode()
         for family in text_string_to_metric_families(text):
+            if family.name == "aiobk_event_loop_lag_seconds":  # the client's loop, measured
+                assert family.documentation == LOOP_LAG_HELP
+                continue
             name = family.name.removeprefix("aiobk_client_")
             assert family.documentation == CLIENT_HELP[name], family.name
+        assert registry.get_sample_value("aiobk_event_loop_lag_seconds_count") is not None
         registry.unregister(collector)
         assert registry.get_sample_value("aiobk_client_appends_total", LABELS) is None
+
+
+CLIENT_DASHBOARD = Path(__file__).resolve().parents[2] / "deploy/grafana/client-dashboard.json"
+
+
+async def test_the_client_dashboard_charts_only_what_a_client_exports() -> None:
+    """Every metric a query of deploy/grafana/client-dashboard.json names is one that
+    ``register_client_metrics`` puts on an application's registry (a histogram by its
+    ``_bucket``, ``_sum`` or ``_count`` series), and every client figure is charted."""
+    board = json.loads(CLIENT_DASHBOARD.read_text())
+    queried: set[str] = set()
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            queried.update(re.findall(r"\baiobk_[a-z_]+\b", target["expr"]))
+    for variable in board["templating"]["list"]:
+        queried.update(re.findall(r"\baiobk_[a-z_]+\b", variable.get("definition", "")))
+    registry = CollectorRegistry()
+    register_client_metrics(BookKeeper("memory://client-dashboard"), registry, name="board")
+    text = generate_latest(registry).decode()
+    served = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert queried, "the dashboard queries nothing"
+    assert queried <= served, sorted(queried - served)
+    families = {f.name for f in text_string_to_metric_families(text)}
+    charted = {name.removesuffix("_bucket") for name in queried}
+    assert {f.removesuffix("_total") for f in families} <= {
+        c.removesuffix("_total") for c in charted
+    }, "a client figure no panel charts"

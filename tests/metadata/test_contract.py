@@ -189,6 +189,24 @@ async def test_dead_bookie_disappears_when_its_lease_expires(store: MetadataStor
 
 
 @pytest.mark.timeout(60)
+async def test_bookie_leases_say_how_long_since_a_bookie_was_heard_from(
+    store: MetadataStore,
+) -> None:
+    live = await store.register_bookie(_info("127.0.0.1:4300"), ttl=4)
+    silent = await store.register_bookie(_info("127.0.0.1:4301"), ttl=4)
+    await silent.abandon()  # no more refreshes, as after SIGKILL
+    await asyncio.sleep(2.2)
+    heard = await store.bookie_leases()
+    live_age, live_ttl = heard["127.0.0.1:4300"]
+    silent_age, _ttl = heard["127.0.0.1:4301"]
+    assert live_ttl == 4
+    assert live_age <= 4 / 3 + 1  # refreshed every third of its TTL (etcd: whole seconds)
+    assert silent_age >= 2
+    await live.close()
+    assert "127.0.0.1:4300" not in await store.bookie_leases()
+
+
+@pytest.mark.timeout(60)
 async def test_lease_loss_is_reported_to_the_owner(store: MetadataStore) -> None:
     registration = await store.register_bookie(_info("127.0.0.1:4300"), ttl=2)
     reported: list[str] = []
