@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gc import GcResult
-from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledger_state import Ledgers
 from aiobk.bookie.stats import BookieStats

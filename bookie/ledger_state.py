@@ -32,8 +32,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from aiobk.bookie.journal import Callback, Journal
-from aiobk.bookie.journal_format import (
+from aiobk.bookie.journal.format import (
     ADD_PREFIX,
     LEDGER_PREFIX,
     LEDGER_VALUE,
@@ -42,6 +41,7 @@ from aiobk.bookie.journal_format import (
     RecordType,
     add_payload,
 )
+from aiobk.bookie.journal.journal import Callback, Journal
 from aiobk.bookie.ledger import MAX_KEY_SIZE, LedgerState
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage

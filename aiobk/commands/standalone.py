@@ -20,7 +20,7 @@ import click
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.journal_format import JournalCorruptError
+from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.bookie.server import Bookie
 from aiobk.commands.extras import require_extras
 from aiobk.metadata.etcd_process import (

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.bookie.checkpoints import Checkpoints
-from aiobk.bookie.journal_format import FILE_HEADER
+from aiobk.bookie.journal.format import FILE_HEADER
 from aiobk.bookie.ledger import LedgerState
 from aiobk.bookie.ledger_state import Ledgers
 from aiobk.protocol import DigestType, StatusCode, pack_entry, pack_header

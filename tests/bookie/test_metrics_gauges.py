@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.disk import AppendFile, Disk, OsDisk
-from aiobk.bookie.journal_policy import INLINE_BYTES
+from aiobk.bookie.journal.policy import INLINE_BYTES
 from aiobk.client import BookKeeper
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MemoryKV

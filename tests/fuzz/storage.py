@@ -33,7 +33,7 @@ with atheris.instrument_imports():
         encode_segment,
     )
     from aiobk.bookie.index import PagedLedger as LedgerState
-    from aiobk.bookie.journal_format import RecordType, encode_record, scan
+    from aiobk.bookie.journal.format import RecordType, encode_record, scan
     from aiobk.bookie.stats import BookieStats
     from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
