@@ -35,7 +35,7 @@ from aiobk.bookie.index_db import IndexDb
 from aiobk.bookie.index_log import LogIndexDb
 from aiobk.bookie.ledger import LedgerState
 from aiobk.bookie.stats import BookieStats
-from aiobk.bookie.upgrade import upgrade_legacy_index
+from aiobk.bookie.upgrade.convert import upgrade_legacy_index
 
 log = logging.getLogger(__name__)
 

@@ -139,7 +139,7 @@ async def test_a_conversion_cut_off_part_way_is_done_again(
     tmp_path: Path, connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, expected = _unpack(tmp_path)
-    monkeypatch.setattr("aiobk.bookie.upgrade.BATCH_KEYS", 20)  # several batches
+    monkeypatch.setattr("aiobk.bookie.upgrade.convert.BATCH_KEYS", 20)  # several batches
 
     async def cut_off(path: str) -> IndexDb:
         return _CutOff(await RocksIndexDb.open(path), writes=2)

@@ -1,5 +1,5 @@
 """Upgrading a data directory written before the on-disk index: index segments
-(``ledgers/index/*.idx``, format 1 or 2, ``bookie.index``) become the on-disk index
+(``ledgers/index/*.idx``, format 1 or 2, ``bookie.upgrade.segments``) become the on-disk index
 (``bookie.entry_index``) at start.
 
 Theory of operation. The segments are loaded as the old bookie loaded them (that one time, the
@@ -30,8 +30,8 @@ from aiobk.bookie.entry_index import (
     put_record,
 )
 from aiobk.bookie.entrylog import OFFSET_BITS
-from aiobk.bookie.index import SUFFIX, IndexStore, PagedLedger
 from aiobk.bookie.index_db import IndexBatch
+from aiobk.bookie.upgrade.segments import SUFFIX, IndexStore, PagedLedger
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ segment files.
 
 ``PagedLedger`` is that format's in-memory ledger: locations in pages of 4096 slots, like
 BookKeeper's index pages, sparse (a dict) until ``SPARSE_MAX`` entries, then dense (4096 int64
-slots). ``bookie.upgrade`` loads the segments into these and writes them to the new index.
+slots). ``bookie.upgrade.convert`` loads the segments into these and writes them to the new index.
 
 A checkpoint writes one segment ``index/SEQ.idx`` (tmp file, fsync, rename, directory fsync, so
 a segment either exists whole or not at all). A segment is FULL (every ledger, every page) or a
