@@ -4,7 +4,7 @@ from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.bookie.errors import BookieStateError
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.net import AsyncioNetwork, ServerNetwork

@@ -1,6 +1,6 @@
 """What a bookie knows of one ledger while it is in use: its master key, fence and limbo bits,
 LAC, BP-14 sync cursor and long polls. Where its entries are stored lives in the on-disk index
-(``bookie.entry_index``), which this object reads and writes through.
+(``bookie.index.entry_index``), which this object reads and writes through.
 
 A state is materialized from the index when a request names its ledger and dropped again once it
 is idle and its record is durable (``bookie.storage``), so memory follows the ledgers in use,
@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Protocol
 
-from aiobk.bookie.entry_index import EntryIndex, LedgerRecord
+from aiobk.bookie.index.entry_index import EntryIndex, LedgerRecord
 from aiobk.bookie.sync_cursor import SyncCursor
 
 MAX_KEY_SIZE = 255  # what the index stores (a u8 length); the protocol allows 32 bytes

@@ -1,5 +1,5 @@
-"""Ledger storage: entry logs for the bytes, the on-disk index (``bookie.entry_index``) for where
-they are and for ledger state, and the states of the ledgers in use.
+"""Ledger storage: entry logs for the bytes, the on-disk index (``bookie.index.entry_index``)
+for where they are and for ledger state, and the states of the ledgers in use.
 
 Memory is bounded by configuration, whatever the bookie holds on disk: the index's write
 cache (``write_cache_max_size``), the engine's block cache (``index_cache_size``), the read cache
@@ -29,10 +29,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk, OsDisk
-from aiobk.bookie.entry_index import EntryIndex, check_layout
 from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
-from aiobk.bookie.index_db import IndexDb
-from aiobk.bookie.index_log import LogIndexDb
+from aiobk.bookie.index.engine import IndexDb
+from aiobk.bookie.index.entry_index import EntryIndex, check_layout
+from aiobk.bookie.index.twin import LogIndexDb
 from aiobk.bookie.ledger import LedgerState
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.upgrade.convert import upgrade_legacy_index
@@ -52,7 +52,7 @@ def default_opener(disk: Disk, config: BookieConfig) -> IndexOpener:
     async def open_rocks(path: str) -> IndexDb:
         # RocksDB (rocksdict) is the bookie extra's: imported when a bookie opens its index, so
         # the rest of the layer (its config, cookies, `aiobk bookie format`) loads without it.
-        from aiobk.bookie.index_rocks import RocksIndexDb  # noqa: PLC0415
+        from aiobk.bookie.index.rocks import RocksIndexDb  # noqa: PLC0415
 
         return await RocksIndexDb.open(
             path, cache_bytes=config.index_cache_size, write_buffer=config.index_write_buffer_size

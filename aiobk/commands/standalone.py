@@ -19,7 +19,7 @@ from collections.abc import Callable
 import click
 
 from aiobk.bookie.config import BookieConfig
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.bookie.server import Bookie
 from aiobk.commands.extras import require_extras

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.bookie.flow import ADD_HELD_BYTES
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import (
     ENTRY_HEADER,
     HEADER_SIZE,

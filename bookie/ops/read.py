@@ -28,7 +28,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The index format of aiobk before the on-disk index (read to upgrade a data directory; the
-bookie now keeps its index in ``bookie.entry_index``): ledger states and entry locations, in
+bookie now keeps its index in ``bookie.index.entry_index``): ledger states and entry locations, in
 segment files.
 
 ``PagedLedger`` is that format's in-memory ledger: locations in pages of 4096 slots, like
@@ -39,7 +39,7 @@ from typing import TypeAlias
 import crc32c
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.ledger import MAX_KEY_SIZE
 
 PAGE_BITS = 12

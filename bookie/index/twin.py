@@ -1,4 +1,4 @@
-"""``LogIndexDb``: the index engine's twin, for the deterministic simulator (bookie.index_db).
+"""``LogIndexDb``: the index engine's twin, for the deterministic simulator (bookie.index.engine).
 
 Every batch is one record appended to ``index.log`` through the bookie's ``Disk`` seam and
 synced before ``write`` returns: ``[u32 length][u32 crc32c][msgpack ops]``. Opening replays the
@@ -24,7 +24,7 @@ import crc32c
 import msgpack
 
 from aiobk.bookie.disk import AppendFile, Disk
-from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexDb
+from aiobk.bookie.index.engine import DELETE, PUT, IndexBatch, IndexDb
 
 HEAD = struct.Struct(">II")  # payload length, crc32c of the payload
 FILE = "index.log"
