@@ -19,6 +19,7 @@ import contextlib
 import os
 import struct
 from collections.abc import Iterator
+from typing import cast
 
 import crc32c
 import msgpack
@@ -123,3 +124,11 @@ class LogIndexDb(IndexDb):
 
 
 __all__ = ["LogIndexDb"]
+
+
+class TwinIndex:
+    """Mixin for a ``Disk`` whose index must go through it (the simulator's, fault injectors):
+    the twin, on this disk, instead of RocksDB writing real files behind the seam's back."""
+
+    async def open_index(self, path: str, *, cache_bytes: int, write_buffer: int) -> IndexDb:
+        return await LogIndexDb.open(cast(Disk, self), path)
