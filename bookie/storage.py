@@ -33,7 +33,7 @@ from aiobk.bookie.disk import Disk
 from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
 from aiobk.bookie.index.engine import IndexDb
 from aiobk.bookie.index.entry_index import EntryIndex, check_layout
-from aiobk.bookie.ledger import LedgerState
+from aiobk.bookie.ledger_state import LedgerState
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.upgrade.convert import upgrade_legacy_index
 

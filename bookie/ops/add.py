@@ -49,7 +49,7 @@ from aiobk.protocol import (
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
-    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.ledger_state import LedgerState
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, St
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
-    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.ledger_state import LedgerState
 
 # ReadFlag's bits tested with int's own ``&`` (an IntFlag's goes through the enum machinery).
 _FENCE = int(ReadFlag.FENCE)

@@ -40,7 +40,7 @@ import crc32c
 
 from aiobk.bookie.disk import Disk
 from aiobk.bookie.index.engine import IndexCorruptError
-from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.ledger_state import MAX_KEY_SIZE
 
 PAGE_BITS = 12
 PAGE_SIZE = 1 << PAGE_BITS

@@ -11,7 +11,7 @@ from aiobk.bookie import BookieConfig, OsDisk
 from aiobk.bookie.journal.format import RecordType
 from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.journal.policy import GroupCommitPolicy
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookieConnection, Digester

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.ledger_state import MAX_KEY_SIZE
 from aiobk.bookie.upgrade.segments import (
     CRC,
     HEADER,
