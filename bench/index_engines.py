@@ -41,7 +41,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from aiobk.bookie.index_db import IndexBatch
+from aiobk.bookie.index.engine import IndexBatch
 from aiobk.commands.common import run_group, with_log_level
 
 KEY = struct.Struct(">QQ")  # ledger id, entry id: one ledger's entries are one ordered range
@@ -58,10 +58,10 @@ class Engine(Protocol):
 
 
 class Rocks:
-    """The bookie's own engine (``bookie.index_rocks``), configured as the bookie runs it."""
+    """The bookie's own engine (``bookie.index.rocks``), configured as the bookie runs it."""
 
     def __init__(self, path: str, cache_bytes: int) -> None:
-        from aiobk.bookie.index_rocks import RocksIndexDb
+        from aiobk.bookie.index.rocks import RocksIndexDb
 
         self._db = RocksIndexDb(path, cache_bytes=cache_bytes)
 

@@ -56,7 +56,7 @@ from aiobk.bench.cluster import start_bookie, stop_bookies
 from aiobk.bench.floors import new_histogram
 from aiobk.bookie import BookieConfig
 from aiobk.bookie.disk import OsDisk
-from aiobk.bookie.index_rocks import RocksIndexDb
+from aiobk.bookie.index.rocks import RocksIndexDb
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookieConnection, ClientConfig

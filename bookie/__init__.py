@@ -4,9 +4,9 @@ from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.disk import Disk, OsDisk
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.bookie.errors import BookieStateError
-from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.journal_format import JournalCorruptError
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.index.engine import IndexCorruptError
+from aiobk.bookie.journal.format import JournalCorruptError
+from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.net import AsyncioNetwork, ServerNetwork
 from aiobk.bookie.server import Bookie, BookieAddress
 from aiobk.bookie.stats import BookieStats

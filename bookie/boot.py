@@ -26,7 +26,7 @@ from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.context import BookieContext
 from aiobk.bookie.cookies import check_cookies, marker_present, set_marker
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.metadata import MetadataStore
 from aiobk.protocol.errors import NoSuchLedgerError
 

@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 

@@ -6,7 +6,7 @@ with a ledger that lives on would stay forever; compaction moves that ledger's e
 the log taking appends, after which the old log is unreferenced. A complete log is compacted
 when its live entries are under ``gc_compaction_threshold`` of its records.
 
-Which entries are live comes from the index (``bookie.entry_index``): per log, the ledgers it
+Which entries are live comes from the index (``bookie.index.entry_index``): per log, the ledgers it
 holds and how many entries each appended there (``log_usage``); moving walks the log's records
 in file order (``EntryLogger.records``) and moves a record only if the index still points at it
 -- so neither a ledger deleted meanwhile nor an entry written again is brought back -- into the
@@ -22,9 +22,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiobk.bookie.entry_index import EntryIndex
 from aiobk.bookie.entrylog import OFFSET_BITS, pack_location
 from aiobk.bookie.gc_report import GcProgress
+from aiobk.bookie.index.entry_index import EntryIndex
 from aiobk.bookie.storage import LedgerStorage
 
 RECORDS_PER_YIELD = 256  # a few ms of work between yields to the event loop

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT
+from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT
 from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
@@ -66,7 +66,7 @@ class BookieConfig:
     journal_max_file_size: int = 512 * 1024 * 1024  # roll journal files at this size
     journal_sync_data: bool = True  # fdatasync the journal (false only for experiments)
     # Pad each journal write to this boundary (BookKeeper's journalAlignmentSize; 0: no
-    # padding): the sector by default, 4096 on a disk that needs stable pages (journal_policy).
+    # padding): the sector by default, 4096 on a disk that needs stable pages (journal.policy).
     journal_alignment: int = JOURNAL_ALIGNMENT
     # BP-14: a journal batch holding only volatile adds (answered once written) waits up to
     # this long for an fdatasync that other work brings anyway; 0 syncs each batch at once.

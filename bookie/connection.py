@@ -29,7 +29,7 @@ from typing import Any, cast
 from aiobk.bookie.access import OPEN, Policy, Refusal, check, roles_of, subject_name
 from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.tls import TLS_HANDSHAKE_TIMEOUT, BookieTls
 from aiobk.protocol import (
     MIN_PROTOCOL_VERSION,

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gc import GcResult
-from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.key_check import KeyCheck
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import WriteState

@@ -23,9 +23,12 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiobk.bookie.read_route import ReadRoute
+
+if TYPE_CHECKING:
+    from aiobk.bookie.index.engine import IndexDb
 
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 # Reads up to this size are first tried from the page cache on the event loop (RWF_NOWAIT).
@@ -119,6 +122,12 @@ class Disk(Protocol):
     async def allocate(self, path: str, size: int) -> None:
         """Create ``path`` holding ``size`` bytes of allocated space (a reserve to give back
         when the disk is full); raises ENOSPC, leaving no file, if there is not room."""
+        ...
+
+    async def open_index(self, path: str, *, cache_bytes: int, write_buffer: int) -> IndexDb:
+        """The index engine that runs on this disk (``bookie.index``): RocksDB on real files; a
+        disk that must see every write (the simulator's, fault injectors) returns the twin over
+        itself (``bookie.index.twin.TwinIndex``)."""
         ...
 
     async def close(self) -> None: ...
@@ -474,6 +483,13 @@ class OsDisk:
     async def allocate(self, path: str, size: int) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, _allocate, path, size)
+
+    async def open_index(self, path: str, *, cache_bytes: int, write_buffer: int) -> IndexDb:
+        # RocksDB (rocksdict) is the bookie extra's: imported when a bookie opens its index, so
+        # the rest of the layer (its config, cookies, `aiobk bookie format`) loads without it.
+        from aiobk.bookie.index.rocks import RocksIndexDb  # noqa: PLC0415
+
+        return await RocksIndexDb.open(path, cache_bytes=cache_bytes, write_buffer=write_buffer)
 
     async def close(self) -> None:
         for lane in self._lanes.values():

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.journal import PREALLOCATE as JOURNAL_CHUNK
-from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal.journal import PREALLOCATE as JOURNAL_CHUNK
+from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.write_state import DISK, JOURNAL, WriteState
 from aiobk.tasks import TaskKeeper

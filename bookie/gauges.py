@@ -7,7 +7,7 @@ from typing import Protocol
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.flow import FlowControl
-from aiobk.bookie.journal import Journal
+from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import WriteState
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.metadata import LedgerMetadata, MetadataStore, write_set
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 

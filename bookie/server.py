@@ -30,10 +30,10 @@ from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gauges import bookie_gauges
 from aiobk.bookie.gc import GarbageCollector, GcResult
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal.journal import Journal
+from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.key_check import KeyCheck
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
 from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry

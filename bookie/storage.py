@@ -1,5 +1,5 @@
-"""Ledger storage: entry logs for the bytes, the on-disk index (``bookie.entry_index``) for where
-they are and for ledger state, and the states of the ledgers in use.
+"""Ledger storage: entry logs for the bytes, the on-disk index (``bookie.index.entry_index``)
+for where they are and for ledger state, and the states of the ledgers in use.
 
 Memory is bounded by configuration, whatever the bookie holds on disk: the index's write
 cache (``write_cache_max_size``), the engine's block cache (``index_cache_size``), the read cache
@@ -21,6 +21,7 @@ after the index's LSN: its cost follows the journal since the last checkpoint, n
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import os
@@ -28,40 +29,20 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiobk.bookie.config import BookieConfig
-from aiobk.bookie.disk import Disk, OsDisk
-from aiobk.bookie.entry_index import EntryIndex, check_layout
+from aiobk.bookie.disk import Disk
 from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
-from aiobk.bookie.index_db import IndexDb
-from aiobk.bookie.index_log import LogIndexDb
-from aiobk.bookie.ledger import LedgerState
+from aiobk.bookie.index.engine import IndexDb
+from aiobk.bookie.index.entry_index import EntryIndex, check_layout
+from aiobk.bookie.ledger_state import LedgerState
 from aiobk.bookie.stats import BookieStats
-from aiobk.bookie.upgrade import upgrade_legacy_index
+from aiobk.bookie.upgrade.convert import upgrade_legacy_index
 
 log = logging.getLogger(__name__)
 
 INDEX_DIR = "index.db"
 
-# Opens the index engine in a directory: RocksDB on a real disk, the twin on any other Disk.
+# Opens the index engine in a directory; by default the one the disk runs (``Disk.open_index``).
 IndexOpener = Callable[[str], Awaitable[IndexDb]]
-
-
-def default_opener(disk: Disk, config: BookieConfig) -> IndexOpener:
-    """RocksDB when the disk is the real one, else the twin on the same seam (the simulator and
-    fault-injecting disks see every index write)."""
-
-    async def open_rocks(path: str) -> IndexDb:
-        # RocksDB (rocksdict) is the bookie extra's: imported when a bookie opens its index, so
-        # the rest of the layer (its config, cookies, `aiobk bookie format`) loads without it.
-        from aiobk.bookie.index_rocks import RocksIndexDb  # noqa: PLC0415
-
-        return await RocksIndexDb.open(
-            path, cache_bytes=config.index_cache_size, write_buffer=config.index_write_buffer_size
-        )
-
-    async def open_twin(path: str) -> IndexDb:
-        return await LogIndexDb.open(disk, path)
-
-    return open_rocks if type(disk) is OsDisk else open_twin
 
 
 class ReadCache:
@@ -146,7 +127,11 @@ class LedgerStorage:
             stats=stats,
             on_write_error=on_write_error,
         )
-        self._open_index = open_index or default_opener(disk, config)
+        self._open_index = open_index or functools.partial(
+            disk.open_index,
+            cache_bytes=config.index_cache_size,
+            write_buffer=config.index_write_buffer_size,
+        )
         self._index: EntryIndex | None = None
         self._active: dict[int, LedgerState] = {}  # states in use (or not dropped yet)
         self.ledgers = LedgerMap(self)

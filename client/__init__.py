@@ -10,10 +10,10 @@ from aiobk.client.connection import BookieConnection
 from aiobk.client.digest import Digester
 from aiobk.client.entry import Entry
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log_format import ENVELOPE, RAW, RecordFormatError
-from aiobk.client.log_position import LogPosition, LogRecord
-from aiobk.client.log_reader import LogReader
-from aiobk.client.log_writer import LogWriter, LogWriterSettings
+from aiobk.client.log.format import ENVELOPE, RAW, RecordFormatError
+from aiobk.client.log.position import LogPosition, LogRecord
+from aiobk.client.log.reader import LogReader
+from aiobk.client.log.writer import LogWriter, LogWriterSettings
 from aiobk.client.net import AsyncioConnector, Connector
 from aiobk.client.read_handle import ReadHandle
 from aiobk.protocol import DigestType, Durability

@@ -13,10 +13,10 @@ from aiobk.client.config import ClientConfig
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log_position import LogPosition
-from aiobk.client.log_reader import LogReader, check_deletes, truncate_log
-from aiobk.client.log_time import position_at_time
-from aiobk.client.log_writer import LogWriter, LogWriterSettings, open_log_writer
+from aiobk.client.log.by_time import position_at_time
+from aiobk.client.log.position import LogPosition
+from aiobk.client.log.reader import LogReader, check_deletes, truncate_log
+from aiobk.client.log.writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.passwords import check_delete, check_password, password_digest

@@ -165,7 +165,7 @@ class Cookie:
 class LogMetadata:
     """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
     records (``record_format``: ``"raw"``, what a record without the field means, or
-    ``"envelope"``; ``aiobk.client.log_format`` defines both), and which writer holds it.
+    ``"envelope"``; ``aiobk.client.log.format`` defines both), and which writer holds it.
 
     ``writer`` names the writer that holds the log by the id of the ledger it took the log
     with: taking a log (a log writer opening, the Spark sink committing) sets it in the same

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiobk.client import BookKeeper, LogPosition
-from aiobk.client.log_format import ENVELOPE, RAW
+from aiobk.client.log.format import ENVELOPE, RAW
 from aiobk.client.tls_files import TlsFilesError, client_context, from_environment
 
 SCHEMA = (

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pyspark.sql.datasource import InputPartition
 
 from aiobk.client import BookKeeper, LogPosition
-from aiobk.client.log_format import ENVELOPE
-from aiobk.client.log_time import position_at_time
+from aiobk.client.log.by_time import position_at_time
+from aiobk.client.log.format import ENVELOPE
 from aiobk.pipeline.options import EARLIEST, LATEST, Bound, Options
 from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from aiobk.client import BookKeeper
-from aiobk.client.log_format import ENVELOPE, RAW, RecordFormatError, decode
+from aiobk.client.log.format import ENVELOPE, RAW, RecordFormatError, decode
 from aiobk.pipeline.options import Options
 from aiobk.pipeline.positions import (
     LedgerRange,

@@ -7,7 +7,7 @@ milliseconds since the epoch) and ``log`` (the log each row goes to; rows withou
 
 Each task writes its partition's rows into a ledger of its own per log and closes them; the
 job's commit then appends those ledgers to each log as its writer would
-(``aiobk.client.log_append``: fence the log's last two ledgers, one compare-and-set), in
+(``aiobk.client.log.append``: fence the log's last two ledgers, one compare-and-set), in
 ascending ledger id order -- the order positions in a log follow.
 
 Delivery: each log's part of a job is published all or nothing (one compare-and-set), exactly
@@ -39,8 +39,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from aiobk.client import BookKeeper, LedgerHandle
-from aiobk.client.log_append import append_ledgers_to_log
-from aiobk.client.log_format import ENVELOPE, RAW, check_format, encode
+from aiobk.client.log.append import append_ledgers_to_log
+from aiobk.client.log.format import ENVELOPE, RAW, check_format, encode
 from aiobk.pipeline.options import Options
 from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
 

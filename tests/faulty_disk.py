@@ -9,10 +9,11 @@ import errno
 from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
+from aiobk.bookie.index.twin import TwinIndex
 from tests.append_file import DelegatingAppendFile
 
 
-class FaultyDisk(OsDisk):
+class FaultyDisk(TwinIndex, OsDisk):
     def __init__(self) -> None:
         super().__init__()
         self.full = False  # writes raise ENOSPC

@@ -138,7 +138,7 @@ CLIENT_DISTRIBUTIONS = frozenset(
 VENV_SEEDS = frozenset({"pip", "setuptools"})
 # The modules that are the servers' and the optional parts': everything else of the client,
 # metadata, codec, bookie and autorecovery layers and of the commands imports without an extra.
-SERVER_MODULES = ("aiobk.bookie.index_rocks", "aiobk.runner", "aiobk.metrics", "aiobk.http_admin")
+SERVER_MODULES = ("aiobk.bookie.index.rocks", "aiobk.runner", "aiobk.metrics", "aiobk.http_admin")
 
 
 def _project() -> dict[str, Any]:

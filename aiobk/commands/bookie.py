@@ -16,8 +16,8 @@ from typing import Any
 import click
 
 from aiobk.bookie.config import BookieConfig, ConfigError
-from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.journal_format import JournalCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
+from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.client.connection import status_error
 from aiobk.commands.common import QuietPipeGroup, client_connector, run_loop

@@ -16,8 +16,8 @@ import json
 
 import click
 
-from aiobk.client import log_format
 from aiobk.client.bookkeeper import BookKeeper
+from aiobk.client.log import format as log_format
 from aiobk.client.passwords import check_delete
 from aiobk.commands.common import (
     confirm_or_stop,

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from aiobk.client.bookkeeper import BookKeeper
-from aiobk.client.log_position import LogPosition
+from aiobk.client.log.position import LogPosition
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,

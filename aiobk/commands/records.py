@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from aiobk.client.log_format import Envelope
-from aiobk.client.log_position import LogRecord
+from aiobk.client.log.format import Envelope
+from aiobk.client.log.position import LogRecord
 from aiobk.commands.text import printable
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

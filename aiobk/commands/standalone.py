@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import click
 
 from aiobk.bookie.config import BookieConfig
-from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.journal_format import JournalCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
+from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.bookie.server import Bookie
 from aiobk.commands.extras import require_extras
 from aiobk.metadata.etcd_process import (

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.bookie.flow import ADD_HELD_BYTES
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import (
     ENTRY_HEADER,
     HEADER_SIZE,
@@ -49,7 +49,7 @@ from aiobk.protocol import (
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
-    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.ledger_state import LedgerState
 
 log = logging.getLogger(__name__)
 

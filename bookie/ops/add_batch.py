@@ -17,7 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from aiobk.bookie.flow import ADD_HELD_BYTES
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.ops.add import add_entry
 from aiobk.protocol import (
     AddBatchRequest,

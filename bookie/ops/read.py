@@ -28,12 +28,12 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from aiobk.bookie.entrylog import CorruptEntryError
-from aiobk.bookie.index_db import IndexCorruptError
+from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 
 if TYPE_CHECKING:
     from aiobk.bookie.context import BookieContext, Replier
-    from aiobk.bookie.ledger import LedgerState
+    from aiobk.bookie.ledger_state import LedgerState
 
 # ReadFlag's bits tested with int's own ``&`` (an IntFlag's goes through the enum machinery).
 _FENCE = int(ReadFlag.FENCE)

@@ -8,10 +8,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from aiobk.bookie import BookieConfig, OsDisk
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_format import RecordType
-from aiobk.bookie.journal_policy import GroupCommitPolicy
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.journal.format import RecordType
+from aiobk.bookie.journal.journal import Journal
+from aiobk.bookie.journal.policy import GroupCommitPolicy
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookieConnection, Digester

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_policy import GroupCommitPolicy
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.journal.journal import Journal
+from aiobk.bookie.journal.policy import GroupCommitPolicy
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.repair import repair
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage

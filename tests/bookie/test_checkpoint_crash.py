@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from aiobk.bookie import OsDisk
-from aiobk.bookie.index_db import IndexDb
-from aiobk.bookie.index_log import LogIndexDb
-from aiobk.bookie.index_rocks import RocksIndexDb
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.index.engine import IndexDb
+from aiobk.bookie.index.rocks import RocksIndexDb
+from aiobk.bookie.index.twin import LogIndexDb
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.protocol import DigestType, pack_entry, pack_header
 from tests.bookie.helpers import booted_ledgers
 

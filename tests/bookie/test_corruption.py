@@ -11,7 +11,7 @@ from rocksdict import Options, Rdict
 
 from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
 from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
-from aiobk.bookie.index_rocks import FAMILIES
+from aiobk.bookie.index.rocks import FAMILIES
 from aiobk.metadata import free_port
 from aiobk.protocol import (
     HEADER_SIZE,
@@ -77,7 +77,7 @@ async def test_damaged_index_refuses_to_boot(tmp_path: Path, connect) -> None:
 
 def _damage_record_tables(tmp_path: Path) -> None:
     """Flip a byte in the first data block (ledger 1's keys) of every table of the index's
-    family for ledger records and entry locations (bookie.index_rocks.FAMILIES)."""
+    family for ledger records and entry locations (bookie.index.rocks.FAMILIES)."""
     index = tmp_path / "data" / "ledgers" / "index.db"
     options = Options(raw_mode=True)
     plain = Rdict(str(index), options, column_families=dict.fromkeys(FAMILIES.values(), options))

@@ -18,8 +18,8 @@ import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.disk_monitor import Usage, judge
-from aiobk.bookie.journal import Journal, JournalFailedError
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal.journal import Journal, JournalFailedError
+from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.write_state import DISK, JOURNAL, OPERATOR, WriteState
 from aiobk.client import BookieConnection, BookKeeper

@@ -1,5 +1,5 @@
 """Entry locations and ledger state over the index engine, with its write cache
-(bookie.entry_index), on the simulator's twin (the engine contract is test_index_db.py)."""
+(bookie.index.entry_index), on the simulator's twin (the engine contract is test_index_db.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import OsDisk
-from aiobk.bookie.entry_index import (
+from aiobk.bookie.index.engine import IndexBatch, IndexCorruptError
+from aiobk.bookie.index.entry_index import (
     MARK_KEY,
     VALUE,
     EntryIndex,
@@ -20,8 +21,7 @@ from aiobk.bookie.entry_index import (
     location_key,
     state_key,
 )
-from aiobk.bookie.index_db import IndexBatch, IndexCorruptError
-from aiobk.bookie.index_log import LogIndexDb
+from aiobk.bookie.index.twin import LogIndexDb
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""One contract for the index engine and its twin (bookie.index_db): RocksDB (production) and
+"""One contract for the index engine and its twin (bookie.index.engine): RocksDB (production) and
 the log on the Disk seam (the simulator's) pass the same tests, crashes included."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from rocksdict import Options, Rdict
 
-from aiobk.bookie import OsDisk, index_rocks
-from aiobk.bookie.index_db import IndexBatch, IndexDb
-from aiobk.bookie.index_log import FILE, LogIndexDb
-from aiobk.bookie.index_rocks import FAMILIES, RocksIndexDb
+from aiobk.bookie import OsDisk
+from aiobk.bookie.index import rocks as index_rocks
+from aiobk.bookie.index.engine import IndexBatch, IndexDb
+from aiobk.bookie.index.rocks import FAMILIES, RocksIndexDb
+from aiobk.bookie.index.twin import FILE, LogIndexDb
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("rocksdb", "log")
@@ -88,7 +89,7 @@ async def test_a_returned_write_survives_a_reopen(reopen) -> None:
     assert db.get(key(4, PER_BATCH - 1)) == (PER_BATCH - 1).to_bytes(8, "big")
 
 
-# Keys under every first byte the RocksDB engine treats alike or apart (index_rocks.FAMILIES:
+# Keys under every first byte the RocksDB engine treats alike or apart (rocks.FAMILIES:
 # D, E, G and H have column families of their own), and bytes around them.
 SPREAD = [bytes([first]) + key(n, 0) for first in b"\x00ADEFGHIMZ\xff" for n in (1, 2)]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import JournalCorruptError, OsDisk
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_format import FILE_HEADER, Record, RecordType
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.journal.format import FILE_HEADER, Record, RecordType
+from aiobk.bookie.journal.journal import Journal
+from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
 from tests.bookie.helpers import append_records
 

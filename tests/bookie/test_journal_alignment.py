@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import Bookie, BookieConfig, OsDisk
-from aiobk.bookie.journal import Journal
-from aiobk.bookie.journal_format import FILE_HEADER, RECORD_HEADER, Record, RecordType, scan
-from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT, GroupCommitPolicy
+from aiobk.bookie.journal.format import FILE_HEADER, RECORD_HEADER, Record, RecordType, scan
+from aiobk.bookie.journal.journal import Journal
+from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT, GroupCommitPolicy
 from aiobk.client import BookieConnection
 from aiobk.metadata import free_port
 from aiobk.protocol import StatusCode, parse_entry

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from aiobk.bookie import OsDisk
 from aiobk.bookie.disk import AppendFile
-from aiobk.bookie.journal import SLOW_WRITE, SLOW_WRITE_BATCHES, Journal
-from aiobk.bookie.journal_format import RecordType
-from aiobk.bookie.journal_policy import GroupCommitPolicy
+from aiobk.bookie.index.twin import TwinIndex
+from aiobk.bookie.journal.format import RecordType
+from aiobk.bookie.journal.journal import SLOW_WRITE, SLOW_WRITE_BATCHES, Journal
+from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
 from tests.append_file import DelegatingAppendFile
 from tests.bookie.helpers import append_records
@@ -44,7 +45,7 @@ class _Counted(DelegatingAppendFile):
         self._inner.write_now(data)
 
 
-class _CountingDisk(OsDisk):
+class _CountingDisk(TwinIndex, OsDisk):
     def __init__(self) -> None:
         super().__init__()
         self.lane_writes = self.loop_writes = self.synced_here = 0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiobk.bookie.journal_format import (
+from aiobk.bookie.journal.format import (
     FILE_HEADER,
     RECORD_HEADER,
     JournalCorruptError,
@@ -21,7 +21,7 @@ from aiobk.bookie.journal_format import (
     scan,
     valid_record_after,
 )
-from aiobk.bookie.journal_policy import (
+from aiobk.bookie.journal.policy import (
     INLINE_BYTES,
     INLINE_WRITE_BYTES,
     JOURNAL_ALIGNMENT,

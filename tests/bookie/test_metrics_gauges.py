@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.disk import AppendFile, Disk, OsDisk
-from aiobk.bookie.journal_policy import INLINE_BYTES
+from aiobk.bookie.index.twin import TwinIndex
+from aiobk.bookie.journal.policy import INLINE_BYTES
 from aiobk.client import BookKeeper
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MemoryKV
@@ -39,7 +40,7 @@ QUIET = {
 }
 
 
-class HeldJournalDisk(OsDisk):
+class HeldJournalDisk(TwinIndex, OsDisk):
     """Real files; while ``holding``, a journal write made on the journal's I/O lane (a batch
     the writer hands off rather than syncing inline) waits for ``release``. ``held`` is set
     once one waits."""

@@ -15,8 +15,8 @@ import pytest
 from rocksdict import Options, Rdict
 
 from aiobk.bookie import Bookie, BookieConfig, OsDisk
-from aiobk.bookie.index_db import IndexBatch, IndexDb
-from aiobk.bookie.index_rocks import FAMILIES, RocksIndexDb
+from aiobk.bookie.index.engine import IndexBatch, IndexDb
+from aiobk.bookie.index.rocks import FAMILIES, RocksIndexDb
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.metadata import free_port
@@ -91,7 +91,7 @@ async def test_an_index_of_one_column_family_is_moved_into_families_and_serves_a
 ) -> None:
     """A data directory whose RocksDB index holds every key in its default family (the same
     scenario as the format 2 archive, written by commit 1f1bebe: ``data/make_format2.py``)
-    starts, its index moved into the families (bookie.index_rocks), and serves everything."""
+    starts, its index moved into the families (bookie.index.rocks), and serves everything."""
     config, expected = _unpack(tmp_path, ONE_FAMILY)
     index = str(tmp_path / "data" / "ledgers" / "index.db")
     options = Options(raw_mode=True)
@@ -139,7 +139,7 @@ async def test_a_conversion_cut_off_part_way_is_done_again(
     tmp_path: Path, connect, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, expected = _unpack(tmp_path)
-    monkeypatch.setattr("aiobk.bookie.upgrade.BATCH_KEYS", 20)  # several batches
+    monkeypatch.setattr("aiobk.bookie.upgrade.convert.BATCH_KEYS", 20)  # several batches
 
     async def cut_off(path: str) -> IndexDb:
         return _CutOff(await RocksIndexDb.open(path), writes=2)

@@ -1,4 +1,4 @@
-"""Appending whole ledgers to a log as its writer (``aiobk.client.log_append``, the Spark
+"""Appending whole ledgers to a log as its writer (``aiobk.client.log.append``, the Spark
 sink's commit): fences the log's writer, keeps ledger order, refuses what would break it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from aiobk.client import BookKeeper
 from aiobk.client.errors import LogFencedError
-from aiobk.client.log_append import append_ledgers_to_log
+from aiobk.client.log.append import append_ledgers_to_log
 from aiobk.pipeline.write import TaskWritten, Written, publish_plan
 from tests.cluster import Cluster, forget, start_cluster
 

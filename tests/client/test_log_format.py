@@ -1,4 +1,4 @@
-"""The record envelope (client/log_format.py): round trips, its byte layout, and a clear error
+"""The record envelope (client/log/format.py): round trips, its byte layout, and a clear error
 for every way an entry can fail to be one."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiobk.client import log_format
-from aiobk.client.log_format import Envelope, RecordFormatError, decode, encode, timestamp_of
+from aiobk.client.log import format as log_format
+from aiobk.client.log.format import Envelope, RecordFormatError, decode, encode, timestamp_of
 
 names = st.text(max_size=20)
 values = st.binary(max_size=64)

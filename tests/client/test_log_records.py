@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import ENVELOPE, RAW, BookKeeper, LogPosition, LogRecord, RecordFormatError
-from aiobk.client.log_time import position_at_time
-from aiobk.client.log_writer import LogWriterSettings, open_log_writer
+from aiobk.client.log.by_time import position_at_time
+from aiobk.client.log.writer import LogWriterSettings, open_log_writer
 from tests.cluster import Cluster, forget, start_cluster
 
 

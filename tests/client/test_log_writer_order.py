@@ -15,7 +15,7 @@ import pytest
 
 from aiobk.client import BookKeeper, LogPosition, LogWriter
 from aiobk.client.errors import LogFencedError, NoSuchLedgerError
-from aiobk.client.log_writer import _Append, split_at
+from aiobk.client.log.writer import _Append, split_at
 from aiobk.metadata import LogMetadata
 from aiobk.metadata.etcd_process import EtcdProcess
 from tests.cluster import Cluster, start_cluster

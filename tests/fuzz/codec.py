@@ -15,7 +15,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from aiobk.bookie.journal_format import scan
+    from aiobk.bookie.journal.format import scan
     from aiobk.protocol import (
         BatchError,
         FrameDecoder,

@@ -23,7 +23,9 @@ with atheris.instrument_imports():
     import crc32c
 
     from aiobk.bookie.entrylog import CorruptEntryError, _check
-    from aiobk.bookie.index import (
+    from aiobk.bookie.journal.format import RecordType, encode_record, scan
+    from aiobk.bookie.stats import BookieStats
+    from aiobk.bookie.upgrade.segments import (
         CRC,
         HEADER,
         MAGIC,
@@ -32,9 +34,7 @@ with atheris.instrument_imports():
         decode_segment,
         encode_segment,
     )
-    from aiobk.bookie.index import PagedLedger as LedgerState
-    from aiobk.bookie.journal_format import RecordType, encode_record, scan
-    from aiobk.bookie.stats import BookieStats
+    from aiobk.bookie.upgrade.segments import PagedLedger as LedgerState
     from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
+from aiobk.bookie.index.twin import TwinIndex
 from tests.append_file import DelegatingAppendFile
 
 QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES[,ROOT:BYTES]" for the bookie process
@@ -107,7 +108,7 @@ def small_disk(path: Path, size: int) -> Iterator[SmallDisk]:
             subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
 
 
-class QuotaDisk(OsDisk):
+class QuotaDisk(TwinIndex, OsDisk):
     """Real files under each root that may not pass its quota in bytes: simulated small disks
     (a path under none of them is on the host's disk as usual)."""
 

@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from aiobk.bookie.journal_format import (
+from aiobk.bookie.journal.format import (
     ADD_PREFIX,
     LEDGER_PREFIX,
     RecordType,
     encode_file_header,
     encode_record,
 )
-from aiobk.bookie.journal_format import add_payload as journal_add_payload
+from aiobk.bookie.journal.format import add_payload as journal_add_payload
 from aiobk.protocol import (
     MAX_ENTRY_ID,
     AddFlag,

@@ -3,8 +3,8 @@
 Before the fix every entry id in a new 4096-entry range allocated a dense 32 KiB page, in
 memory and in every index segment: 3,000 tiny adds at ids a billion apart took +100 MiB of RSS
 and 94 MiB of index on disk. Now a page starts sparse (a dict of the slots it holds) and only
-turns dense once it holds ``SPARSE_MAX`` entries (``bookie.ledger``), and segments write sparse
-pages slot by slot (``bookie.index`` format 2).
+turns dense once it holds ``SPARSE_MAX`` entries, and segments write sparse pages slot by slot
+(``bookie.upgrade.segments`` format 2).
 """
 
 from __future__ import annotations

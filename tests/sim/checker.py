@@ -13,7 +13,7 @@ from aiobk.autorecovery import Auditor
 from aiobk.autorecovery.fragments import closed_fragments, slot_entries
 from aiobk.bookie.entrylog import CorruptEntryError
 from aiobk.client import BookKeeper, LogPosition, ReadHandle
-from aiobk.client.log_position import log_record
+from aiobk.client.log.position import log_record
 from aiobk.client.quorum import write_set
 from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol import parse_entry

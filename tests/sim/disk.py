@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 
 from aiobk.bookie.disk import AppendFile, ReadFile
+from aiobk.bookie.index.twin import TwinIndex
 
 
 @dataclass
@@ -32,7 +33,7 @@ class _File:
     durable: int = 0  # bytes of data that survive a crash
 
 
-class SimDisk:
+class SimDisk(TwinIndex):
     def __init__(
         self,
         rng: random.Random,

@@ -1,6 +1,6 @@
 """What the log modules need of a client, as a structural type (``BookKeeper`` has it).
 
-``log_append``, ``log_writer`` and ``log_reader`` type against this instead of importing
+``append``, ``writer`` and ``reader`` type against this instead of importing
 ``BookKeeper``, which imports them: no import cycle, and each can be driven by anything that
 opens, creates and deletes ledgers over a metadata store.
 """

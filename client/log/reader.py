@@ -17,9 +17,9 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiobk.client.entry import Entry
-from aiobk.client.ledger_client import LedgerClient
-from aiobk.client.log_format import RAW, check_format
-from aiobk.client.log_position import LogPosition, LogRecord, log_record
+from aiobk.client.log.format import RAW, check_format
+from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.position import LogPosition, LogRecord, log_record
 from aiobk.client.passwords import check_delete
 from aiobk.client.read_handle import ReadHandle
 from aiobk.metadata import LogMetadata

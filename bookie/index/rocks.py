@@ -1,4 +1,4 @@
-"""``RocksIndexDb``: the bookie index's engine, RocksDB through rocksdict (bookie.index_db has
+"""``RocksIndexDb``: the bookie index's engine, RocksDB through rocksdict (bookie.index.engine has
 the contract; ``aiobk bench index`` the figures that chose it).
 
 Memory is bounded by configuration: the block cache (``cache_bytes``, which also holds the
@@ -15,7 +15,7 @@ one LSM tree each flushed file then spans from the first of those ranges to the 
 everything between them in the level below, and each compaction rewrites most of the index: at a
 million ledgers every L0 compaction read and wrote the whole of it (10 million records, 80 MB,
 5 s of CPU on this machine; RocksDB's LOG in a 1,000,000-ledger ``bench scale`` run), a cost
-that grows with the data held. So each growing key prefix of ``bookie.entry_index`` has a
+that grows with the data held. So each growing key prefix of ``bookie.index.entry_index`` has a
 column family of its own (``FAMILIES``), where a flushed file holds only keys at that family's
 top and compaction moves it down without rewriting older ones; everything else (the mark and
 its companions) stays in the default family. The memtables of all families together stay
@@ -52,12 +52,12 @@ from rocksdict import (
     WriteOptions,
 )
 
-from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
+from aiobk.bookie.index.engine import DELETE, PUT, IndexBatch, IndexCorruptError, IndexDb
 
 log = logging.getLogger(__name__)
 
 INDEX_PARTITION_BYTES = 64 * 1024
-# The growing key prefixes of bookie.entry_index, each in a column family of its own (see the
+# The growing key prefixes of bookie.index.entry_index, each in a column family of its own (see the
 # module docstring); keys of any other first byte live in the default family.
 FAMILIES = {ord("E"): "entries", ord("H"): "held", ord("D"): "deleted", ord("G"): "log_ledgers"}
 MOVE_CHUNK = 20_000  # keys a batch when an index made before the families is opened

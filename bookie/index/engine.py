@@ -6,10 +6,10 @@ ledger's state, in an engine chosen by measurement (``aiobk bench index``: Rocks
 metadata package's KV seam, the engine sits behind an interface with two implementations and
 one contract test (tests/bookie/test_index_db.py):
 
-- ``RocksIndexDb`` (bookie.index_rocks): RocksDB through rocksdict, memory bounded by its
+- ``RocksIndexDb`` (bookie.index.rocks): RocksDB through rocksdict, memory bounded by its
   block cache and write buffers; each batch is one WriteBatch written with ``sync`` (WAL
   fsynced) on a thread of its own, so the event loop never waits on the disk.
-- ``LogIndexDb`` (bookie.index_log): the twin the deterministic simulator runs -- a log of
+- ``LogIndexDb`` (bookie.index.twin): the twin the deterministic simulator runs -- a log of
   batches on the bookie's ``Disk`` seam, so a simulated crash keeps exactly what the simulated
   disk synced: the last whole batch, never part of one.
 

@@ -45,7 +45,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from aiobk.bookie.index_db import IndexBatch, IndexCorruptError, IndexDb
+from aiobk.bookie.index.engine import IndexBatch, IndexCorruptError, IndexDb
 
 LOCATION_KEY = struct.Struct(">cQQ")
 STATE_KEY = struct.Struct(">cQ")

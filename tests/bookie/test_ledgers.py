@@ -1,4 +1,4 @@
-"""The owner of per-ledger state (``bookie.ledger_state``) on real files: every transition is
+"""The owner of per-ledger state (``bookie.ledgers``) on real files: every transition is
 journaled as it happens, replay (``apply``) brings a fresh boot to the same state, and what a
 transition changes reaches the index at the next checkpoint."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.bookie.checkpoints import Checkpoints
-from aiobk.bookie.journal_format import FILE_HEADER
-from aiobk.bookie.ledger import LedgerState
-from aiobk.bookie.ledger_state import Ledgers
+from aiobk.bookie.journal.format import FILE_HEADER
+from aiobk.bookie.ledger_state import LedgerState
+from aiobk.bookie.ledgers import Ledgers
 from aiobk.protocol import DigestType, StatusCode, pack_entry, pack_header
 from tests.bookie.helpers import booted_ledgers
 

@@ -1,6 +1,6 @@
 """Upgrading a data directory written before the on-disk index: index segments
-(``ledgers/index/*.idx``, format 1 or 2, ``bookie.index``) become the on-disk index
-(``bookie.entry_index``) at start.
+(``ledgers/index/*.idx``, format 1 or 2, ``bookie.upgrade.segments``) become the on-disk index
+(``bookie.index.entry_index``) at start.
 
 Theory of operation. The segments are loaded as the old bookie loaded them (that one time, the
 memory the old format needed), then written to the new index in batches of ``BATCH_KEYS`` keys
@@ -18,7 +18,9 @@ import os
 from collections import Counter
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.entry_index import (
+from aiobk.bookie.entrylog import OFFSET_BITS
+from aiobk.bookie.index.engine import IndexBatch
+from aiobk.bookie.index.entry_index import (
     HELD_KEY,
     VALUE,
     EntryIndex,
@@ -29,9 +31,7 @@ from aiobk.bookie.entry_index import (
     put_mark,
     put_record,
 )
-from aiobk.bookie.entrylog import OFFSET_BITS
-from aiobk.bookie.index import SUFFIX, IndexStore, PagedLedger
-from aiobk.bookie.index_db import IndexBatch
+from aiobk.bookie.upgrade.segments import SUFFIX, IndexStore, PagedLedger
 
 log = logging.getLogger(__name__)
 

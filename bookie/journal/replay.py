@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.journal_format import (
+from aiobk.bookie.journal.format import (
     FILE_HEADER,
     JournalCorruptError,
     Record,

@@ -1,4 +1,4 @@
-"""``LogIndexDb``: the index engine's twin, for the deterministic simulator (bookie.index_db).
+"""``LogIndexDb``: the index engine's twin, for the deterministic simulator (bookie.index.engine).
 
 Every batch is one record appended to ``index.log`` through the bookie's ``Disk`` seam and
 synced before ``write`` returns: ``[u32 length][u32 crc32c][msgpack ops]``. Opening replays the
@@ -19,12 +19,13 @@ import contextlib
 import os
 import struct
 from collections.abc import Iterator
+from typing import cast
 
 import crc32c
 import msgpack
 
 from aiobk.bookie.disk import AppendFile, Disk
-from aiobk.bookie.index_db import DELETE, PUT, IndexBatch, IndexDb
+from aiobk.bookie.index.engine import DELETE, PUT, IndexBatch, IndexDb
 
 HEAD = struct.Struct(">II")  # payload length, crc32c of the payload
 FILE = "index.log"
@@ -123,3 +124,11 @@ class LogIndexDb(IndexDb):
 
 
 __all__ = ["LogIndexDb"]
+
+
+class TwinIndex:
+    """Mixin for a ``Disk`` whose index must go through it (the simulator's, fault injectors):
+    the twin, on this disk, instead of RocksDB writing real files behind the seam's back."""
+
+    async def open_index(self, path: str, *, cache_bytes: int, write_buffer: int) -> IndexDb:
+        return await LogIndexDb.open(cast(Disk, self), path)

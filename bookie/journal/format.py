@@ -96,7 +96,7 @@ def encode_adds(first_lsn: int, ledger_id: int, entries: Sequence[tuple[int, byt
 def padding(position: int, alignment: int) -> bytes:
     """A padding record taking a write that ends at ``position`` to the next ``alignment``
     boundary (BookKeeper's journalAlignmentSize): the next write then starts on a boundary of
-    its own -- a fresh sector at 512, a fresh page at 4096 (``journal_policy.JOURNAL_ALIGNMENT``
+    its own -- a fresh sector at 512, a fresh page at 4096 (``policy.JOURNAL_ALIGNMENT``
     says which and why). Replay skips padding of any size, so a journal written at one
     alignment reads back under any other."""
     if alignment <= 0:

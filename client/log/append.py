@@ -21,8 +21,8 @@ import contextlib
 import itertools
 from collections.abc import Sequence
 
-from aiobk.client.ledger_client import LedgerClient
-from aiobk.client.log_format import ENVELOPE, check_format
+from aiobk.client.log.format import ENVELOPE, check_format
+from aiobk.client.log.ledger_client import LedgerClient
 from aiobk.metadata import LogMetadata
 from aiobk.protocol.errors import (
     LogExistsError,

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aiobk.client.ledger_client import LedgerClient
-from aiobk.client.log_format import ENVELOPE, timestamp_of
-from aiobk.client.log_position import LogPosition
+from aiobk.client.log.format import ENVELOPE, timestamp_of
+from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.position import LogPosition
 from aiobk.client.read_handle import ReadHandle
 from aiobk.protocol.errors import NoSuchLedgerError
 

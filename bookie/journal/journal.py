@@ -4,7 +4,7 @@ Every record gets the next LSN when it is appended. Appending only queues the en
 one writer task takes the whole queue, writes it with one write and one fdatasync on the
 journal's own I/O lane, then runs every record's callback. Nothing is acknowledged before the
 fdatasync that covers it (BookKeeper "Writing to ledgers": a bookie acknowledges a write once it
-has been durably persisted). ``journal_policy`` decides when a batch starts.
+has been durably persisted). ``policy`` decides when a batch starts.
 
 BP-14 volatile adds are answered once written. Their fdatasync only moves the ledger's sync
 cursor (LastAddSynced), so a batch of nothing but volatile records does not start one at once:
@@ -13,7 +13,7 @@ batch brings anyway. An idle volatile writer then costs a sync per delay, not on
 the fewer fdatasyncs BP-14 is for ("Performance degradation happens when using single-disk
 layout").
 
-Where a batch is written (``journal_policy.batch_plan``): a lone small persistent record of an
+Where a batch is written (``policy.batch_plan``): a lone small persistent record of an
 idle journal is written and synced on the event loop; a batch of volatile records up to
 ``INLINE_WRITE_BYTES`` is written on the loop (a copy into the page cache) and answered; the
 rest, and any batch whose write would first have to allocate more of the file, on the journal's
@@ -21,7 +21,7 @@ thread. A write on the loop slower than ``SLOW_WRITE`` (the kernel throttling a 
 dirties pages faster than the disk takes them) sends the next batches to the thread.
 
 Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
-Replay (``bookie.journal_replay``) reads every record after the checkpoint's LSN and refuses
+Replay (``bookie.journal.replay``) reads every record after the checkpoint's LSN and refuses
 (``JournalCorruptError``) if one is missing or damaged in a way that is not a torn tail.
 
 A write or fdatasync that fails (a full disk, an I/O error) fails every record not yet synced
@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiobk.bookie.disk import AppendFile, Disk
-from aiobk.bookie.journal_format import (
+from aiobk.bookie.journal.format import (
     FILE_HEADER,
     Record,
     RecordType,
@@ -57,8 +57,8 @@ from aiobk.bookie.journal_format import (
     encode_record,
     padding,
 )
-from aiobk.bookie.journal_policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommitPolicy, batch_plan
-from aiobk.bookie.journal_replay import file_name, replay
+from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommitPolicy, batch_plan
+from aiobk.bookie.journal.replay import file_name, replay
 from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ class Journal:
         start: tuple[int, int] | None = None,
     ) -> int:
         """Apply every record with an LSN above ``after_lsn``, in order; return how many
-        (``bookie.journal_replay``). ``start``: the ``position`` the checkpoint recorded, where
+        (``bookie.journal.replay``). ``start``: the ``position`` the checkpoint recorded, where
         reading its file may begin. Afterwards ``next_lsn`` is one past the highest LSN known
         (replayed or checkpointed)."""
         replayed = await replay(self._disk, self._dir, after_lsn, apply, start)

@@ -1,10 +1,10 @@
 """The index format of aiobk before the on-disk index (read to upgrade a data directory; the
-bookie now keeps its index in ``bookie.entry_index``): ledger states and entry locations, in
+bookie now keeps its index in ``bookie.index.entry_index``): ledger states and entry locations, in
 segment files.
 
 ``PagedLedger`` is that format's in-memory ledger: locations in pages of 4096 slots, like
 BookKeeper's index pages, sparse (a dict) until ``SPARSE_MAX`` entries, then dense (4096 int64
-slots). ``bookie.upgrade`` loads the segments into these and writes them to the new index.
+slots). ``bookie.upgrade.convert`` loads the segments into these and writes them to the new index.
 
 A checkpoint writes one segment ``index/SEQ.idx`` (tmp file, fsync, rename, directory fsync, so
 a segment either exists whole or not at all). A segment is FULL (every ledger, every page) or a
@@ -39,8 +39,8 @@ from typing import TypeAlias
 import crc32c
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.index_db import IndexCorruptError
-from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.index.engine import IndexCorruptError
+from aiobk.bookie.ledger_state import MAX_KEY_SIZE
 
 PAGE_BITS = 12
 PAGE_SIZE = 1 << PAGE_BITS

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiobk.bookie.index import (
+from aiobk.bookie.ledger_state import MAX_KEY_SIZE
+from aiobk.bookie.upgrade.segments import (
     CRC,
     HEADER,
     LEDGER,
@@ -24,8 +25,7 @@ from aiobk.bookie.index import (
     decode_segment,
     encode_segment,
 )
-from aiobk.bookie.index import PagedLedger as LedgerState
-from aiobk.bookie.ledger import MAX_KEY_SIZE
+from aiobk.bookie.upgrade.segments import PagedLedger as LedgerState
 from aiobk.protocol import MASTER_KEY_SIZE, MAX_ENTRY_ID, MAX_LEDGER_ID
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

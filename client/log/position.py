@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from aiobk.client.log_format import RAW, RecordFormatError, decode
+from aiobk.client.log.format import RAW, RecordFormatError, decode
 
 _TEXT = re.compile(r"([0-9]+):([0-9]+)", re.ASCII)
 

@@ -44,11 +44,11 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiobk.client.ledger_client import LedgerClient
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log_append import take_log
-from aiobk.client.log_format import ENVELOPE, RAW, encode
-from aiobk.client.log_position import LogPosition
+from aiobk.client.log.append import take_log
+from aiobk.client.log.format import ENVELOPE, RAW, encode
+from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.position import LogPosition
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.metadata import LogMetadata
 from aiobk.protocol import Durability
@@ -76,7 +76,7 @@ class LogWriterSettings:
     roll_bytes: int = 256 * 1024 * 1024  # start a new ledger past this many payload bytes
     roll_seconds: float | None = None  # ... or once the ledger is this old (None: never)
     create: bool = True  # create the log if it does not exist
-    # The log's record format (log_format): a new log is created with it (None: envelope); an
+    # The log's record format (log.format): a new log is created with it (None: envelope); an
     # existing log in another format is refused. None takes an existing log's.
     record_format: str | None = None
     clock: Callable[[], float] = time.time  # stamps envelope records (seconds; stored in ms)
