@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -227,6 +228,10 @@ def test_a_standalone_whose_etcd_dies_says_so_and_exits(
         f"aiobk: error: etcd (pid {etcd_pid}) was killed by SIGTERM; stopping the bookies "
         f"(etcd's log: {tmp_path / 'data' / 'etcd' / 'etcd.log'})"
     ], errors
-    assert len(errors) <= 3, errors  # not a stream of warnings about the store
+    # Not a stream of warnings about the store: while etcd shuts down, before its process is
+    # gone, each component may say once or twice that the store failed it, and then it stops.
+    warned = Counter(line.split()[3] for line in errors if " WARNING " in line)
+    assert all(times <= 2 for times in warned.values()), errors
+    assert len(errors) <= 1 + sum(warned.values()) <= 12, errors
     standalone.wait_for("standalone cluster stopped", 5)
     assert not port_in_use("127.0.0.1", bookie_port)  # its bookies stopped

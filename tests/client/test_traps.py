@@ -1,5 +1,8 @@
 """The known protocol traps 1-4 (``ProtocolSwitches``): each scripted exactly on fake bookies, shown
-to hold with its fix and to lose data with the fix switched off."""
+to hold with its fix and to lose data with the fix switched off.
+
+The writers send no explicit LAC: each script decides which LAC the bookies hold, and a timed LAC
+update arriving on a slow run would change the script."""
 
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ async def test_trap1_recovery_reads_must_fence(world, on: bool) -> None:
     reaches b3. Without fencing reads, b3 takes it and w1 acknowledges an entry the closed
     ledger does not have."""
     b1, b2, b3 = await world.bookies(3)
-    w1 = await world.client(seed=1)
+    w1 = await world.client(seed=1, explicit_lac_delay=0)
     lh = await w1.create_ledger(3, 3, 2)
     b1.drop(is_add(0))
     late_e0 = b3.hold(is_add(0))
@@ -84,7 +87,7 @@ async def test_trap2_recovery_starts_at_the_last_fragment(world, on: bool) -> No
     answer LAC -1. Starting at entry 0 would write back old entries into the new ensemble and
     a write-back failure there would need a fragment at entry 0 -- an invalid ledger."""
     b1, b2, b3 = await world.bookies(3)
-    w1 = await world.client(seed=1)
+    w1 = await world.client(seed=1, explicit_lac_delay=0)
     lh = await w1.create_ledger(3, 3, 2)
     b4, b5, b6, _spare = await world.bookies(4, first_port=9004)
     for i in range(5):
@@ -112,7 +115,7 @@ async def test_trap3_recovery_ensemble_changes_stay_local(world, on: bool) -> No
     by b4 -- and dies before closing. If that change reached the metadata, recovery r2 asks
     {b1, b2, b4} and can hear NoSuchEntry from b1 and b4 first: e1 is truncated."""
     b1, b2, b3 = await world.bookies(3)
-    w1 = await world.client(seed=1)
+    w1 = await world.client(seed=1, explicit_lac_delay=0)
     lh = await w1.create_ledger(3, 3, 2)
     (b4,) = await world.bookies(1, first_port=9004)
     await lh.append(b"e0")
@@ -148,7 +151,7 @@ async def test_trap4_write_backs_carry_the_frozen_lac(world, on: bool) -> None:
     that -- unfrozen -- says 2, and dies. r2's fencing reads then start after e2, closing the
     ledger with e2 on a single bookie of its write set."""
     b1, b2, b3 = await world.bookies(3)
-    w1 = await world.client(seed=1)
+    w1 = await world.client(seed=1, explicit_lac_delay=0)
     lh = await w1.create_ledger(3, 3, 2)
     (b4,) = await world.bookies(1, first_port=9004)
     await lh.append(b"e0")
