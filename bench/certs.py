@@ -1,6 +1,6 @@
 """Certificates made where they are needed: a certificate authority writing PEM
 files into a temporary directory, and certificates it signs for bookies, clients and etcd --
-for tests (``tests/certs.py``) and for benchmarks that run TLS. Needs ``cryptography`` (the
+for tests (``tests/support/certs.py``) and for benchmarks that run TLS. Needs ``cryptography`` (the
 ``bench`` and ``dev`` extras); nothing else in aiobk does.
 
 A certificate's roles go into its subject's organizational unit (OU) attributes, one per role,

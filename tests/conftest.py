@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
 from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 from aiobk.runner import make_bookie
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
 
@@ -79,13 +79,6 @@ def etcd_server() -> Iterator[EtcdProcess]:
     server = EtcdProcess().start()
     yield server
     server.stop()
-
-
-_names = itertools.count()
-
-
-def unique_name(prefix: str) -> str:
-    return f"{prefix}{next(_names)}"
 
 
 @pytest.fixture(params=["memory", "etcd"])

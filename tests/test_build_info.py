@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import aiobk
 from aiobk.metadata import EtcdProcess, free_port
 from aiobk.metrics import BUILD_INFO_HELP, register_build_info
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 EXPECTED = {"version": aiobk.__version__, "python": platform.python_version()}
 

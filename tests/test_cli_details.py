@@ -13,7 +13,7 @@ import pytest
 
 from aiobk import BookKeeper, errors
 from aiobk.metadata import MemoryKV, free_port
-from tests.client.clirun import aiobk_on_terminal, aiobk_sync
+from tests.support.cli import aiobk_on_terminal, aiobk_sync
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -46,7 +46,7 @@ real container could not), users and permissions (every process runs as this tes
 USER's ownership of what the bookie writes is checked from the Dockerfile's ``chown``), and
 systemd itself (User=, EnvironmentFile=, the sandboxing options, Restart=).
 
-One deliberate change: each bookie.toml a bookie reads here gets tests/procs.py's
+One deliberate change: each bookie.toml a bookie reads here gets tests/support/procs.py's
 HOST_DISK_SETTINGS (no disk reserve, no read-only at a full disk), as every test bookie does:
 the disk of this shared host is filled by other tenants.
 """
@@ -76,7 +76,7 @@ import pytest
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, free_port, open_store
 from aiobk.metadata.etcd_process import _dying_with_parent
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.procs import HOST_DISK_SETTINGS
 from tests.test_deploy_files import dockerfile, parse_yaml, unit
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ import pytest
 
 from aiobk.metadata import MemoryKV
 from aiobk.metadata.etcd_process import AUTO_COMPACTION, free_port
-from tests.conftest import BookieFactory, unique_name
+from tests.conftest import BookieFactory
+from tests.support.names import unique_name
 from tests.test_standalone import Standalone, _child_etcd, _free_pair
 
 WARNING_TEXT = "nothing here compacts etcd's history"

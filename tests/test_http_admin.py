@@ -28,9 +28,9 @@ from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import EtcdProcess, MetadataStore, free_port, open_store
 from aiobk.runner import make_bookie, start_http_admin
 from tests.autorecovery.test_status import seed
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess, stopped
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess, stopped
 
 pytestmark = pytest.mark.timeout(30)
 

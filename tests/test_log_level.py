@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
 
 
 async def _stderr_of_a_bookie(tmp_path: Path, *args: str, toml: str | None = None) -> str:

@@ -41,7 +41,8 @@ import pytest
 from aiobk.client import BookKeeper, ClientConfig, LogPosition
 from aiobk.metadata import free_port, open_store
 from aiobk.metadata.etcd_process import EtcdCluster
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
+from tests.support.wait import wait_until
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 LOG = "multi-host"
@@ -80,14 +81,6 @@ async def bookies(tmp_path: Path, etcd_cluster: EtcdCluster) -> AsyncIterator[li
     finally:
         for proc in procs:
             proc.stop()  # SIGKILL: what they hold is the test's temporary directory
-
-
-async def wait_for(condition: str, predicate: Callable[[], bool], bound: float) -> None:
-    """Until ``predicate()`` holds, polled every 50 ms; fails the test after ``bound`` s."""
-    deadline = time.monotonic() + bound
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {bound:g}s: {condition}"
-        await asyncio.sleep(0.05)
 
 
 async def registered(uri: str) -> dict[str, str]:
@@ -165,11 +158,13 @@ async def test_losing_an_etcd_member_mid_stream_loses_nothing(
             return bool(acked) and 2 <= acked[-1][0].entry_id <= 10
 
         try:
-            await wait_for("appends and the tail under way", progressed(RECORDS_PER_PHASE), 30)
+            await wait_until(
+                progressed(RECORDS_PER_PHASE), timeout=30, what="appends and the tail under way"
+            )
 
             # The leader, which every client and bookie talks to, dies while the writer is
             # early in a ledger: its next roll meets the election (see the module doc).
-            await wait_for("the writer early in a ledger", mid_ledger, PHASE_BOUND)
+            await wait_until(mid_ledger, timeout=PHASE_BOUND, what="the writer early in a ledger")
             before_kill = len(acked)
             last_ledger_before = acked[-1][0].ledger_id
             killed_at = loop.time()
@@ -177,21 +172,21 @@ async def test_losing_an_etcd_member_mid_stream_loses_nothing(
             new_leader = await asyncio.to_thread(etcd_cluster.wait_leader, PHASE_BOUND)
             assert new_leader is not leader
             assert len(etcd_cluster.running) == 2
-            await wait_for(
-                "appends and the tail carry on after the leader's kill",
+            await wait_until(
                 # ... and ledgers kept rolling: the store took writes through the members left
                 progressed(before_kill + RECORDS_PER_PHASE, past_ledger=last_ledger_before),
-                PHASE_BOUND,
+                timeout=PHASE_BOUND,
+                what="appends and the tail carry on after the leader's kill",
             )
 
             # The member comes back (its data, its ports), rejoins, and the stream still flows.
             await asyncio.to_thread(leader.start)
             assert len(etcd_cluster.running) == 3
             back = len(acked)
-            await wait_for(
-                "appends and the tail after the rejoin",
+            await wait_until(
                 progressed(back + RECORDS_PER_PHASE),
-                PHASE_BOUND,
+                timeout=PHASE_BOUND,
+                what="appends and the tail after the rejoin",
             )
         finally:
             stop_writing.set()
@@ -201,7 +196,9 @@ async def test_losing_an_etcd_member_mid_stream_loses_nothing(
         writing.result()  # the writer stopped because it was told to
 
         # The tail reaches every acknowledged record, in order, once each.
-        await wait_for("the tail catches up", lambda: len(tailed) >= len(acked), TAIL_PAUSE)
+        await wait_until(
+            lambda: len(tailed) >= len(acked), timeout=TAIL_PAUSE, what="the tail catches up"
+        )
         tailing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tailing

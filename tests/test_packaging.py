@@ -24,8 +24,8 @@ from packaging.utils import canonicalize_name
 
 from aiobk.commands.extras import EXTRAS
 from aiobk.metadata import EtcdProcess
-from tests.cluster import start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import start_cluster
+from tests.support.names import unique_name
 
 ROOT = Path(__file__).resolve().parent.parent
 

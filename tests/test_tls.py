@@ -41,8 +41,8 @@ from aiobk.protocol import (
     encode,
 )
 from aiobk.protocol.errors import BKError
-from tests.certs import CertAuthority, Issued
-from tests.cluster import Cluster, start_cluster
+from tests.support.certs import CertAuthority, Issued
+from tests.support.cluster import Cluster, start_cluster
 
 pytestmark = pytest.mark.timeout(60)
 

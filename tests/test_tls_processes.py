@@ -19,9 +19,9 @@ import pytest
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, MetadataStore, open_store
 from aiobk.protocol import ADMIN, BOOKIE, CLIENT
-from tests.certs import CertAuthority, Issued
-from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.certs import CertAuthority, Issued
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
 
 pytestmark = pytest.mark.timeout(150)
 

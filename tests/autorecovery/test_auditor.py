@@ -16,7 +16,7 @@ import pytest
 from aiobk.autorecovery import Auditor, AutoRecovery, AutoRecoveryConfig, AutoRecoveryStats
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.metadata import CHECK, LOST_BOOKIE, HeldLease
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 

@@ -27,8 +27,9 @@ from aiobk.metadata import CHECK, EtcdProcess, MetadataStore, free_port, open_st
 from aiobk.runner import make_bookie
 from tests.autorecovery.helpers import assert_copies, ledgers_naming
 from tests.autorecovery.test_status import seed
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 FAST = {
     "registration_ttl": 1.0,
@@ -62,12 +63,6 @@ def one_line_error(code: int, err: str, expected_code: int = 1) -> str:
     assert len(lines) == 1, err
     assert lines[0].startswith("aiobk: error: "), err
     return lines[0]
-
-
-async def until(check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
-    async with asyncio.timeout(seconds):
-        while not await check():
-            await asyncio.sleep(0.2)
 
 
 StartCluster = Callable[..., Awaitable[Cluster]]
@@ -104,7 +99,7 @@ async def _lose(cluster: Cluster, bookie: Bookie) -> None:
     await bookie.crash()
     shutil.rmtree(bookie.config.data_dir)
     async with open_store(cluster.uri) as store:
-        await until(lambda: _unregistered(store, bookie.bookie_id), 10)
+        await wait_until(lambda: _unregistered(store, bookie.bookie_id), timeout=10, every=0.2)
 
 
 async def _unregistered(store: MetadataStore, bookie_id: str) -> bool:
@@ -210,7 +205,7 @@ async def test_disable_keeps_a_lost_bookies_mark_and_enable_repairs_it(
         ledger_id = await _closed(bk)
         victim_id = (await store.read_ledger(ledger_id)).fragments[0].ensemble[0]
         await _lose(cluster, cluster.by_id(victim_id))
-        await until(lambda: _marked(store, ledger_id))
+        await wait_until(lambda: _marked(store, ledger_id), timeout=30, every=0.2)
         await asyncio.sleep(1.0)  # five polls of every worker: none takes it
         code, out, err = await aiobk(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
@@ -225,7 +220,7 @@ async def test_disable_keeps_a_lost_bookies_mark_and_enable_repairs_it(
         assert victim_id in status["lost_bookies"]
         code, out, err = await aiobk("autorecovery", "enable", "--metadata", uri)
         assert (code, out) == (0, "autorecovery enabled: workers repair marked ledgers again\n")
-        await until(lambda: _clear(store, ledger_id, victim_id))
+        await wait_until(lambda: _clear(store, ledger_id, victim_id), timeout=30, every=0.2)
         await assert_copies(bk, ledger_id)
         code, out, err = await aiobk(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
@@ -257,7 +252,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
     async with BookKeeper(uri) as bk:
         store = bk.store
         ledger_id = await _closed(bk)
-        await until(lambda: _has_auditor(store))
+        await wait_until(lambda: _has_auditor(store), timeout=30, every=0.2)
         await store.autorecovery.set_enabled(False)  # the mark stays to be seen
         victim = cluster.bookies[1]
         await victim.stop()
@@ -274,7 +269,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
         assert code == 0, err
         assert out.startswith("audit requested: auditor ")
         assert "autorecovery is disabled" in out
-        await until(lambda: _marked(store, ledger_id, CHECK), 20)
+        await wait_until(lambda: _marked(store, ledger_id, CHECK), timeout=20, every=0.2)
         mark = await store.autorecovery.read_mark(ledger_id)
         assert mark is not None
         assert mark.missing == (fresh.bookie_id,)
@@ -283,7 +278,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
         )
         assert (code, json.loads(out)) == (0, [ledger_id]), err
         await store.autorecovery.set_enabled(True)
-        await until(lambda: _unmarked(store, ledger_id))
+        await wait_until(lambda: _unmarked(store, ledger_id), timeout=30, every=0.2)
         await assert_copies(bk, ledger_id)  # the gap filled, wherever it went
 
 
@@ -316,7 +311,7 @@ async def test_decommission_a_dead_bookie(make_cluster: StartCluster) -> None:
             if len(replicated) == 2:
                 break
         assert len(replicated) == 2
-        await until(lambda: _has_auditor(store))
+        await wait_until(lambda: _has_auditor(store), timeout=30, every=0.2)
         await _lose(cluster, cluster.by_id(victim_id))
         assert await store.read_cookie(victim_id) is not None
         code, out, err = await aiobk(
@@ -364,7 +359,7 @@ async def test_decommission_a_live_bookie_waits_for_it_to_be_stopped(
         ids = [await _closed(bk) for _ in range(3)]
         victim_id = (await store.read_ledger(ids[0])).fragments[0].ensemble[2]
         named = await ledgers_naming(store, victim_id)
-        await until(lambda: _has_auditor(store))
+        await wait_until(lambda: _has_auditor(store), timeout=30, every=0.2)
         proc = await asyncio.create_subprocess_exec(
             *COMMAND, "bookies", "decommission", victim_id, "--metadata", uri,
             "--timeout", "30", "--poll-interval", "0.2",
@@ -509,11 +504,11 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
         assert line.decode() == f"autorecovery ar-test running on {uri}\n"
         async with BookKeeper(uri) as bk:
             store = bk.store
-            await until(lambda: _auditor_is(store, "ar-test"), 20)
+            await wait_until(lambda: _auditor_is(store, "ar-test"), timeout=20, every=0.2)
             ledger_id = await _closed(bk)
             victim_id = (await store.read_ledger(ledger_id)).fragments[0].ensemble[1]
             await _lose(cluster, cluster.by_id(victim_id))
-            await until(lambda: _clear(store, ledger_id, victim_id))
+            await wait_until(lambda: _clear(store, ledger_id, victim_id), timeout=30, every=0.2)
             await assert_copies(bk, ledger_id)
             url = f"http://127.0.0.1:{metrics}/metrics"
             text = await asyncio.to_thread(
@@ -533,7 +528,8 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
             _out, err = await asyncio.wait_for(proc.communicate(), 20)
             assert proc.returncode == 0, err.decode()
             assert "stopping" in err.decode()
-            await until(lambda: _auditor_is(store, None), 10)  # its lease went with it
+            # Its lease went with it
+            await wait_until(lambda: _auditor_is(store, None), timeout=10, every=0.2)
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -52,8 +52,8 @@ from aiobk.protocol import (
 )
 from aiobk.protocol.errors import DigestMismatchError
 from tests.autorecovery.watching import unregistered, watching_marks
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 CONFIG = AutoRecoveryConfig(

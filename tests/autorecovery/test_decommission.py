@@ -32,8 +32,8 @@ from aiobk.metadata import (
 from aiobk.protocol import StateChange
 from aiobk.protocol.errors import BKError
 from tests.autorecovery.helpers import assert_copies, ledgers_naming
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 # The auditor would not call a stopped bookie lost within a test: what moves is the
 # decommission's doing. Registrations last 10 s: with 1 s, a loaded machine let a bookie's

@@ -20,8 +20,8 @@ from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess
 from tests.autorecovery.helpers import assert_copies, ledgers_naming
 from tests.autorecovery.watching import key_until
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 # The auditor never calls a stopped bookie lost within a test: what moves is the drain's doing.
 SETTINGS = {

@@ -23,9 +23,10 @@ from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, MetadataStore
 from aiobk.runner import start_http_admin
 from tests.autorecovery.helpers import assert_copies
-from tests.autorecovery.test_cli import FAST, aiobk, one_line_error, until
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.autorecovery.test_cli import FAST, aiobk, one_line_error
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ async def _lose(cluster: Cluster, bookie: Bookie) -> None:
         async def gone() -> bool:
             return bookie.bookie_id not in {b.bookie_id for b in await store.list_bookies()}
 
-        await until(gone, 10)
+        await wait_until(gone, timeout=10, every=0.2)
 
 
 async def _closed(bk: BookKeeper, entries: int = 10, size: int = 8) -> int:
@@ -81,7 +82,9 @@ async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
         victim = cluster.bookies[0]
         await _lose(cluster, victim)
         # The auditor marks it; the workers try, find no bookie outside the ensemble, and say so.
-        await until(lambda: _attempt_kind(bk.store, ledger_id, m.NO_TARGET), 30)
+        await wait_until(
+            lambda: _attempt_kind(bk.store, ledger_id, m.NO_TARGET), timeout=30, every=0.2
+        )
         code, out, err = await aiobk(
             "autorecovery", "explain", str(ledger_id), "--json", "--metadata", uri
         )
@@ -116,7 +119,7 @@ async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
         async def repaired() -> bool:
             return await bk.store.autorecovery.read_mark(ledger_id) is None
 
-        await until(repaired, 40)
+        await wait_until(repaired, timeout=40, every=0.2)
         await assert_copies(bk, ledger_id)
         code, out, err = await aiobk(
             "autorecovery", "explain", str(ledger_id), "--json", "--metadata", uri
@@ -161,7 +164,7 @@ async def test_http_explains_a_disabled_autorecovery_and_refuses_bad_input(
             async def marked() -> bool:
                 return await bk.store.autorecovery.read_mark(ledger_id) is not None
 
-            await until(marked, 20)
+            await wait_until(marked, timeout=20, every=0.2)
             path = f"{http.url}/api/v1/autorecovery/explain?ledger_id={ledger_id}"
             async with session.get(path) as response:
                 assert response.status == 200
@@ -183,7 +186,7 @@ async def test_http_explains_a_disabled_autorecovery_and_refuses_bad_input(
                     assert r.status == 400
                     assert words in (await r.json())["error"]
             await bk.store.autorecovery.set_enabled(True)
-            await until(lambda: _not_marked(bk.store, ledger_id), 30)
+            await wait_until(lambda: _not_marked(bk.store, ledger_id), timeout=30, every=0.2)
             async with session.get(path) as response:
                 assert (await response.json())["status"] == "healthy"
     finally:
@@ -221,7 +224,7 @@ async def test_a_throttled_copy_is_explained_with_its_worker_and_progress(
                 attempt = await bk.store.autorecovery.read_attempt(ledger_id)
                 return attempt is not None and attempt.entries_copied > 0
 
-            await until(copying, 30)
+            await wait_until(copying, timeout=30, every=0.2)
             explanation = await explain_ledger(bk.store, ledger_id, pool=bk.pool)
             assert explanation.claimant == "throttled-worker"
             kinds = [b.kind for b in explanation.blockers]
@@ -251,7 +254,7 @@ async def test_an_open_ledger_is_explained_as_waiting_out_its_grace_period(
         async def marked() -> bool:
             return await bk.store.autorecovery.read_mark(lh.ledger_id) is not None
 
-        await until(marked, 20)
+        await wait_until(marked, timeout=20, every=0.2)
         code, out, err = await aiobk(
             "autorecovery", "explain", str(lh.ledger_id), "--json", "--metadata", cluster.uri
         )
@@ -292,7 +295,7 @@ async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
         async def auditor() -> bool:
             return await bk.store.autorecovery.auditor() is not None
 
-        await until(auditor, 20)
+        await wait_until(auditor, timeout=20, every=0.2)
         code, _out, err = await aiobk(
             "bookies", "decommission", victim, "--metadata", cluster.uri,
             "--timeout", "3", "--poll-interval", "0.2",

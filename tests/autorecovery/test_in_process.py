@@ -12,7 +12,7 @@ import pytest
 
 from aiobk.client import BookKeeper
 from tests.autorecovery.helpers import assert_copies
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 FAST = {
     "registration_ttl": 1.0,

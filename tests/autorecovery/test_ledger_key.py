@@ -20,7 +20,7 @@ from aiobk.protocol import (
     key_request_proof,
     master_key,
 )
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from aiobk.metadata import LOST_BOOKIE, READ_ONLY, AuditorStatus, EtcdProcess
 from aiobk.protocol import StateChange
 from aiobk.runner import make_bookie
 from tests.autorecovery.watching import key_until, registry_until, unregistered, watching_marks
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
-from tests.faulty_disk import FaultyDisk
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.faulty_disk import FaultyDisk
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 DELAY = 1.0  # lost_bookie_recovery_delay

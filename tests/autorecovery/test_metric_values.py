@@ -34,8 +34,8 @@ from aiobk.metadata import LOST_BOOKIE, EtcdProcess, HeldLease, free_port
 from aiobk.metrics import autorecovery_collector
 from aiobk.protocol import StatusCode
 from tests.autorecovery.watching import key_until, unregistered, watching_marks
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 ENV = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}

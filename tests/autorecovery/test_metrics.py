@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.metadata import EtcdProcess, free_port
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 
 @pytest.mark.timeout(60)

@@ -20,8 +20,8 @@ from aiobk.client import BookKeeper, ClientConfig
 from aiobk.metadata import LOST_BOOKIE, EtcdProcess, LedgerState
 from tests.autorecovery.helpers import assert_copies
 from tests.autorecovery.watching import ledger_until, unregistered
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 GRACE = 30.0  # far longer than the test: the worker must not wait it out

@@ -18,8 +18,8 @@ from aiobk.client import BookKeeper
 from aiobk.metadata import CHECK, LOST_BOOKIE, AuditorStatus, EtcdProcess, MetadataStore
 from aiobk.runner import make_bookie
 from tests.autorecovery.watching import key_until, unregistered, watching_marks
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 INTERVAL = 1.0  # the timer under test

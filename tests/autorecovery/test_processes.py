@@ -21,8 +21,8 @@ from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.entry_read import ask
 from aiobk.metadata import EtcdProcess, MetadataStore, write_set
 from aiobk.protocol import StatusCode
-from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
 
 BOOKIES = 5
 LEDGERS = 6

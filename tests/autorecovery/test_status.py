@@ -23,8 +23,8 @@ from aiobk.metadata import (
     MetadataStore,
     open_store,
 )
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 FAST = {
     "registration_ttl": 1.0,

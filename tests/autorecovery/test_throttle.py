@@ -20,8 +20,8 @@ from aiobk.client.entry_read import ask
 from aiobk.metadata import LOST_BOOKIE, EtcdProcess
 from aiobk.protocol import StatusCode
 from tests.autorecovery.watching import unregistered
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 ENTRIES = 60

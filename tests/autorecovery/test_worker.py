@@ -24,7 +24,7 @@ from aiobk.metadata import DECOMMISSION, LOST_BOOKIE
 from aiobk.protocol import DigestType
 from aiobk.protocol.errors import LedgerFencedError
 from tests.autorecovery.helpers import assert_copies
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 CONFIG = AutoRecoveryConfig(

@@ -29,8 +29,8 @@ from aiobk.protocol import (
     unpack_statuses,
 )
 from tests.bookie.helpers import DIGEST, KEY, TIMEOUT, add, body, read
-from tests.faulty_disk import FaultyDisk
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.faulty_disk import FaultyDisk
+from tests.support.procs import HOST_DISK_SETTINGS
 
 
 async def _batch(

@@ -17,7 +17,7 @@ from aiobk.bookie.advertised import routable_host
 from aiobk.client import BookieConnection
 from aiobk.metadata import open_store
 from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 
 def _resolve_to(monkeypatch: pytest.MonkeyPatch, address: str | None) -> list[int]:

@@ -22,9 +22,9 @@ from aiobk.bookie.storage import LedgerStorage
 from aiobk.metadata import Fragment, LedgerMetadata, open_store
 from aiobk.metadata import LedgerState as MetadataState
 from tests.bookie.helpers import KEY
-from tests.conftest import unique_name
-from tests.faulty_disk import FaultyDisk
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.faulty_disk import FaultyDisk
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS
 
 BOOKIE = "10.0.0.1:3181"
 

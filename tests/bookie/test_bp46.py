@@ -24,9 +24,9 @@ from aiobk.metadata import free_port, open_store
 from aiobk.protocol import AddRequest, DigestType, ReadFlag, ReadRequest, master_key
 from aiobk.protocol.errors import CookieError
 from aiobk.runner import make_bookie
-from tests.cluster import Cluster, forget
-from tests.conftest import unique_name
-from tests.dropping import DroppingConnector
+from tests.support.cluster import Cluster, forget
+from tests.support.dropping import DroppingConnector
+from tests.support.names import unique_name
 
 JOURNAL_LESS = {"journal_write_data": False, "allow_cookie_fix": True, "boot_repair": False}
 

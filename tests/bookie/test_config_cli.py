@@ -128,7 +128,7 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
     import urllib.request
 
     from aiobk.metadata import free_port
-    from tests.procs import BookieProcess
+    from tests.support.procs import BookieProcess
 
     metrics = free_port()
     proc = BookieProcess(tmp_path / "data", None, "--metrics-port", str(metrics))

@@ -11,8 +11,8 @@ from aiobk.client import BookieConnection, BookKeeper
 from aiobk.client.errors import BKError
 from aiobk.protocol import LAC_ENTRY_ID, ForceRequest, ReadFlag, Response, StatusCode, parse_entry
 from tests.bookie.helpers import DIGEST, KEY, add, add_request, read
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 ENTRIES = 10_000
 FAST_CHECKPOINTS = """

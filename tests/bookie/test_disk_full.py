@@ -33,8 +33,8 @@ from aiobk.protocol import (
     StatusCode,
 )
 from tests.bookie.helpers import KEY, add, add_request, append_records, read
-from tests.conftest import unique_name
-from tests.faulty_disk import FaultyDisk
+from tests.support.faulty_disk import FaultyDisk
+from tests.support.names import unique_name
 
 GIB = 1 << 30
 

@@ -22,7 +22,7 @@ from aiobk.bookie.gc import garbage_candidates, removable_logs, unlisted
 from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol.errors import MetadataStoreError
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 # Small logs, gc on demand only, compaction off unless a test turns it on.
 SMALL_LOGS = {

@@ -37,8 +37,8 @@ from aiobk.metadata import EtcdProcess
 from aiobk.protocol import DEFAULT_MAX_FRAME_SIZE, GcReportResponse, StatusCode, encode
 from aiobk.runner import start_http_admin
 from tests.bookie.test_gc import SMALL_LOGS, _aiobk, _check, _interleaved, _one_bookie
-from tests.cluster import start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import start_cluster
+from tests.support.names import unique_name
 
 pytestmark = pytest.mark.timeout(60)
 

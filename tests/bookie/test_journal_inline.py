@@ -13,8 +13,8 @@ from aiobk.bookie.journal.format import RecordType
 from aiobk.bookie.journal.journal import SLOW_WRITE, SLOW_WRITE_BATCHES, Journal
 from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
-from tests.append_file import DelegatingAppendFile
 from tests.bookie.helpers import append_records
+from tests.support.append_file import DelegatingAppendFile
 
 
 class _Counted(DelegatingAppendFile):

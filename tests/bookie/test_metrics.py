@@ -36,8 +36,9 @@ from aiobk.metrics import (
     start_exporter,
 )
 from aiobk.protocol.errors import MetadataStoreError
-from tests.conftest import BookieFactory, unique_name
-from tests.procs import BookieProcess
+from tests.conftest import BookieFactory
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "bookie-dashboard.json"

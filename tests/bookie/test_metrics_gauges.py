@@ -25,10 +25,10 @@ from aiobk.client import BookKeeper
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import MemoryKV
 from aiobk.runner import start_http_admin
-from tests.append_file import DelegatingAppendFile
-from tests.conftest import unique_name
-from tests.faulty_disk import FaultyDisk
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.append_file import DelegatingAppendFile
+from tests.support.faulty_disk import FaultyDisk
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -19,7 +19,7 @@ from aiobk.metadata import Fragment, LedgerMetadata, MemoryKV, open_store
 from aiobk.protocol import StatusCode
 from aiobk.protocol.keys import key_digest
 from tests.bookie.helpers import KEY, TIMEOUT, add_request
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 pytestmark = pytest.mark.timeout(60)
 

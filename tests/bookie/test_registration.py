@@ -10,7 +10,7 @@ import pytest
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import open_store
 from aiobk.protocol.errors import CookieError
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 
 @pytest.mark.parametrize("kind", ["memory", "etcd"])

@@ -33,9 +33,9 @@ from aiobk.protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
 from aiobk.protocol.errors import BKError
 from tests.chaos.proxy import Proxy
 from tests.chaos.restored import check_restored
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
 from tests.sim.checker import _check_ledger, _check_reads, read_closed
 from tests.sim.history import Append, History, Observed
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
 
 KINDS = ("kill", "stop", "partition", "reset")
 # A writer closes its ledger after this many appends and starts another (a log rolling its

@@ -20,8 +20,8 @@ from aiobk.metadata import (
     open_store,
 )
 from tests.client.fakes import FakeBookie, FakeNetwork
-from tests.cluster import Cluster, forget, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.names import unique_name
 
 
 @dataclass

@@ -13,7 +13,7 @@ from aiobk.client.backpressure import AddBudget, acquire
 from aiobk.client.errors import EntryTooLargeError
 from aiobk.protocol import DEFAULT_MAX_FRAME_SIZE, AddRequest, Request, master_key
 from tests.client.fakes import Rule, is_add
-from tests.client.test_traps import until
+from tests.support.wait import wait_until
 
 # ---------------------------------------------------------------------------- pure budget
 
@@ -80,7 +80,7 @@ async def test_admitted_then_cancelled_passes_its_turn_on() -> None:
     assert budget.admit(1)
     second = asyncio.ensure_future(acquire(budget, 2))
     third = asyncio.ensure_future(acquire(budget, 3))
-    await until(lambda: budget.waiting == 2)
+    await wait_until(lambda: budget.waiting == 2, every=0)
     budget.release(1, 1)  # admits the second ...
     second.cancel()  # ... which is cancelled before it resumes
     with pytest.raises(asyncio.CancelledError):
@@ -94,7 +94,7 @@ async def test_cancelled_while_waiting_leaves_no_trace() -> None:
     budget = AddBudget(max_adds=1, max_bytes=1000)
     assert budget.admit(1)
     waiters = [asyncio.ensure_future(acquire(budget, 1)) for _ in range(3)]
-    await until(lambda: budget.waiting == 3)
+    await wait_until(lambda: budget.waiting == 3, every=0)
     waiters[0].cancel()
     waiters[1].cancel()
     await asyncio.gather(*waiters[:2], return_exceptions=True)
@@ -121,8 +121,8 @@ async def test_bytes_bound_is_shared_by_every_handle_of_a_client(world) -> None:
     gates = [b.hold(is_add(), times=None) for b in bookies]
     payload = b"x" * 1024
     tasks = [asyncio.ensure_future(handles[i % 3].append(payload)) for i in range(60)]
-    await until(lambda: bk.add_budget.waiting == 50)
-    await until(lambda: all(g.count == 10 for g in gates))
+    await wait_until(lambda: bk.add_budget.waiting == 50, every=0)
+    await wait_until(lambda: all(g.count == 10 for g in gates), every=0)
     for _ in range(50):
         await asyncio.sleep(0)
     # Ten 1 KiB adds in flight over the three ledgers together, not ten per ledger.
@@ -133,7 +133,8 @@ async def test_bytes_bound_is_shared_by_every_handle_of_a_client(world) -> None:
     ids = await asyncio.gather(*tasks)
     for index in range(3):
         assert ids[index::3] == list(range(20))  # each ledger's ids dense, in call order
-    await until(lambda: bk.add_budget.adds == 0)  # the last answers give back the last shares
+    # The last answers give back the last shares
+    await wait_until(lambda: bk.add_budget.adds == 0, every=0)
     assert (bk.add_budget.bytes, bk.add_budget.waiting) == (0, 0)
 
 
@@ -152,10 +153,10 @@ async def test_admission_is_fifo_across_handles(world) -> None:
         return await confirmed
 
     first = asyncio.ensure_future(append(h1, b"a" * 600))
-    await until(lambda: gates[0].count == 1)
+    await wait_until(lambda: gates[0].count == 1, every=0)
     second = asyncio.ensure_future(append(h1, b"b" * 600))  # does not fit beside the first
     third = asyncio.ensure_future(append(h2, b"c" * 100))  # would fit, must not overtake
-    await until(lambda: bk.add_budget.waiting == 2)
+    await wait_until(lambda: bk.add_budget.waiting == 2, every=0)
     for _ in range(20):
         await asyncio.sleep(0)
     assert order == [b"a"]
@@ -173,13 +174,13 @@ async def test_cancelled_appenders_leak_no_slot_and_block_no_one(world) -> None:
     budget = bk.add_budget
     gates = [b.hold(is_add(), times=None) for b in bookies]
     first = asyncio.ensure_future(lh.append(b"first"))
-    await until(lambda: gates[0].count == 1)
+    await wait_until(lambda: gates[0].count == 1, every=0)
     gone = asyncio.ensure_future(lh.append(b"cancelled while waiting"))
     woken = asyncio.ensure_future(lh.append(b"cancelled once admitted"))
     last = asyncio.ensure_future(lh.append(b"last"))
-    await until(lambda: budget.waiting == 3)
+    await wait_until(lambda: budget.waiting == 3, every=0)
     gone.cancel()
-    await until(lambda: budget.waiting == 2)
+    await wait_until(lambda: budget.waiting == 2, every=0)
 
     release = budget.release
 
@@ -197,7 +198,7 @@ async def test_cancelled_appenders_leak_no_slot_and_block_no_one(world) -> None:
     for task in (gone, woken):
         with pytest.raises(asyncio.CancelledError):
             await task
-    await until(lambda: budget.adds == 0)
+    await wait_until(lambda: budget.adds == 0, every=0)
     assert (budget.bytes, budget.waiting) == (0, 0)
     assert await lh.append(b"more") == 2
 
@@ -225,7 +226,7 @@ async def test_an_entry_too_large_for_a_frame_fails_at_once(world) -> None:
         with pytest.raises(EntryTooLargeError, match="does not fit in one add request"):
             await lh.append(b"x" * (limit + 1))
         assert await lh.append(b"next") == 1  # no entry id was taken, the ledger is fine
-    await until(lambda: bk.add_budget.adds == 0)
+    await wait_until(lambda: bk.add_budget.adds == 0, every=0)
     assert bk.add_budget.bytes == 0
 
 
@@ -243,15 +244,15 @@ async def test_an_append_over_the_byte_budget_goes_alone(world) -> None:
     bookies[0].rules.append(Rule(probe, "drop"))
     gates = [b.hold(is_add(), times=None) for b in bookies]
     small = asyncio.ensure_future(lh.append(b"s" * 10))
-    await until(lambda: gates[0].count == 1)
+    await wait_until(lambda: gates[0].count == 1, every=0)
     huge = asyncio.ensure_future(lh.append(b"h" * 5000))  # five times the budget
     after = asyncio.ensure_future(lh.append(b"a" * 10))
-    await until(lambda: bk.add_budget.waiting == 2)
+    await wait_until(lambda: bk.add_budget.waiting == 2, every=0)
     for gate in gates:
         gate.release()
     assert await asyncio.gather(small, huge, after) == [0, 1, 2]
     assert outstanding_when_sent == [1]  # the huge one was the only add outstanding
-    await until(lambda: bk.add_budget.adds == 0)
+    await wait_until(lambda: bk.add_budget.adds == 0, every=0)
     assert bk.add_budget.bytes == 0
 
 
@@ -268,10 +269,10 @@ async def test_a_slow_bookie_holds_the_budget_until_it_answers(world) -> None:
     assert await asyncio.gather(*(lh.append(payload) for _ in range(4))) == [0, 1, 2, 3]
     assert (bk.add_budget.adds, bk.add_budget.bytes) == (4, 4096)  # acknowledged, not answered
     fifth = asyncio.ensure_future(lh.append(payload))
-    await until(lambda: bk.add_budget.waiting == 1)
+    await wait_until(lambda: bk.add_budget.waiting == 1, every=0)
     for _ in range(20):
         await asyncio.sleep(0)
     assert not fifth.done()
     gate.release()
     assert await fifth == 4
-    await until(lambda: bk.add_budget.adds == 0)
+    await wait_until(lambda: bk.add_budget.adds == 0, every=0)

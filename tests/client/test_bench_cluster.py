@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper
-from tests.cluster import Cluster
+from tests.support.cluster import Cluster
 
 
 def _bench(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

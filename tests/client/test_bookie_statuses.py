@@ -11,7 +11,7 @@ import pytest
 from aiobk.client.errors import NoSuchLedgerError
 from aiobk.protocol import ReadFlag, ReadRequest, Request, StatusCode
 from tests.client.fakes import is_add
-from tests.client.test_traps import until
+from tests.support.wait import wait_until
 
 
 async def test_enoledger_on_an_add_fails_the_ledger_without_an_ensemble_change(world) -> None:
@@ -44,7 +44,7 @@ async def test_ereadonly_on_an_add_changes_the_ensemble(world) -> None:
     assert full.bookie_id not in lh.metadata.ensemble
     assert [f.first_entry_id for f in lh.metadata.fragments] == [0, 3]
     spare = next(b for b in bookies if b.bookie_id == lh.metadata.ensemble[1])
-    await until(lambda: all(spare.has(lh.ledger_id, e) for e in range(3, 10)))
+    await wait_until(lambda: all(spare.has(lh.ledger_id, e) for e in range(3, 10)), every=0)
     await lh.close()
     reader = await world.client(seed=2)
     rh = await reader.open_ledger(lh.ledger_id)

@@ -13,8 +13,8 @@ import pytest
 
 from aiobk.client import BookKeeper, ClientConfig, Durability
 from aiobk.protocol.errors import NoSuchLedgerError
-from tests.client.clirun import aiobk, aiobk_on_terminal
-from tests.cluster import Cluster
+from tests.support.cli import aiobk, aiobk_on_terminal
+from tests.support.cluster import Cluster
 
 
 async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac: int) -> None:

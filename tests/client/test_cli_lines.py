@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from aiobk.client import BookKeeper, LogPosition
 from aiobk.commands.text import printable
-from tests.client.clirun import aiobk
-from tests.cluster import Cluster
+from tests.support.cli import aiobk
+from tests.support.cluster import Cluster
 
 NASTY = b"one\ntwo\tthree\r\x00\x1b[31mred\x7f \xc2\x85 \xe2\x80\xa8 caf\xc3\xa9 \xff\xfe \\x41"
 SHOWN = r"one\ntwo\tthree\r\x00\x1b[31mred\x7f \u0085 \u2028 café \xff\xfe \\x41"

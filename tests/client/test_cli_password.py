@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from aiobk.client import BookKeeper
-from tests.client.clirun import aiobk
-from tests.cluster import Cluster
+from tests.support.cli import aiobk
+from tests.support.cluster import Cluster
 
 
 async def test_a_wrong_password_names_the_option(etcd_cluster: Cluster) -> None:

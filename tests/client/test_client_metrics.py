@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.metrics import CLIENT_HELP, LOOP_LAG_HELP, register_client_metrics
 from aiobk.protocol import ReadRequest
-from tests.cluster import Cluster
-from tests.dropping import DroppingConnector
+from tests.support.cluster import Cluster
+from tests.support.dropping import DroppingConnector
 
 APPENDS = 30
 LABELS = {"client": "orders"}

@@ -26,9 +26,9 @@ from aiobk.metadata import (
     MetadataFormatError,
     open_store,
 )
-from tests.client.clirun import aiobk
-from tests.cluster import Cluster, forget, start_cluster
-from tests.conftest import unique_name
+from tests.support.cli import aiobk
+from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.names import unique_name
 
 LISTINGS = [("bookies", "list"), ("ledger", "list"), ("log", "list"), ("autorecovery", "status")]
 

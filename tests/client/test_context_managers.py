@@ -9,7 +9,7 @@ import pytest
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.errors import BookieUnavailableError, LedgerClosedError
 from aiobk.metadata import LedgerState, MetadataURIError, open_store
-from tests.cluster import Cluster
+from tests.support.cluster import Cluster
 
 
 async def test_bookkeeper_from_a_uri_connects_on_entry_and_closes_on_exit(

@@ -7,8 +7,8 @@ import pytest
 
 from aiobk.client import BookKeeper, LogPosition
 from aiobk.client.errors import NoSuchLedgerError, NoSuchLogError, UnauthorizedError
-from tests.client.clirun import aiobk
-from tests.cluster import Cluster
+from tests.support.cli import aiobk
+from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(120)
 

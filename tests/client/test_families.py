@@ -17,7 +17,8 @@ from aiobk.client.errors import (
 from aiobk.metadata import LedgerState, MemoryKV
 from aiobk.protocol import AddRequest, ForceRequest, StatusCode
 from tests.client.fakes import Gate, any_request, is_add, is_read
-from tests.client.test_traps import assert_replicated, until
+from tests.client.test_traps import assert_replicated
+from tests.support.wait import wait_until
 
 
 def hold_ledger_cas(world, ledger_key: bytes, skip: int = 0) -> Gate:
@@ -115,7 +116,7 @@ async def test_recovery_writes_back_an_entry_found_on_a_single_bookie(world) -> 
     b2.drop(is_add(1, recovery=False))
     b3.drop(is_add(1, recovery=False))
     asyncio.ensure_future(lh.append(b"e1")).add_done_callback(lambda f: f.exception())
-    await until(lambda: b1.has(lh.ledger_id, 1))
+    await wait_until(lambda: b1.has(lh.ledger_id, 1), every=0)
     for silent in (b2, b3):
         silent.hold(is_read(1, fence=True))  # their NoSuchEntry would end the ledger at 0
     reader = await world.client(seed=2)
@@ -158,7 +159,7 @@ async def test_an_entry_gap_ends_the_ledger(world) -> None:
     for bookie in (b1, b2, b3):
         bookie.drop(is_add(3))  # entry 3 reaches nobody; entry 4 reaches everybody
     pending = [asyncio.ensure_future(lh.append(b"%d" % i)) for i in (3, 4)]
-    await until(lambda: b1.has(lh.ledger_id, 4))
+    await wait_until(lambda: b1.has(lh.ledger_id, 4), every=0)
     reader = await world.client(seed=2)
     rh = await reader.open_ledger(lh.ledger_id)
     assert rh.metadata.last_entry_id == 2  # 4 exists but follows a hole: never acknowledged
@@ -192,7 +193,7 @@ async def test_writer_close_racing_recovery(world) -> None:
     reader = await world.client(seed=2)
     world.store.kv.hook = None
     recovering = asyncio.ensure_future(reader.open_ledger(lh.ledger_id))
-    await until(recovering.done)  # ... while recovery marks, fences and closes
+    await wait_until(recovering.done, every=0)  # ... while recovery marks, fences and closes
     gate.release()
     await closing  # lost the CAS, re-read: CLOSED at its own last entry -> success
     rh = recovering.result()
@@ -300,7 +301,8 @@ async def test_early_replacement_ack_is_held_until_the_change_lands(world, hold:
     gate = hold_ledger_cas(world, world.store.keys.ledger(lh.ledger_id))
     append = asyncio.ensure_future(lh.append(b"e1"))
     await gate.arrived.wait()
-    await until(lambda: b4.has(lh.ledger_id, 1))  # the replacement has it before the CAS
+    # The replacement has it before the CAS
+    await wait_until(lambda: b4.has(lh.ledger_id, 1), every=0)
     for _ in range(50):
         await asyncio.sleep(0)
     assert append.done() is not hold
@@ -401,7 +403,7 @@ async def test_no_replacement_fails_the_adds_clearly(world) -> None:
     held = slow.hold(is_add(1))  # e1 must not reach its ack quorum before the failure
     append = asyncio.ensure_future(lh.append(b"e1"))
     await held.arrived.wait()
-    await until(lambda: lh.error is not None)
+    await wait_until(lambda: lh.error is not None, every=0)
     held.release()
     with pytest.raises(NotEnoughBookiesError):
         await append
@@ -491,7 +493,7 @@ async def test_a_force_does_not_overtake_adds_waiting_for_a_connection(world) ->
     for i in range(5):
         assert await lh.append(b"e%d" % i) == i  # the other two answer; the slow one waits
     connecting.release()
-    await until(lambda: pool.get_nowait(slow_id) is not None)
+    await wait_until(lambda: pool.get_nowait(slow_id) is not None, every=0)
     force = asyncio.ensure_future(lh.force())
     for _ in range(20):
         await asyncio.sleep(0)

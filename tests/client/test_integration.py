@@ -9,9 +9,9 @@ import pytest
 
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.errors import BKError, LedgerFencedError
-from tests.cluster import start_cluster
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.cluster import start_cluster
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 
 @pytest.mark.timeout(180)

@@ -12,7 +12,7 @@ from aiobk.client import BookKeeper
 from aiobk.client.errors import LogFencedError
 from aiobk.client.log.append import append_ledgers_to_log
 from aiobk.pipeline.write import TaskWritten, Written, publish_plan
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 
 @pytest.fixture

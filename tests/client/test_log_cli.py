@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper, LogPosition
-from tests.client.clirun import aiobk
-from tests.cluster import Cluster
+from tests.support.cli import aiobk
+from tests.support.cluster import Cluster
 
 
 async def confirmed(bk: BookKeeper, last: LogPosition) -> None:

@@ -13,7 +13,7 @@ import pytest
 from aiobk.client import ENVELOPE, RAW, BookKeeper, LogPosition, LogRecord, RecordFormatError
 from aiobk.client.log.by_time import position_at_time
 from aiobk.client.log.writer import LogWriterSettings, open_log_writer
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 
 @pytest.fixture

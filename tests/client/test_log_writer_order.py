@@ -18,8 +18,8 @@ from aiobk.client.errors import LogFencedError, NoSuchLedgerError
 from aiobk.client.log.writer import _Append, split_at
 from aiobk.metadata import LogMetadata
 from aiobk.metadata.etcd_process import EtcdProcess
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from aiobk.client import BookKeeper, Durability, LogPosition, LogReader, LogRecord
 from aiobk.client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
-from tests.cluster import Cluster, forget, start_cluster
+from tests.support.cluster import Cluster, forget, start_cluster
 
 
 @pytest.fixture

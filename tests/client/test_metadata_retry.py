@@ -16,9 +16,9 @@ import pytest
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.errors import MetadataStoreError
 from aiobk.metadata import EtcdProcess, MetadataStore
-from tests.client.test_traps import until
-from tests.cluster import start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import start_cluster
+from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 
 class Outage:
@@ -56,10 +56,10 @@ async def test_ensemble_change_rides_out_a_metadata_outage(world) -> None:
     # Entry 5 finds the victim gone (it may still be acknowledged by the two others if
     # their answers come first: the change starts when the failure is known).
     first = asyncio.ensure_future(lh.append(b"during 0"))
-    await until(lambda: outage.refused >= 3)  # the change is retrying the store
+    await wait_until(lambda: outage.refused >= 3, every=0)  # the change is retrying the store
     during = [asyncio.ensure_future(lh.append(b"during %d" % i)) for i in range(1, 10)]
     refused = outage.refused
-    await until(lambda: outage.refused >= refused + 3)  # more retries, with backoff
+    await wait_until(lambda: outage.refused >= refused + 3, every=0)  # more retries, with backoff
     assert not any(t.done() for t in during)  # held, not failed
     assert lh.error is None
     outage.down = False
@@ -106,7 +106,7 @@ async def test_close_rides_out_a_metadata_outage(world) -> None:
     await lh.append(b"x")
     outage.down = True
     closing = asyncio.ensure_future(lh.close())
-    await until(lambda: outage.refused >= 2)
+    await wait_until(lambda: outage.refused >= 2, every=0)
     assert not closing.done()
     outage.down = False
     await closing

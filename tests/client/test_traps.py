@@ -15,6 +15,7 @@ from aiobk.client.errors import LedgerFencedError, LedgerRecoveryError
 from aiobk.client.quorum import write_set
 from aiobk.metadata import LedgerMetadata
 from tests.client.fakes import is_add, is_fence_lac, is_read
+from tests.support.wait import wait_until
 
 OFF = {
     1: ProtocolSwitches(recovery_reads_fence=False),
@@ -42,14 +43,6 @@ def assert_replicated(world, metadata: LedgerMetadata, ledger_id: int) -> None:
         assert len(holders) >= metadata.ack_quorum, (entry, holders)
 
 
-async def until(condition, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0)
-
-
 @pytest.mark.parametrize("on", [True, False], ids=["fix-on", "fix-off"])
 async def test_trap1_recovery_reads_must_fence(world, on: bool) -> None:
     """The TLA+ counterexample: w1's e0 reaches b2 only; the fence to b3 is lost; recovery
@@ -62,7 +55,7 @@ async def test_trap1_recovery_reads_must_fence(world, on: bool) -> None:
     b1.drop(is_add(0))
     late_e0 = b3.hold(is_add(0))
     append = asyncio.ensure_future(lh.append(b"e0"))
-    await until(lambda: b2.has(lh.ledger_id, 0))
+    await wait_until(lambda: b2.has(lh.ledger_id, 0), every=0)
     await late_e0.arrived.wait()
 
     b3.drop(is_fence_lac())  # the fencing read to b3 is lost
@@ -160,7 +153,7 @@ async def test_trap4_write_backs_carry_the_frozen_lac(world, on: bool) -> None:
     b2.drop(is_add(2, recovery=False))
     b2.drop(is_add(3, recovery=False))
     pending = [asyncio.ensure_future(lh.append(b"e%d" % i)) for i in (2, 3)]  # b1 only
-    await until(lambda: b1.has(lh.ledger_id, 3))
+    await wait_until(lambda: b1.has(lh.ledger_id, 3), every=0)
 
     b2.drop(is_add(recovery=True))  # write-backs never reach b2
     b3.fail(is_add(recovery=True))  # ... and fail at b3 (so b3 gets replaced by b4)
@@ -172,10 +165,10 @@ async def test_trap4_write_backs_carry_the_frozen_lac(world, on: bool) -> None:
     r1 = await world.client(seed=3, switches=fix(on, 4))
     recovery = asyncio.ensure_future(r1.open_ledger(lh.ledger_id))
     await e3_read.arrived.wait()
-    await until(lambda: b4.has(lh.ledger_id, 2))
+    await wait_until(lambda: b4.has(lh.ledger_id, 2), every=0)
     e3_read.release()
     await e3_on_b4.arrived.wait()
-    await until(lambda: any(is_add(3, recovery=True)(r) for r in b1.processed))
+    await wait_until(lambda: any(is_add(3, recovery=True)(r) for r in b1.processed), every=0)
     recovery.cancel()  # r1 dies before closing
     with pytest.raises(asyncio.CancelledError):
         await recovery

@@ -20,8 +20,8 @@ from tests.compat.harness import (
     newest_release,
     start_processes,
 )
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 # Short enough that a step against a stopped bookie fails within a test's time.
 CLIENT_CONFIG: dict[str, Any] = {

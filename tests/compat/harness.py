@@ -20,7 +20,7 @@ from typing import Any
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.runner import make_bookie
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess, bookie_module
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess, bookie_module
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -28,7 +28,7 @@ RELEASES = HERE / "releases.toml"
 DRIVER = HERE / "driver.py"
 HEX = "0123456789abcdef"
 
-# Every bookie of the suite, either version: the host's disk settings (tests.procs), and no
+# Every bookie of the suite, either version: the host's disk settings (tests.support.procs), and no
 # autorecovery, which would start copying ledgers of the bookies a test stops on purpose.
 BOOKIE_SETTINGS: dict[str, Any] = {**HOST_DISK_SETTINGS, "autorecovery_enabled": False}
 

@@ -20,7 +20,7 @@ from aiobk import BookKeeper
 from aiobk.bookie import Bookie
 from tests.compat.driver import run_steps
 from tests.compat.harness import Release, log_tail
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
 
 LARGE = 96 * 1024  # a few entries larger than a page of the index and the read cache's slots
 

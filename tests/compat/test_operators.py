@@ -14,7 +14,7 @@ from aiobk import BookKeeper
 from aiobk.metadata import AuditorStatus, open_store
 from tests.autorecovery.test_cli import aiobk
 from tests.compat.harness import Release
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
 
 # The release's code, run by ``Release.python``: an auditor of the release elected under a
 # lease that outlives the process (60 s), its status published, and a ledger marked.

@@ -14,7 +14,7 @@ from aiobk.bookie import Bookie
 from tests.compat.conftest import CLIENT_CONFIG
 from tests.compat.driver import run_steps
 from tests.compat.harness import Release
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
 
 
 def payloads(tag: str, count: int) -> list[str]:

@@ -29,7 +29,7 @@ import pytest
 from aiobk.bookie import BookieConfig
 from aiobk.metadata import free_port
 from tests.docs.blocks import Block, blocks, shell_commands
-from tests.standalone_cluster import Standalone, adapted, standalone_cluster, start_and_stop
+from tests.support.standalone_cluster import Standalone, adapted, standalone_cluster, start_and_stop
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """A bookie process under attack: its settings file, its RSS, its counters, its exit code.
 
-The bookie runs as a real process (``tests.procs.BookieProcess``) so that its resident set
+The bookie runs as a real process (``tests.support.procs.BookieProcess``) so that its resident set
 is its own; ``RssSampler`` reads ``VmRSS`` from ``/proc/PID/status`` in a thread every 50 ms
 and keeps the peak. ``src`` runs the bookie from another source tree (PYTHONPATH), which is
 how the probes of ``python -m tests.hostile`` and a check against the pre-fix code run the
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.hostile.rawclient import bookie_stats
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess, bookie_module
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess, bookie_module
 
 MiB = 1024 * 1024
 SAMPLE_INTERVAL = 0.05  # seconds between RSS samples

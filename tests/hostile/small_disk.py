@@ -21,7 +21,7 @@ from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
 from aiobk.bookie.index.twin import TwinIndex
-from tests.append_file import DelegatingAppendFile
+from tests.support.append_file import DelegatingAppendFile
 
 QUOTA_ENV = "AIOBK_TEST_DISK_QUOTA"  # "ROOT:BYTES[,ROOT:BYTES]" for the bookie process
 SIMULATE_ENV = "AIOBK_TEST_SIMULATED_DISK"  # set: the simulated disk even as root

@@ -13,8 +13,8 @@ import pytest
 
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.errors import ReadTooLargeError
-from tests.conftest import unique_name
-from tests.procs import BookieProcess
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 MiB = 1024 * 1024
 

@@ -18,10 +18,10 @@ from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol import GcRequest, GcResponse, ReadFlag, ReadRequest, StatusCode, master_key
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
-from tests.conftest import unique_name
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import BookieUnderTest
 from tests.hostile.honest import add_request
+from tests.support.names import unique_name
 
 PASSWORD = b"deleted-ledger"
 

@@ -32,10 +32,10 @@ from aiobk.protocol import (
     ReadResponse,
     StatusCode,
 )
-from tests.cluster import Cluster, start_cluster
-from tests.conftest import unique_name
 from tests.hostile.harness import BookieUnderTest, MiB
 from tests.hostile.small_disk import SmallDisk, small_disk
+from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
 
 log = logging.getLogger(__name__)
 

@@ -45,11 +45,11 @@ from aiobk.protocol import (
 )
 from aiobk.protocol.errors import UnauthorizedError
 from aiobk.protocol.keys import legacy_password_digest
-from tests.conftest import unique_name
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.honest import add_request, entry_body
 from tests.hostile.rawclient import RawConnection
-from tests.procs import stopped
+from tests.support.names import unique_name
+from tests.support.procs import stopped
 
 JUNK = master_key(b"squatter")
 PUBLIC = master_key(b"")  # the empty password's key: anyone can compute it

@@ -35,7 +35,7 @@ from aiobk.protocol import (
     encode,
 )
 from tests.bookie.helpers import KEY, body
-from tests.faulty_disk import FaultyDisk
+from tests.support.faulty_disk import FaultyDisk
 
 CAP = 4 << 20
 PEERS, ADDS = 12, 10_000  # over the per-connection in-flight cap (10,000) all together

@@ -15,8 +15,8 @@ from urllib.parse import quote
 import pytest
 
 from aiobk.metadata import EtcdProcess, EtcdServerTLS
-from tests.certs import CertAuthority, Issued
-from tests.conftest import unique_name
+from tests.support.certs import CertAuthority, Issued
+from tests.support.names import unique_name
 
 ROOT_PASSWORD = "r00t:pw/with@all?the#uri%chars"
 APP_USER = "aiobk-app"

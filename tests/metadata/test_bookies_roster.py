@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 TTL = 9.0  # a refresh every 3 s: late after 4.5 s silent, gone after 9 s
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import Fragment, LedgerMetadata, open_store
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 
 def _aiobk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import pytest
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, free_port, open_store
 from aiobk.metadata.kv_etcd import EtcdKV
 from aiobk.protocol.errors import MetadataStoreError, MetadataVersionError
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 ENSEMBLE = ("a:1", "b:2", "c:3")
 

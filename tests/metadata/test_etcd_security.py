@@ -28,8 +28,6 @@ from aiobk.metadata import (
 )
 from aiobk.metadata.uri import ENV_PASSWORD, ENV_PASSWORD_FILE, ENV_USER
 from aiobk.protocol.errors import MetadataStoreError
-from tests.certs import CertAuthority
-from tests.conftest import unique_name
 from tests.metadata.conftest import (
     APP_PASSWORD,
     APP_PREFIX,
@@ -41,7 +39,9 @@ from tests.metadata.conftest import (
     SecuredEtcd,
     start_tls_etcd,
 )
-from tests.procs import BookieProcess
+from tests.support.certs import CertAuthority
+from tests.support.names import unique_name
+from tests.support.procs import BookieProcess
 
 WRONG_PASSWORD = "not-the-Password-42"
 METADATA = LedgerMetadata(1, 1, 1, (Fragment(0, ("127.0.0.1:1",)),))

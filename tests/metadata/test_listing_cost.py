@@ -35,7 +35,7 @@ from aiobk.metadata import (
 from aiobk.metadata.kv import prefix_end
 from aiobk.metadata.kv_etcd import EtcdKV
 from aiobk.metadata.uri import open_store
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 LEDGERS = 5_000
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")

@@ -28,7 +28,6 @@ from aiobk.metadata import (
 )
 from aiobk.metadata.kv_etcd import EtcdKV
 from aiobk.metadata.uri import open_store
-from tests.conftest import unique_name
 from tests.metadata.test_listing_cost import (
     CONCURRENCY,
     LEDGERS,
@@ -37,6 +36,7 @@ from tests.metadata.test_listing_cost import (
     _create_ledgers,
     own_etcd,  # noqa: F401 -- the fixture: an etcd of this module's own, revisions from ~0
 )
+from tests.support.names import unique_name
 
 MARKED = 4_000  # of the LEDGERS ledgers, picked at random: the gaps between marked ids vary
 PAGES = (500, 100)  # marks()' default page, and a small one that makes more pages

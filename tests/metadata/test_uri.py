@@ -19,7 +19,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataURIError, open_store
 from aiobk.metadata.uri import EtcdCredentials, parse_etcd_uri, redact_uri
 from aiobk.protocol.errors import MetadataStoreError
-from tests.conftest import unique_name
+from tests.support.names import unique_name
 
 SECRET = "s3cr3t-pw"
 ROOT_PASSWORD = "r@@t:pa/ss%w?rd#1"  # every character a URI gives a meaning to

@@ -35,8 +35,8 @@ from aiobk.metadata import (
 )
 from aiobk.metadata.kv import WatchCompactedError
 from tests.chaos.proxy import Proxy
-from tests.cluster import start_cluster
-from tests.conftest import unique_name
+from tests.support.cluster import start_cluster
+from tests.support.names import unique_name
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ import pytest
 
 from aiobk.metadata import EtcdProcess
 from aiobk.pipeline import local_session
-from tests.procs import BookieProcess
+from tests.support.procs import BookieProcess
 
 
 @pytest.fixture(scope="session")

@@ -13,9 +13,9 @@ import pytest
 
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol import BOOKIE, CLIENT
-from tests.certs import CertAuthority
-from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.certs import CertAuthority
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -4,7 +4,7 @@ Everything listens on free loopback ports and keeps its data under one base dire
 ``etcd/member<i>`` (each member's data and ``etcd.log``), ``bookie<i>`` (data and journal),
 ``bookie<i>.log`` and ``bookie<i>.toml`` beside it, and ``<service>.log`` (a service's stderr).
 A bookie is SIGKILLed and started again on its own data and port (so under its own id), an etcd
-member killed or stopped and started again with its data, as tests/procs.py and
+member killed or stopped and started again with its data, as tests/support/procs.py and
 aiobk.metadata.etcd_process do for the other real-process tests. None outlives the harness:
 etcd members and bookies (``tests.soak.bookie``) get the parent-death signal, the services
 stop when their stdin closes.
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from aiobk.metadata.etcd_process import EtcdCluster
-from tests.procs import HOST_DISK_SETTINGS, BookieProcess
 from tests.soak.settings import SoakSettings
+from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: services run as tests.soak.*
 BOOKIE_START_BOUND = 60.0

@@ -4,8 +4,6 @@ log holds. The failure is a takeover by another writer, the one failure a writer
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,21 +12,17 @@ import pytest
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol.errors import LedgerFencedError
-from tests.conftest import BookieFactory, unique_name
+from tests.conftest import BookieFactory
 from tests.soak.checks import check_log
 from tests.soak.cluster import Service
 from tests.soak.run import SoakResult, record
 from tests.soak.service import sequence_of
 from tests.soak.settings import SoakSettings
+from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 LOG = "taken-over"
 WAIT = 60.0
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async with asyncio.timeout(WAIT):
-        while not condition():
-            await asyncio.sleep(0.05)
 
 
 @pytest.mark.timeout(180)
@@ -52,12 +46,12 @@ async def test_the_writer_service_reports_a_takeover_and_carries_on(
     await writer.start()
     try:
         history = result.history
-        await until(lambda: history.acked >= 100)
+        await wait_until(lambda: history.acked >= 100, timeout=WAIT)
         async with BookKeeper(uri) as bk:
             other = await bk.open_log_writer(LOG)  # fences the service's writer
-            await until(lambda: any("reopened" in event for event in events))
+            await wait_until(lambda: any("reopened" in event for event in events), timeout=WAIT)
             acked_before = history.acked
-            await until(lambda: history.acked >= acked_before + 100)
+            await wait_until(lambda: history.acked >= acked_before + 100, timeout=WAIT)
             assert await writer.stop() == 0
             with pytest.raises(LedgerFencedError):
                 await other.append(b"late")  # the service's new writer took it back

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiobk.bookie.disk import AppendFile, OsDisk
 from aiobk.bookie.index.twin import TwinIndex
-from tests.append_file import DelegatingAppendFile
+from tests.support.append_file import DelegatingAppendFile
 
 
 class FaultyDisk(TwinIndex, OsDisk):

@@ -9,8 +9,8 @@ from typing import Any
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import MemoryKV, MetadataStore, open_store
 from aiobk.runner import make_bookie
-from tests.conftest import unique_name
-from tests.procs import HOST_DISK_SETTINGS
+from tests.support.names import unique_name
+from tests.support.procs import HOST_DISK_SETTINGS
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiobk.metadata import free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_URI = "etcd://127.0.0.1:2379/aiobk"
 
 
