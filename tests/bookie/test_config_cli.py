@@ -110,6 +110,18 @@ def test_index_full_snapshot_every_is_ignored_with_a_warning(tmp_path: Path) -> 
     assert config == BookieConfig(data_dir="/d")
 
 
+def test_a_deprecated_key_is_a_one_line_cli_warning(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text("lost_bookie_recovery_delay = 5\nport = 0\nbogus = 1\n")
+    result = _aiobk("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"aiobk: warning: {path}: the bookie setting 'lost_bookie_recovery_delay' is deprecated: "
+        "set it under [autorecovery] (autorecovery.lost_bookie_recovery_delay)",
+        f"aiobk: error: {path}: unknown setting 'bogus'",
+    ], result.stderr
+
+
 def test_an_unknown_autorecovery_key_is_a_one_line_cli_error(tmp_path: Path) -> None:
     path = tmp_path / "bookie.toml"
     path.write_text("[autorecovery]\ncolour = 1\n")
