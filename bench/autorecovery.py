@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import json
 import os
 import shutil
 import signal
@@ -64,10 +63,9 @@ from aiobk.bench.floors import (
     own_cpu_seconds,
     process_cpu_seconds,
 )
-from aiobk.bench.targets import fail_on_miss_option, report_checks
+from aiobk.bench.targets import fail_on_miss_option, module_main, report_checks, write_report
 from aiobk.bookie import BookieConfig
 from aiobk.client import BookieConnection, BookKeeper
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import HEADER_SIZE, DigestType, GetBookieInfoRequest, GetBookieInfoResponse
 
@@ -638,25 +636,20 @@ def command(
         shutil.rmtree(base, ignore_errors=True)
     print_table(console, runs)
     found = checks(runs)
-    path = json_path or os.path.join(
-        "bench", "results", f"autorecovery-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as out:
-        report = {
-            "target_ratio": TARGET,
-            "floor_chunks": list(FLOOR_CHUNKS),
-            "runs": [
-                {**asdict(r), "mb_s": round(r.mb_s, 2), "entries_s": round(r.entries_s),
-                 "ratio": round(r.ratio(), 4),
-                 "floor_judged_mb_s": round(r.floor(FLOOR_CHUNKS[0]), 1),
-                 "worker_cpu_us_per_entry": _per_entry(r.worker_cpu_s, r),
-                 "bookies_cpu_us_per_entry": _per_entry(r.bookies_cpu_s, r)}
-                for r in runs
-            ],
-            "checks": found,
-        }  # fmt: skip
-        json.dump(report, out, indent=2)
+    report = {
+        "target_ratio": TARGET,
+        "floor_chunks": list(FLOOR_CHUNKS),
+        "runs": [
+            {**asdict(r), "mb_s": round(r.mb_s, 2), "entries_s": round(r.entries_s),
+             "ratio": round(r.ratio(), 4),
+             "floor_judged_mb_s": round(r.floor(FLOOR_CHUNKS[0]), 1),
+             "worker_cpu_us_per_entry": _per_entry(r.worker_cpu_s, r),
+             "bookies_cpu_us_per_entry": _per_entry(r.bookies_cpu_s, r)}
+            for r in runs
+        ],
+        "checks": found,
+    }  # fmt: skip
+    path = write_report("autorecovery", report, json_path)
     console.print(f"wrote {path}")
     if profile is not None and cprofile_path is not None:
         profile.dump_stats(cprofile_path)
@@ -664,12 +657,7 @@ def command(
     return report_checks(console, found, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.autorecovery``: the same command as ``aiobk bench autorecovery``."""
-    run_group(command, "python -m aiobk.bench.autorecovery", argv)
+main = module_main(command, "autorecovery")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from aiobk.bench.targets import module_main, write_report
 from aiobk.bookie.index.engine import IndexBatch
-from aiobk.commands.common import run_group, with_log_level
 
 KEY = struct.Struct(">QQ")  # ledger id, entry id: one ledger's entries are one ordered range
 VALUE = struct.Struct(">q")  # entry-log location
@@ -357,10 +357,7 @@ def _report(results: dict[str, Any]) -> None:
             f"{crash['durable_batches']} batches",
         )
     Console(width=110).print(table)
-    os.makedirs("bench/results", exist_ok=True)
-    path = f"bench/results/index-engines-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    with open(path, "w") as out:
-        json.dump(results, out, indent=2)
+    path = write_report("index-engines", results, None)
     print(f"wrote {path}")
 
 
@@ -374,7 +371,7 @@ def main() -> None:
         with contextlib.suppress(BrokenPipeError):
             crash_writer(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
-    run_group(with_log_level(command), "python -m aiobk.bench.index_engines")
+    module_main(command, "index_engines")()
 
 
 if __name__ == "__main__":

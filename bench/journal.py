@@ -11,7 +11,6 @@ the floors of the same run, and writes JSON. See bench/README.md for how to read
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -33,9 +32,14 @@ from aiobk.bench.floors import (
     process_cpu_seconds,
 )
 from aiobk.bench.loops import open_loop
-from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
+from aiobk.bench.targets import (
+    fail_on_miss_option,
+    load_options,
+    module_main,
+    report_checks,
+    write_report,
+)
 from aiobk.client import BookieConnection, Digester
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.protocol import (
     AddRequest,
     DigestType,
@@ -498,22 +502,12 @@ def command(
         "open_loop": [asdict(p) for p in paced],
         "checks": checks,
     }
-    path = json_path or os.path.join(
-        "bench", "results", f"journal-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump(report, handle, indent=2)
+    path = write_report("journal", report, json_path)
     console.print(f"wrote {path}")
     return report_checks(console, checks, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.journal``: the same command as ``aiobk bench journal``."""
-    run_group(command, "python -m aiobk.bench.journal", argv)
+main = module_main(command, "journal")
 
 
 if __name__ == "__main__":

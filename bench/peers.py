@@ -13,13 +13,11 @@ writes JSON and a PNG of the latency CDFs.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from types import FrameType
@@ -41,8 +39,13 @@ from aiobk.bench.floors import (
 )
 from aiobk.bench.loops import LoopResult, closed_loop, open_loop
 from aiobk.bench.peer_systems import SYSTEM_KEYS, SYSTEMS, Deployment, System, versions
-from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
-from aiobk.commands.common import run_group, with_log_level
+from aiobk.bench.targets import (
+    fail_on_miss_option,
+    load_options,
+    module_main,
+    report_checks,
+    write_report,
+)
 
 # Client + servers CPU microseconds per append of aiobk persistent at 512 in flight before the
 # work on the append path's CPU: the median of three `aiobk bench peers` runs (294, 298, 328 us)
@@ -544,10 +547,6 @@ def command(
     floors, runs = measure(settings, console)
     print_tables(console, floors, runs, settings)
     checks = check_targets(floors, runs)
-    path = json_path or os.path.join(
-        "bench", "results", f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     report = {
         "settings": asdict(settings),
         "versions": versions(),
@@ -567,8 +566,7 @@ def command(
         "runs": [asdict(run) for run in runs],
         "checks": checks,
     }
-    with open(path, "w") as handle:
-        json.dump(report, handle, indent=2)
+    path = write_report("peers", report, json_path)
     image = plot_path or os.path.splitext(path)[0] + ".png"
     os.makedirs(os.path.dirname(image) or ".", exist_ok=True)
     plot(report, image)
@@ -576,12 +574,7 @@ def command(
     return report_checks(console, checks, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.peers``: the same command as ``aiobk bench peers``."""
-    run_group(command, "python -m aiobk.bench.peers", argv)
+main = module_main(command, "peers")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from rich.table import Table
 
 from aiobk.bench.cluster import start_bookie, stop_bookies
 from aiobk.bench.floors import new_histogram
+from aiobk.bench.targets import module_main, write_report
 from aiobk.bookie import BookieConfig
 from aiobk.bookie.disk import OsDisk
 from aiobk.bookie.index.rocks import RocksIndexDb
@@ -61,7 +62,6 @@ from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookieConnection, ClientConfig
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import (
     AddRequest,
@@ -628,16 +628,12 @@ def command(
     for name, measured, ok in found:
         table.add_row(name, measured, "PASS" if ok else "MISS")
     Console(width=110).print(table)
-    os.makedirs("bench/results", exist_ok=True)
-    path = f"bench/results/scale-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    with open(path, "w") as out:
-        json.dump({**results, "checks": found}, out, indent=2)
+    path = write_report("scale", {**results, "checks": found}, None)
     print(json.dumps(results))
     print(f"wrote {path}")
 
 
-def main() -> None:
-    run_group(with_log_level(command), "python -m aiobk.bench.scale")
+main = module_main(command, "scale")
 
 
 if __name__ == "__main__":
