@@ -62,6 +62,21 @@ def load_options(levels: str, what: str) -> Callable[[F], F]:
     return decorate
 
 
+def entries_option(default: int = 10) -> Callable[[F], F]:
+    return click.option(
+        "--entries", type=click.IntRange(min=1), default=default, show_default=True,
+        help="Entries per ledger.",
+    )  # fmt: skip
+
+
+def dir_option(what: str, default: str = "a temporary directory") -> Callable[[F], F]:
+    """``--dir``: where a run's files (``what``) go."""
+    return click.option(
+        "--dir", "directory", type=click.Path(file_okay=False), default=None,
+        help=f"Where {what} go (default: {default}).",
+    )  # fmt: skip
+
+
 def fail_on_miss_option() -> Callable[[F], F]:
     return click.option(
         "--fail-on-miss",
