@@ -36,6 +36,7 @@ from aiobk.bench.targets import (
     fail_on_miss_option,
     load_options,
     module_main,
+    positive_numbers,
     report_checks,
     write_report,
 )
@@ -287,19 +288,6 @@ async def bench_bookie(
         conn.close()
 
 
-def parse_rates(
-    _ctx: click.Context | None, _param: click.Parameter | None, value: str
-) -> list[float]:
-    """``--rates 400,2000`` as a list of positive offered rates ('' for none)."""
-    try:
-        rates = [float(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected a comma list of adds/s, got {value!r}") from None
-    if any(rate <= 0 for rate in rates):
-        raise click.BadParameter(f"expected positive rates, got {value!r}")
-    return rates
-
-
 def bookie_config(base: str, journal_alignment: int | None) -> tuple[str, ...]:
     """The bookie's command-line extras: a config file with the settings given, if any."""
     if journal_alignment is None:
@@ -364,7 +352,7 @@ def check_targets(
     help="volatile (BP-14): adds are answered once written, synced later.",
 )
 @click.option(
-    "--rates", default="", show_default=True, callback=parse_rates,
+    "--rates", default="", show_default=True, callback=positive_numbers(float, "adds/s"),
     help="Comma list of offered adds/s, each an open-loop level after the in-flight ones.",
 )  # fmt: skip
 @click.option(

@@ -43,6 +43,7 @@ from aiobk.bench.targets import (
     fail_on_miss_option,
     load_options,
     module_main,
+    positive_numbers,
     report_checks,
     write_report,
 )
@@ -474,21 +475,6 @@ def plot(report: dict[str, Any], path: str) -> None:
 # ---------------------------------------------------------------------- command line
 
 
-def _numbers(kind: Callable[[str], float], what: str) -> Callable[..., list[float]]:
-    def parse(
-        _ctx: click.Context | None, _param: click.Parameter | None, value: str
-    ) -> list[float]:
-        try:
-            numbers = [kind(part) for part in value.split(",") if part.strip()]
-        except ValueError:
-            raise click.BadParameter(f"expected a comma list of {what}, got {value!r}") from None
-        if any(number <= 0 for number in numbers):
-            raise click.BadParameter(f"expected positive {what}, got {value!r}")
-        return numbers
-
-    return parse
-
-
 def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: str) -> list[str]:
     chosen = [part.strip() for part in value.split(",") if part.strip()]
     unknown = set(chosen) - set(SYSTEM_KEYS)
@@ -505,14 +491,14 @@ def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: 
 )
 @load_options("1,64,512", "appends")
 @click.option(
-    "--rates", default="2000,5000", show_default=True, callback=_numbers(float, "rates"),
+    "--rates", default="2000,5000", show_default=True, callback=positive_numbers(float, "rates"),
     help="Open loop: comma list of offered appends/s, each for --seconds ('' for none).",
 )  # fmt: skip
 @click.option(
     "--rate-of-nats",
     default="0.5",
     show_default=True,
-    callback=_numbers(float, "shares"),
+    callback=positive_numbers(float, "shares"),
     help="Open loop: more offered rates, as shares of the most appends/s NATS gave in the "
     "closed loop of this run ('' for none).",
 )

@@ -41,6 +41,25 @@ def parse_levels(
     return levels
 
 
+def positive_numbers(
+    kind: Callable[[str], float], what: str
+) -> Callable[[click.Context | None, click.Parameter | None, str], list[float]]:
+    """A click callback: ``--rates 400,2000`` as a list of positive numbers ('' for none)."""
+
+    def parse(
+        _ctx: click.Context | None, _param: click.Parameter | None, value: str
+    ) -> list[float]:
+        try:
+            numbers = [kind(part) for part in value.split(",") if part.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma list of {what}, got {value!r}") from None
+        if any(number <= 0 for number in numbers):
+            raise click.BadParameter(f"expected positive {what}, got {value!r}")
+        return numbers
+
+    return parse
+
+
 def load_options(levels: str, what: str) -> Callable[[F], F]:
     """``--seconds``, ``--entry-size`` and ``--in-flight``, as every load benchmark takes them
     (``levels``: the default in-flight levels; ``what``: what is kept in flight)."""
