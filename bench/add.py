@@ -44,6 +44,7 @@ from aiobk.bench.floors import (
 )
 from aiobk.bench.targets import (
     fail_on_miss_option,
+    json_option,
     load_options,
     module_main,
     report_checks,
@@ -365,10 +366,7 @@ def _modes(
     help="Bookie processes in the cluster the run starts.",
 )  # fmt: skip
 @load_options("1,64,512", "appends")
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/add-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("add")
 @click.option(
     "--modes",
     default="persistent",

@@ -61,6 +61,7 @@ from aiobk.bench.rereplication import (
 from aiobk.bench.targets import (
     dir_option,
     fail_on_miss_option,
+    json_option,
     module_main,
     report_checks,
     write_report,
@@ -225,10 +226,7 @@ def _floats(
     "the bookies and the floor's files",
     "a temporary directory under the current one, i.e. the project's disk",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/autorecovery-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("autorecovery")
 @click.option(
     "--cprofile", "cprofile_path", type=click.Path(dir_okay=False), default=None,
     help="Write a cProfile of the workers while re-replicating: CPU time of this process's "

@@ -34,6 +34,7 @@ from aiobk.bench.floors import (
 from aiobk.bench.loops import open_loop
 from aiobk.bench.targets import (
     fail_on_miss_option,
+    json_option,
     load_options,
     module_main,
     positive_numbers,
@@ -363,10 +364,7 @@ def check_targets(
     "--data-dir", type=click.Path(file_okay=False), default=None,
     help="Where the bookie and the floor write (default: a temporary directory here).",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/journal-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("journal")
 @fail_on_miss_option()
 def command(
     seconds: float,

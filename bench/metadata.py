@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiobk.bench.floors import fdatasync_floor, new_histogram
-from aiobk.bench.targets import module_main, write_report
+from aiobk.bench.targets import json_option, module_main, write_report
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
@@ -65,10 +65,7 @@ async def measure(uri: str, count: int) -> dict[str, dict[str, float]]:
     "--count", type=click.IntRange(1), default=500, show_default=True,
     help="Operations of each kind.",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/metadata-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("metadata")
 def command(count: int, json_path: str | None) -> int:
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()

@@ -41,6 +41,7 @@ from aiobk.bench.loops import LoopResult, closed_loop, open_loop
 from aiobk.bench.peer_systems import SYSTEM_KEYS, SYSTEMS, Deployment, System, versions
 from aiobk.bench.targets import (
     fail_on_miss_option,
+    json_option,
     load_options,
     module_main,
     positive_numbers,
@@ -506,10 +507,7 @@ def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: 
     "--systems", default=",".join(SYSTEM_KEYS), show_default=True, callback=_systems,
     help="Comma list of the systems to run.",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/peers-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("peers")
 @click.option(
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
     help="Latency CDF plot, PNG (default: the result file's name with .png).",

@@ -96,6 +96,14 @@ def dir_option(what: str, default: str = "a temporary directory") -> Callable[[F
     )  # fmt: skip
 
 
+def json_option(name: str) -> Callable[[F], F]:
+    """``--json``: where ``write_report`` puts benchmark ``name``'s report."""
+    return click.option(
+        "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+        help=f"Result file (default bench/results/{name}-TIMESTAMP.json).",
+    )  # fmt: skip
+
+
 def fail_on_miss_option() -> Callable[[F], F]:
     return click.option(
         "--fail-on-miss",
