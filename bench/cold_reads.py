@@ -51,9 +51,9 @@ class Floor:
     the floor reads a page never read before. Below this machine's page cache there is another
     (the host's, under a virtual disk) that keeps what was read: a page read again, evicted
     here, answered in 64-80 us (p50) where its first read took 182-218 us (300 random pages of
-    a kept entry log and of the floor file, read, evicted, read again). The storage reads once
-    took their floor from the pages the request-path reads had just read -- cached below, so
-    a floor 20-40% low -- while the reads under test each read pages no read had touched."""
+    a kept entry log and of the floor file, read, evicted, read again). A floor taken from pages
+    the reads under test had just read would be cached below, and 20-40% low, while the reads
+    under test each read pages no read had touched."""
 
     path: str
     pages: list[int]
