@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.journal.journal import PREALLOCATE as JOURNAL_CHUNK
+from aiobk.bookie.journal.files import PREALLOCATE as JOURNAL_CHUNK
 from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.write_state import DISK, JOURNAL, WriteState

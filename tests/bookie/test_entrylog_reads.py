@@ -9,7 +9,8 @@ import random
 from pathlib import Path
 
 from aiobk.bookie import OsDisk
-from aiobk.bookie.entrylog import PAGE, EntryLogger, unpack_location
+from aiobk.bookie.entrylog.format import PAGE, unpack_location
+from aiobk.bookie.entrylog.logger import EntryLogger
 
 
 async def test_records_of_every_size_at_every_alignment_read_back(tmp_path: Path) -> None:
