@@ -93,21 +93,24 @@ class EntryLogger:
         pack_head, pack_ids, crc = RECORD_HEAD.pack, IDS.pack, crc32c.crc32c
         data = active.data
         added = 0  # record bytes of this ledger in the active log, tallied once per call
+        placed = 0  # records of this call in the active log: each log counts its own
         for entry_id, body in entries:
             size = head_size + len(body)
             offset = active.start + len(data)
             if offset + size > max_size and offset > len(FILE_MAGIC):
+                tallies.active_records += placed
                 tallies.tally(ledger_id, added)
-                added = 0
+                added = placed = 0
                 active = self.roll()
                 data = active.data
                 offset = len(FILE_MAGIC)
             added += size
+            placed += 1
             checksum = crc(body, crc(pack_ids(ledger_id, entry_id)))
             data += pack_head(size - 8, checksum, ledger_id, entry_id)
             data += body
             locations.append(active.log_id << OFFSET_BITS | offset)  # pack_location, inlined
-        tallies.active_records += len(entries)
+        tallies.active_records += placed
         tallies.tally(ledger_id, added)
         self._buffer.appended(len(data))
         return locations
