@@ -27,7 +27,6 @@ FILE_MAGIC = b"AIOBKLOG\x00\x00\x00\x01"  # 12 bytes: magic and format version
 SUFFIX = ".log"
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
-LENGTH = struct.Struct(">I")
 SCAN_BLOCK = 1 << 20  # bytes read at a time when walking a log's records
 PAGE = 4096
 # An entry read takes the rest of the page its record starts in, or that and the next page when
