@@ -115,6 +115,10 @@ class AddMode:
 
 
 class AddPipeline:
+    """The adds of one ledger handle (or one recovery's write-backs): entry ids, the ack
+    tracker and the LAC, completion in order, failures. Frames leave through its
+    ``AddBatcher``; a failed bookie's slot is replaced by its ``EnsembleChange``."""
+
     def __init__(
         self,
         ctx: ClientContext,
