@@ -27,7 +27,7 @@ connect.
 What the configuration, not the network, got wrong is ``MetadataAuthError`` (not retriable): a
 wrong user or password, no user where auth is on, a certificate one side does not trust; and
 ``MetadataPermissionError`` when the user's roles do not cover a key. Their messages are one
-line and hold no password (etcd's own messages never echo one).
+line and hold no password (etcd's own messages never echo one): ``etcd_refusals`` words them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 
+from aiobk.metadata.etcd_refusals import Refusals, one_line
 from aiobk.metadata.kv import (
     KV,
     EtcdCredentials,
@@ -67,38 +68,6 @@ from aiobk.metadata.kv import (
 from aiobk.protocol.errors import MetadataStoreError
 
 log = logging.getLogger(__name__)
-
-# gRPC's words for a connection that could not be made, and what they mean to a reader.
-_UNREACHABLE = (
-    ("connection refused", "connection refused (is etcd running on that port?)"),
-    ("domain name not found", "the host name does not resolve"),
-    ("name or service not known", "the host name does not resolve"),
-    ("dns resolution failed", "the host name does not resolve"),
-    ("no route to host", "no route to the host"),
-    ("network is unreachable", "the network is unreachable"),
-    ("connection reset", "the connection was reset"),
-    ("socket closed", "the connection was closed"),
-    ("timed out", "the connection timed out"),
-    ("deadline exceeded", "the connection timed out"),
-)
-_LONGEST_REASON = 300  # characters of an unknown cause kept in a message
-
-
-def one_line(exc: BaseException | None) -> str:
-    """``exc``'s text on one line (gRPC's can span several), cut to a readable length."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= _LONGEST_REASON else text[: _LONGEST_REASON - 3] + "..."
-
-
-def unreachable_reason(exc: BaseException | None) -> str:
-    """Why a connection to etcd failed, in a few words rather than gRPC's transcript
-    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:...: ...")."""
-    low = str(exc).lower()
-    for words, reason in _UNREACHABLE:
-        if words in low:
-            return reason
-    return one_line(exc)
-
 
 T = TypeVar("T")
 REQUIRE_LEADER = ("hasleader", "true")  # clientv3's WithRequireLeader
@@ -237,6 +206,7 @@ class EtcdKV(KV):
         self._retired: list[tuple[float, aetcd.Client]] = []  # token died: closed later
         self._credentials = credentials
         self._tls = tls
+        self._refusals = Refusals(credentials, tls)
         self.timeout = timeout
         self._shut = False  # close() was called: no call connects again
         user = f"{credentials.user}:***@" if credentials is not None else ""
@@ -356,60 +326,6 @@ class EtcdKV(KV):
                 async with asyncio.timeout(self.timeout):
                     await client.close()
 
-    def _refused(self, endpoint: str, what: str, exc: BaseException) -> MetadataAuthError | None:
-        """The auth error ``exc`` stands for, if it says the credentials are wrong."""
-        text = str(exc)
-        if "authentication failed" in text:
-            user = self._credentials.user if self._credentials is not None else ""
-            return MetadataAuthError(
-                f"etcd {endpoint}: authentication failed for user {user!r} "
-                "(wrong user name or password)"
-            )
-        if "user name is empty" in text:
-            return MetadataAuthError(
-                f"etcd {endpoint}: {what} refused: {text} (this etcd has auth enabled: name a "
-                "user, as USER:PASSWORD@ in the URI or AIOBK_ETCD_USER/AIOBK_ETCD_PASSWORD)"
-            )
-        return None
-
-    def _denied(self, endpoint: str, what: str, key: bytes | None) -> MetadataPermissionError:
-        who = (
-            f"user {self._credentials.user!r}"
-            if self._credentials is not None
-            else "this client (no user given: etcd takes a client certificate's common name)"
-        )
-        where = f" on {key.decode(errors='replace')!r}" if key is not None else ""
-        return MetadataPermissionError(
-            f"etcd {endpoint}: permission denied to {who} for {what}{where}: its roles must "
-            "grant readwrite on the store's whole /PREFIX/ key range"
-        )
-
-    def _tls_refusal(self, endpoint: str, exc: BaseException) -> MetadataAuthError | None:
-        """What a TLS handshake that failed for certain says (gRPC's words in ``exc``), or None
-        for failures an outage can also cause (a connection cut mid-handshake)."""
-        if self._tls is None:
-            return None
-        text = " ".join(str(exc).split())
-        low = text.lower()
-        host = endpoint.rpartition(":")[0]
-        if "certificate_verify_failed" in low:
-            detail = text.rpartition("CERTIFICATE_VERIFY_FAILED:")[2].strip().removesuffix(": OK")
-            ca = self._tls.ca or "the system's CAs"
-            why = f"etcd's certificate is not signed by {ca} ({detail or 'verify failed'})"
-        elif "hostname verification" in low:
-            why = f"etcd's certificate does not name {host}"
-        elif "tsi_data_corrupted" in low:  # TLS 1.3: the server's alert comes after the hello
-            why = (
-                f"etcd did not accept the client certificate {self._tls.cert}"
-                if self._tls.cert is not None
-                else "etcd requires a client certificate (?cert=PATH&key=PATH)"
-            )
-        elif "wrong_version_number" in low:
-            why = "no TLS on that port (etcd:// for a plaintext etcd)"
-        else:
-            return None
-        return MetadataAuthError(f"etcd {endpoint}: TLS handshake failed: {why}")
-
     async def _call(
         self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], key: bytes | None = None
     ) -> T:
@@ -430,7 +346,7 @@ class EtcdKV(KV):
                     return answer
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
                     if exc.code() == rpc.StatusCode.PERMISSION_DENIED:
-                        raise self._denied(endpoint, what, key) from None
+                        raise self._refusals.denied(endpoint, what, key) from None
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
             except asyncio.CancelledError as exc:
@@ -451,7 +367,7 @@ class EtcdKV(KV):
             except etcd_errors.ConnectionFailedError as exc:
                 last = exc
                 # The next endpoint may trust us (or be up); if none does: say so.
-                tls_failed = self._tls_refusal(endpoint, exc) or tls_failed
+                tls_failed = self._refusals.tls_refusal(endpoint, exc) or tls_failed
                 if len(self._endpoints) > 1:
                     await self._rotate()
                 continue
@@ -473,25 +389,18 @@ class EtcdKV(KV):
                 await self._retire(client)
                 continue
             except etcd_errors.ClientError as exc:
-                refused = self._refused(endpoint, what, exc)
+                refused = self._refusals.refused(endpoint, what, exc)
                 if refused is not None:
                     raise refused from None
                 if "permission denied" in str(exc):  # through aetcd's own methods
-                    raise self._denied(endpoint, what, key) from None
+                    raise self._refusals.denied(endpoint, what, key) from None
                 raise MetadataStoreError(
                     f"etcd {endpoint}: {what} failed: {one_line(exc)}"
                 ) from exc
         self.connected = False
         if tls_failed is not None:
             raise tls_failed from None
-        hint, text = "", str(last).lower()
-        if self._tls is None and "socket closed" in text:
-            hint = " (if this etcd serves TLS: etcds://, and ?ca=PATH for a private CA)"
-        elif self._tls is not None and "handshake read failed" in text:
-            hint = " (the TLS handshake was cut short: does this etcd serve TLS?)"
-        raise MetadataStoreError(
-            f"{self.description} is unreachable ({what}): {unreachable_reason(last)}{hint}"
-        ) from last
+        raise self._refusals.unreachable(self.description, what, last) from last
 
     async def _txn(
         self, what: str, compare: list[Any], success: list[Any], failure: list[Any], key: bytes
