@@ -20,9 +20,8 @@ a unary call on the same client: a watch created with a dead token (or by a user
 permission) is cancelled by etcd in a way aetcd does not report, so the unary call renews the
 token first and finds a missing permission.
 
-With TLS (``EtcdTLS``), the channel is gRPC's TLS channel (aetcd 1.0 dials plaintext only, so
-``_Client`` is its ``connect()`` on a secure channel); the certificate files are read at each
-connect.
+With TLS (``EtcdTLS``), the channel is gRPC's TLS channel. The clients, one endpoint at a time,
+and their retirement are ``etcd_clients``'s.
 
 What the configuration, not the network, got wrong is ``MetadataAuthError`` (not retriable): a
 wrong user or password, no user where auth is on, a certificate one side does not trust; and
@@ -45,10 +44,10 @@ from typing import Any, TypeVar
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import aetcd  # after the line above: gRPC reads it when it loads
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 
+from aiobk.metadata.etcd_clients import EtcdClients
 from aiobk.metadata.etcd_refusals import Refusals, one_line
 from aiobk.metadata.kv import (
     KV,
@@ -133,7 +132,7 @@ class _EtcdWatch(Watch):
                 log.debug("watch of %r interrupted (%r); retrying", self._key, exc)
                 # With several endpoints the next attempt goes to the next one: the client
                 # would otherwise keep dialling a dead member until some unary call moved it.
-                await self._owner._move_on(client)
+                await self._owner._clients.move_on(client)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
@@ -147,48 +146,6 @@ class _EtcdWatch(Watch):
                     await self._current.cancel()
 
 
-class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
-    """aetcd's client; with ``tls`` (gRPC channel credentials) its ``connect()`` opens a TLS
-    channel instead of aetcd's plaintext one, and does the rest as aetcd 1.0.0 does."""
-
-    _is_connecting: bool  # aetcd's, set in its __init__
-
-    def __init__(self, *, tls: Any = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._tls = tls
-
-    async def connect(self) -> None:
-        if self._tls is None:
-            await super().connect()
-            return
-        if self._connected.is_set():
-            return
-        if self._is_connecting:
-            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
-            return
-        self._is_connecting = True
-        try:
-            target = f"{self._host}:{self._port}"
-            self.channel = rpc.secure_channel(target, self._tls, options=self._options.items())
-            if self._username is not None and self._password is not None:
-                self.auth_stub = rpc.AuthStub(self.channel)
-                request = rpc.AuthenticateRequest(name=self._username, password=self._password)
-                response = await self.auth_stub.Authenticate(request, timeout=self._timeout)
-                self.metadata = (("token", response.token),)
-            self.kvstub = rpc.KVStub(self.channel)
-            self.clusterstub = rpc.ClusterStub(self.channel)
-            self.leasestub = rpc.LeaseStub(self.channel)
-            self.maintenancestub = rpc.MaintenanceStub(self.channel)
-            self._watcher = aetcd.watcher.Watcher(
-                rpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
-            )
-            self._connected.set()
-        except rpc.AioRpcError as exc:
-            etcd_errors._handle_exception(exc)
-        finally:
-            self._is_connecting = False
-
-
 class EtcdKV(KV):
     def __init__(
         self,
@@ -200,10 +157,8 @@ class EtcdKV(KV):
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
+        self._clients = EtcdClients(endpoints, timeout, credentials=credentials, tls=tls)
         self._endpoints = endpoints
-        self._index = 0
-        self._client: aetcd.Client | None = None
-        self._retired: list[tuple[float, aetcd.Client]] = []  # token died: closed later
         self._credentials = credentials
         self._tls = tls
         self._refusals = Refusals(credentials, tls)
@@ -218,8 +173,7 @@ class EtcdKV(KV):
 
     @property
     def endpoint(self) -> str:
-        host, port = self._endpoints[self._index]
-        return f"{host}:{port}"
+        return self._clients.endpoint
 
     async def connect(self) -> None:
         """Connect now (with credentials: authenticate) and make one read, instead of at the
@@ -229,56 +183,11 @@ class EtcdKV(KV):
         with contextlib.suppress(MetadataPermissionError):  # a user limited to its prefix
             await self._call("connect", lambda c: c.kvstub.Range(probe, **self._opts(c)))
 
-    def _channel_credentials(self) -> Any:
-        """gRPC's TLS credentials from the files named (read now), or None: plaintext."""
-        if self._tls is None:
-            return None
-        try:
-            ca, key, cert = self._tls.read()
-        except OSError as exc:
-            raise MetadataAuthError(
-                f"etcd TLS: cannot read {exc.filename!r}: {exc.strerror or exc}"
-            ) from None
-        return grpc.ssl_channel_credentials(
-            root_certificates=ca, private_key=key, certificate_chain=cert
-        )
-
-    def _new_client(self, host: str, port: int, *, authenticate: bool) -> aetcd.Client:
-        creds = self._credentials if authenticate else None
-        return _Client(
-            tls=self._channel_credentials(),
-            host=host,
-            port=port,
-            timeout=self.timeout,
-            username=creds.user if creds is not None else None,
-            password=creds.password if creds is not None else None,
-        )
-
-    async def _get_client(self) -> aetcd.Client:
-        """The connected client; with credentials, connecting authenticates (a round trip)."""
-        if self._client is None:
-            host, port = self._endpoints[self._index]
-            client = self._new_client(host, port, authenticate=True)
-            try:
-                await client.connect()  # opens the gRPC channel (and authenticates)
-            except etcd_errors.PreconditionFailedError as exc:
-                await self._close_client(client)
-                if "authentication is not enabled" not in str(exc):
-                    raise
-                # As etcd's own client does: credentials for an etcd without auth are unused.
-                client = self._new_client(host, port, authenticate=False)
-                await client.connect()
-            except BaseException:
-                await self._close_client(client)
-                raise
-            self._client = client
-        return self._client
-
     async def _client_for_watch(self, key: bytes) -> aetcd.Client:
         if self._credentials is not None or self._tls is not None:
             probe = rpc.RangeRequest(key=key, count_only=True)
             await self._call("watch", lambda c: c.kvstub.Range(probe, **self._opts(c)), key)
-        return await self._get_client()
+        return await self._clients.get()
 
     def _opts(self, client: aetcd.Client) -> dict[str, Any]:
         """Keyword arguments of a raw stub call: the deadline, the auth token (if any), and
@@ -287,44 +196,6 @@ class EtcdKV(KV):
         timeout, and the call moves on to the next endpoint."""
         metadata = (*(client.metadata or ()), REQUIRE_LEADER)
         return {"timeout": self.timeout, "metadata": metadata}
-
-    async def _move_on(self, client: aetcd.Client | None) -> None:
-        """After ``client`` failed: the next endpoint, if there are several and nothing moved
-        on since."""
-        if len(self._endpoints) > 1 and client is not None and self._client is client:
-            await self._rotate()
-
-    async def _rotate(self) -> None:
-        """The next endpoint. The client of the last one is retired, not closed: closing a
-        channel cancels the calls still on it, which are other callers' (each bounded by the
-        timeout anyway)."""
-        client = self._client
-        self._index = (self._index + 1) % len(self._endpoints)
-        if client is not None:
-            await self._retire(client)
-        self._client = None
-
-    async def _retire(self, client: aetcd.Client) -> None:
-        """Stop using ``client`` (its token died): the next call connects anew. Calls already
-        on it end by themselves within the timeout, so it is closed only once that has passed,
-        at a later retirement or at ``close()``."""
-        if self._client is client:
-            self._client = None
-        now = asyncio.get_running_loop().time()
-        retired, self._retired = self._retired, []
-        for when, old in retired:
-            if now - when > self.timeout:
-                await self._close_client(old)
-            else:
-                self._retired.append((when, old))
-        if all(old is not client for _when, old in self._retired):
-            self._retired.append((now, client))
-
-    async def _close_client(self, client: aetcd.Client | None) -> None:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.timeout):
-                    await client.close()
 
     async def _call(
         self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], key: bytes | None = None
@@ -340,7 +211,7 @@ class EtcdKV(KV):
             try:
                 try:
                     async with asyncio.timeout(self.timeout):
-                        client = await self._get_client()
+                        client = await self._clients.get()
                         answer = await fn(client)
                     self.connected = True
                     return answer
@@ -369,12 +240,12 @@ class EtcdKV(KV):
                 # The next endpoint may trust us (or be up); if none does: say so.
                 tls_failed = self._refusals.tls_refusal(endpoint, exc) or tls_failed
                 if len(self._endpoints) > 1:
-                    await self._rotate()
+                    await self._clients.rotate()
                 continue
             except (TimeoutError, etcd_errors.ConnectionTimeoutError) as exc:
                 self.connected = False
                 if len(self._endpoints) > 1:
-                    await self._rotate()
+                    await self._clients.rotate()
                 raise MetadataStoreError(
                     f"etcd {endpoint} did not answer {what} within {self.timeout}s"
                 ) from exc
@@ -386,7 +257,7 @@ class EtcdKV(KV):
                     ) from None
                 renewed = True
                 attempts += 1
-                await self._retire(client)
+                await self._clients.retire(client)
                 continue
             except etcd_errors.ClientError as exc:
                 refused = self._refusals.refused(endpoint, what, exc)
@@ -529,7 +400,4 @@ class EtcdKV(KV):
 
     async def close(self) -> None:
         self._shut = True
-        client, self._client = self._client, None
-        retired, self._retired = self._retired, []
-        for old in [client, *(old for _when, old in retired)]:
-            await self._close_client(old)
+        await self._clients.close()

@@ -152,11 +152,11 @@ async def test_a_call_whose_client_is_closed_under_it_is_tried_again_not_cancell
         for turn in range(20):
             calls = [asyncio.ensure_future(kv.keep_alive(lease)) for _ in range(4)]
             await asyncio.sleep(0.0005 * (turn % 5))  # some sent, some not yet
-            client = kv._client
+            client = kv._clients._client
             if turn % 2:
-                await kv._rotate()  # as a call that failed does, moving to the next endpoint
+                await kv._clients.rotate()  # as a failed call does: to the next endpoint
             else:
-                await kv._close_client(client)  # as a token's retirement does, later
+                await kv._clients.close_client(client)  # as a token's retirement does, later
             assert [await call > 0 for call in calls] == [True] * 4
     finally:
         await kv.close()
@@ -174,4 +174,4 @@ async def test_a_call_on_a_closed_kv_is_an_error_not_a_new_connection(
     if isinstance(outcome, BaseException):
         assert isinstance(outcome, MetadataStoreError)
         assert "closed" in str(outcome)
-    assert kv._client is None
+    assert kv._clients._client is None
