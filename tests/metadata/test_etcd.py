@@ -124,14 +124,15 @@ async def test_a_cancel_arriving_as_a_call_completes_is_not_swallowed(etcd_serve
     assert isinstance(kv, EtcdKV)
     loop = asyncio.get_running_loop()
     reply: asyncio.Future[int] = loop.create_future()
+    waiting = asyncio.Event()
 
     async def call(_client: object) -> int:
+        waiting.set()
         return await reply
 
     try:
         task = asyncio.ensure_future(kv._call("test call", call))
-        for _ in range(20):  # until it waits on the reply (the client connects first)
-            await asyncio.sleep(0.05)
+        await asyncio.wait_for(waiting.wait(), 10)  # the client connected; the call waits
         reply.set_result(1)
         task.cancel()  # same loop turn: the caller asked to stop, it must stop
         with pytest.raises(asyncio.CancelledError):
