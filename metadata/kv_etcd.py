@@ -65,6 +65,7 @@ from aiobk.metadata.kv import (
     prefix_end,
 )
 from aiobk.protocol.errors import MetadataStoreError
+from aiobk.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -137,9 +138,7 @@ class _EtcdWatch(Watch):
                 backoff = min(backoff * 2, 1.0)
 
     async def _stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        await cancel_and_wait(self._task, Exception)
         if self._current is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._owner.timeout):

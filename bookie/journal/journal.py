@@ -40,7 +40,6 @@ Timed: see ``bookie.journal.batch.count_batch``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -52,6 +51,7 @@ from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommi
 from aiobk.bookie.journal.queue import RecordQueue
 from aiobk.bookie.journal.sync import SyncStage
 from aiobk.bookie.stats import BookieStats
+from aiobk.tasks import cancel_and_wait
 
 __all__ = ["SLOW_WRITE", "SLOW_WRITE_BATCHES", "Callback", "Journal", "JournalFailedError"]
 
@@ -441,9 +441,7 @@ class Journal:
         """Stop at once: queued records are neither written nor acknowledged."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await self._sync.crash()
         self._queue.clear()
         await self._files.close()

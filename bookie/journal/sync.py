@@ -8,11 +8,11 @@ journal's, reached through the three callables it is given."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 
 from aiobk.bookie.journal.batch import Batch, Callback, Group, notify
 from aiobk.bookie.stats import BookieStats
+from aiobk.tasks import cancel_and_wait
 
 
 class SyncStage:
@@ -161,9 +161,7 @@ class SyncStage:
         """End the task at once: the groups waiting are neither synced nor answered."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         self._groups = []
         if self._lazy_timer is not None:
             self._lazy_timer.cancel()
