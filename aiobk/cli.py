@@ -1,13 +1,15 @@
 """The ``aiobk`` console script.
 
 Every command exits non-zero with one line on stderr for bad input (``aiobk: error: ...``);
-click's multi-line usage dump is kept for ``--help``.
+click's multi-line usage dump is kept for ``--help``. A warning (a deprecated setting in a
+configuration file, say) is one line too (``aiobk: warning: ...``).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import ClassVar
+import warnings
+from typing import IO, ClassVar
 
 import click
 
@@ -134,5 +136,19 @@ def bench_group() -> None:
     pass
 
 
+def _warn_in_one_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
+    """Python shows a warning as the file and line that raised it plus that source line: for
+    an operator the message is what counts, on one line like the errors."""
+    click.echo(f"aiobk: warning: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
+    warnings.showwarning = _warn_in_one_line
     run_group(cli, "aiobk", argv)

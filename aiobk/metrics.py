@@ -61,7 +61,7 @@ Figures = Callable[[], dict[str, int]]
 
 
 class HistogramFigures(Protocol):
-    """A histogram as the bookie and the client keep it (``aiobk.bookie.histogram``)."""
+    """A histogram as the bookie and the client keep it (``aiobk.figures``)."""
 
     bounds: tuple[float, ...]
     counts: list[int]

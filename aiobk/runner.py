@@ -26,7 +26,7 @@ import click
 import uvloop
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from aiobk.autorecovery import AutoRecovery, AutoRecoveryConfig
+from aiobk.autorecovery import AutoRecovery
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.config import ConfigError
 from aiobk.bookie.server import CompanionFactory
@@ -125,7 +125,7 @@ def autorecovery_companion(
     def make(bookie_id: str, store: MetadataStore) -> AutoRecovery:
         return AutoRecovery(
             store,
-            AutoRecoveryConfig.from_settings(config),
+            config.autorecovery,
             bookie_id,
             connector=connector,
             wall_clock=time.time,

@@ -19,6 +19,21 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
+async def cancel_and_wait(task: asyncio.Task[Any], *ignored: type[BaseException]) -> None:
+    """Cancel ``task`` and wait until it has ended. Its cancellation is expected; an exception
+    of ``ignored`` types is swallowed, any other is raised. A cancellation of the caller while it
+    waits reaches the caller: it is not taken for the task's own end."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+    except ignored:
+        pass
+
+
 class TaskKeeper:
     """Tasks started through ``spawn`` (or handed to ``keep``) until each ends."""
 

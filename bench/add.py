@@ -18,7 +18,6 @@ appends of each level.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import ssl
@@ -43,9 +42,16 @@ from aiobk.bench.floors import (
     new_histogram,
     quorum_fdatasync_floor,
 )
-from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
+from aiobk.bench.targets import (
+    fail_on_miss_option,
+    json_option,
+    load_options,
+    module_main,
+    report_checks,
+    write_report,
+)
 from aiobk.client import BookKeeper, ClientConfig, Durability
-from aiobk.commands.common import metadata_option, run_group, with_log_level
+from aiobk.commands.common import metadata_option
 from aiobk.metadata import EtcdProcess, MetadataURIError, redact_uri
 from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
 from aiobk.protocol.errors import BKError
@@ -360,10 +366,7 @@ def _modes(
     help="Bookie processes in the cluster the run starts.",
 )  # fmt: skip
 @load_options("1,64,512", "appends")
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/add-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("add")
 @click.option(
     "--modes",
     default="persistent",
@@ -412,34 +415,24 @@ def command(
         floors, results = measure(bookies, seconds, entry_size, levels, chosen, entries)
         print_table(console, floors, results, bookies, seconds, entry_size)
         checks = check_targets(floors, results)
-    path = json_path or os.path.join(
-        "bench", "results", f"add-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
-        report: dict[str, Any] = {
-            "modes": chosen,
-            "cluster": redact_uri(metadata) if metadata else None,
-            "entry_size": entry_size,
-            "floor_us": floors.floor_us if floors else None,
-            "fdatasync_p50_us": floors.fdatasync_us if floors else None,
-            "loopback_rtt_p50_us": floors.loopback_rtt_us if floors else None,
-            "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us if floors else None,
-            "quorum_floor_us": floors.quorum_floor_us if floors else None,
-            "levels": [asdict(r) for r in results],
-            "checks": checks,
-        }
-        json.dump(report, handle, indent=2)
+    report: dict[str, Any] = {
+        "modes": chosen,
+        "cluster": redact_uri(metadata) if metadata else None,
+        "entry_size": entry_size,
+        "floor_us": floors.floor_us if floors else None,
+        "fdatasync_p50_us": floors.fdatasync_us if floors else None,
+        "loopback_rtt_p50_us": floors.loopback_rtt_us if floors else None,
+        "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us if floors else None,
+        "quorum_floor_us": floors.quorum_floor_us if floors else None,
+        "levels": [asdict(r) for r in results],
+        "checks": checks,
+    }
+    path = write_report("add", report, json_path)
     console.print(f"wrote {path}")
     return report_checks(console, checks, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.add``: the same command as ``aiobk bench add``."""
-    run_group(command, "python -m aiobk.bench.add", argv)
+main = module_main(command, "add")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from aiobk.bench.resources import disk_bytes, rss_mib
+from aiobk.bench.targets import dir_option, entries_option, module_main, write_report
 from aiobk.bookie.index.engine import IndexBatch
-from aiobk.commands.common import run_group, with_log_level
 
 KEY = struct.Struct(">QQ")  # ledger id, entry id: one ledger's entries are one ordered range
 VALUE = struct.Struct(">q")  # entry-log location
@@ -144,14 +145,6 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50_us": pick(0.5), "p99_us": pick(0.99)}
 
 
-def _du(path: str) -> int:
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _dirs, names in os.walk(path)
-        for name in names
-    )
-
-
 def _timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
@@ -162,20 +155,20 @@ def measure(name: str, path: str, args: dict[str, Any]) -> dict[str, Any]:
     """One engine's figures (runs in a child process)."""
     ledgers, entries, cache = args["ledgers"], args["entries"], args["cache"]
     rng = random.Random(args["seed"])
-    idle = _rss_mib()
+    idle = rss_mib()
     engine = open_engine(name, path, cache)
     load = 0.0
     count = 0
     for batch in _batches(ledgers, entries, args["batch"]):  # generated as it goes: not counted
         load += _timed(lambda b=batch: engine.write_batch(b))  # type: ignore[misc]
         count += 1
-    loaded = _rss_mib() - idle
+    loaded = rss_mib() - idle
     engine.close()
     result: dict[str, Any] = {
         "keys": ledgers * entries,
         "load_keys_per_s": round(ledgers * entries / load),
         "checkpoint_batch_ms": round(load / count * 1000, 2),
-        "disk_bytes_per_key": round(_du(path) / (ledgers * entries), 1),
+        "disk_bytes_per_key": round(disk_bytes(path) / (ledgers * entries), 1),
         "rss_after_load_mib": round(loaded, 1),
     }
     engine = open_engine(name, path, cache)
@@ -206,17 +199,8 @@ def measure(name: str, path: str, args: dict[str, Any]) -> dict[str, Any]:
     result["scan_ledgers_per_s"] = round(found_ledgers / (time.perf_counter() - start))
     assert found_ledgers == ledgers - len(doomed)
     engine.close()
-    result["rss_after_all_mib"] = round(_rss_mib() - idle, 1)
+    result["rss_after_all_mib"] = round(rss_mib() - idle, 1)
     return result
-
-
-def _rss_mib() -> float:
-    """This process's resident memory now (mapped file pages included, as for LMDB's map)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def crash_writer(name: str, path: str, batch: int) -> None:
@@ -274,10 +258,7 @@ def crash_check(name: str, root: str, batch: int, after: int) -> dict[str, Any]:
     "--ledgers", type=click.IntRange(min=10), default=100_000, show_default=True,
     help="Ledgers loaded.",
 )  # fmt: skip
-@click.option(
-    "--entries", type=click.IntRange(min=1), default=10, show_default=True,
-    help="Entries per ledger.",
-)  # fmt: skip
+@entries_option()
 @click.option(
     "--batch", type=click.IntRange(min=1), default=20_000, show_default=True,
     help="Keys per durable batch (a checkpoint).",
@@ -294,10 +275,7 @@ def crash_check(name: str, root: str, batch: int, after: int) -> dict[str, Any]:
     "--cache", type=click.IntRange(min=1 << 20), default=64 << 20, show_default=True,
     help="RocksDB's block cache in bytes.",
 )  # fmt: skip
-@click.option(
-    "--dir", "directory", type=click.Path(file_okay=False), default=None,
-    help="Where the engines' files go (default: a temporary directory).",
-)  # fmt: skip
+@dir_option("the engines' files")
 def command(
     ledgers: int,
     entries: int,
@@ -357,10 +335,7 @@ def _report(results: dict[str, Any]) -> None:
             f"{crash['durable_batches']} batches",
         )
     Console(width=110).print(table)
-    os.makedirs("bench/results", exist_ok=True)
-    path = f"bench/results/index-engines-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    with open(path, "w") as out:
-        json.dump(results, out, indent=2)
+    path = write_report("index-engines", results, None)
     print(f"wrote {path}")
 
 
@@ -374,7 +349,7 @@ def main() -> None:
         with contextlib.suppress(BrokenPipeError):
             crash_writer(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
-    run_group(with_log_level(command), "python -m aiobk.bench.index_engines")
+    module_main(command, "index_engines")()
 
 
 if __name__ == "__main__":

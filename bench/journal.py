@@ -11,7 +11,6 @@ the floors of the same run, and writes JSON. See bench/README.md for how to read
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -33,9 +32,16 @@ from aiobk.bench.floors import (
     process_cpu_seconds,
 )
 from aiobk.bench.loops import open_loop
-from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
+from aiobk.bench.targets import (
+    fail_on_miss_option,
+    json_option,
+    load_options,
+    module_main,
+    positive_numbers,
+    report_checks,
+    write_report,
+)
 from aiobk.client import BookieConnection, Digester
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.protocol import (
     AddRequest,
     DigestType,
@@ -283,19 +289,6 @@ async def bench_bookie(
         conn.close()
 
 
-def parse_rates(
-    _ctx: click.Context | None, _param: click.Parameter | None, value: str
-) -> list[float]:
-    """``--rates 400,2000`` as a list of positive offered rates ('' for none)."""
-    try:
-        rates = [float(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected a comma list of adds/s, got {value!r}") from None
-    if any(rate <= 0 for rate in rates):
-        raise click.BadParameter(f"expected positive rates, got {value!r}")
-    return rates
-
-
 def bookie_config(base: str, journal_alignment: int | None) -> tuple[str, ...]:
     """The bookie's command-line extras: a config file with the settings given, if any."""
     if journal_alignment is None:
@@ -360,7 +353,7 @@ def check_targets(
     help="volatile (BP-14): adds are answered once written, synced later.",
 )
 @click.option(
-    "--rates", default="", show_default=True, callback=parse_rates,
+    "--rates", default="", show_default=True, callback=positive_numbers(float, "adds/s"),
     help="Comma list of offered adds/s, each an open-loop level after the in-flight ones.",
 )  # fmt: skip
 @click.option(
@@ -371,10 +364,7 @@ def check_targets(
     "--data-dir", type=click.Path(file_okay=False), default=None,
     help="Where the bookie and the floor write (default: a temporary directory here).",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/journal-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("journal")
 @fail_on_miss_option()
 def command(
     seconds: float,
@@ -498,22 +488,12 @@ def command(
         "open_loop": [asdict(p) for p in paced],
         "checks": checks,
     }
-    path = json_path or os.path.join(
-        "bench", "results", f"journal-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump(report, handle, indent=2)
+    path = write_report("journal", report, json_path)
     console.print(f"wrote {path}")
     return report_checks(console, checks, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.journal``: the same command as ``aiobk bench journal``."""
-    run_group(command, "python -m aiobk.bench.journal", argv)
+main = module_main(command, "journal")
 
 
 if __name__ == "__main__":

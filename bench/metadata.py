@@ -7,7 +7,6 @@ the fdatasync floor of the same disk (every etcd write waits for etcd's own WAL 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aiobk.bench.floors import fdatasync_floor, new_histogram
-from aiobk.commands.common import run_group, with_log_level
+from aiobk.bench.targets import json_option, module_main, write_report
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, open_store
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
@@ -66,10 +65,7 @@ async def measure(uri: str, count: int) -> dict[str, dict[str, float]]:
     "--count", type=click.IntRange(1), default=500, show_default=True,
     help="Operations of each kind.",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/metadata-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("metadata")
 def command(count: int, json_path: str | None) -> int:
     base = tempfile.mkdtemp(prefix="aiobk-bench-", dir=os.getcwd())
     etcd = EtcdProcess(data_dir=os.path.join(base, "etcd")).start()
@@ -99,21 +95,11 @@ def command(count: int, json_path: str | None) -> int:
             f"{figures['p50_us'] / sync_p50:.2f}",
         )
     Console().print(table)
-    path = json_path or os.path.join(
-        "bench", "results", f"metadata-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as handle:
-        json.dump({"fdatasync_p50_us": sync_p50, "operations": results}, handle, indent=2)
+    write_report("metadata", {"fdatasync_p50_us": sync_p50, "operations": results}, json_path)
     return 0
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.metadata``: the same command as ``aiobk bench metadata``."""
-    run_group(command, "python -m aiobk.bench.metadata", argv)
+main = module_main(command, "metadata")
 
 
 if __name__ == "__main__":

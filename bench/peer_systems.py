@@ -51,7 +51,8 @@ from aiobk.client import BookKeeper, ClientConfig, Durability
 from aiobk.metadata import EtcdProcess, free_port
 
 # EtcdCluster, and the launcher etcd gets: a child that the kernel kills when this one dies.
-from aiobk.metadata.etcd_process import EtcdCluster, _dying_with_parent
+from aiobk.metadata.etcd_process import EtcdCluster
+from aiobk.metadata.processes import dying_with_parent
 
 STARTUP_TIMEOUT = 30.0  # seconds for a server (a NATS cluster: its JetStream leader) to serve
 STREAM_MAX_BYTES = 4 << 30  # NATS stream bound (discard old): a long run cannot fill the disk
@@ -120,7 +121,7 @@ def launch(command: list[str], log_path: str) -> subprocess.Popen[bytes]:
     output to ``log_path``, killed by the kernel if the benchmark dies first."""
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            _dying_with_parent(command),
+            dying_with_parent(command),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip

@@ -13,13 +13,11 @@ writes JSON and a PNG of the latency CDFs.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from types import FrameType
@@ -41,8 +39,15 @@ from aiobk.bench.floors import (
 )
 from aiobk.bench.loops import LoopResult, closed_loop, open_loop
 from aiobk.bench.peer_systems import SYSTEM_KEYS, SYSTEMS, Deployment, System, versions
-from aiobk.bench.targets import fail_on_miss_option, load_options, report_checks
-from aiobk.commands.common import run_group, with_log_level
+from aiobk.bench.targets import (
+    fail_on_miss_option,
+    json_option,
+    load_options,
+    module_main,
+    positive_numbers,
+    report_checks,
+    write_report,
+)
 
 # Client + servers CPU microseconds per append of aiobk persistent at 512 in flight before the
 # work on the append path's CPU: the median of three `aiobk bench peers` runs (294, 298, 328 us)
@@ -471,21 +476,6 @@ def plot(report: dict[str, Any], path: str) -> None:
 # ---------------------------------------------------------------------- command line
 
 
-def _numbers(kind: Callable[[str], float], what: str) -> Callable[..., list[float]]:
-    def parse(
-        _ctx: click.Context | None, _param: click.Parameter | None, value: str
-    ) -> list[float]:
-        try:
-            numbers = [kind(part) for part in value.split(",") if part.strip()]
-        except ValueError:
-            raise click.BadParameter(f"expected a comma list of {what}, got {value!r}") from None
-        if any(number <= 0 for number in numbers):
-            raise click.BadParameter(f"expected positive {what}, got {value!r}")
-        return numbers
-
-    return parse
-
-
 def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: str) -> list[str]:
     chosen = [part.strip() for part in value.split(",") if part.strip()]
     unknown = set(chosen) - set(SYSTEM_KEYS)
@@ -502,14 +492,14 @@ def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: 
 )
 @load_options("1,64,512", "appends")
 @click.option(
-    "--rates", default="2000,5000", show_default=True, callback=_numbers(float, "rates"),
+    "--rates", default="2000,5000", show_default=True, callback=positive_numbers(float, "rates"),
     help="Open loop: comma list of offered appends/s, each for --seconds ('' for none).",
 )  # fmt: skip
 @click.option(
     "--rate-of-nats",
     default="0.5",
     show_default=True,
-    callback=_numbers(float, "shares"),
+    callback=positive_numbers(float, "shares"),
     help="Open loop: more offered rates, as shares of the most appends/s NATS gave in the "
     "closed loop of this run ('' for none).",
 )
@@ -517,10 +507,7 @@ def _systems(_ctx: click.Context | None, _param: click.Parameter | None, value: 
     "--systems", default=",".join(SYSTEM_KEYS), show_default=True, callback=_systems,
     help="Comma list of the systems to run.",
 )  # fmt: skip
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
-    help="Result file (default bench/results/peers-TIMESTAMP.json).",
-)  # fmt: skip
+@json_option("peers")
 @click.option(
     "--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
     help="Latency CDF plot, PNG (default: the result file's name with .png).",
@@ -544,10 +531,6 @@ def command(
     floors, runs = measure(settings, console)
     print_tables(console, floors, runs, settings)
     checks = check_targets(floors, runs)
-    path = json_path or os.path.join(
-        "bench", "results", f"peers-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     report = {
         "settings": asdict(settings),
         "versions": versions(),
@@ -567,8 +550,7 @@ def command(
         "runs": [asdict(run) for run in runs],
         "checks": checks,
     }
-    with open(path, "w") as handle:
-        json.dump(report, handle, indent=2)
+    path = write_report("peers", report, json_path)
     image = plot_path or os.path.splitext(path)[0] + ".png"
     os.makedirs(os.path.dirname(image) or ".", exist_ok=True)
     plot(report, image)
@@ -576,12 +558,7 @@ def command(
     return report_checks(console, checks, fail_on_miss)
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.peers``: the same command as ``aiobk bench peers``."""
-    run_group(command, "python -m aiobk.bench.peers", argv)
+main = module_main(command, "peers")
 
 
 if __name__ == "__main__":

@@ -36,14 +36,12 @@ import asyncio
 import contextlib
 import json
 import os
-import random
 import shutil
 import statistics
 import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -53,22 +51,16 @@ from rich.progress import Progress
 from rich.table import Table
 
 from aiobk.bench.cluster import start_bookie, stop_bookies
-from aiobk.bench.floors import new_histogram
-from aiobk.bookie import BookieConfig
-from aiobk.bookie.disk import OsDisk
-from aiobk.bookie.index.rocks import RocksIndexDb
-from aiobk.bookie.stats import BookieStats
-from aiobk.bookie.storage import LedgerStorage
+from aiobk.bench.cold_reads import cold_reads, evict, floor_file, round_trips, storage_cold_reads
+from aiobk.bench.resources import disk_bytes, rss_mib
+from aiobk.bench.targets import dir_option, entries_option, module_main, write_report
 from aiobk.client import BookieConnection, ClientConfig
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataStore, open_store
 from aiobk.protocol import (
     AddRequest,
     DigestType,
     GcRequest,
-    HandshakeRequest,
-    ReadRequest,
     StatusCode,
     master_key,
     pack_entry,
@@ -78,8 +70,6 @@ from aiobk.protocol.errors import LedgerExistsError
 
 KEY = master_key(b"")
 ADD_TURNS = 5  # windows of adds on the loaded and the empty bookie, alternating
-SETTLE_SECONDS = 300.0  # at most, waiting for the index's compactions before the cold reads
-MIB = 1024 * 1024
 
 
 async def _gather_bounded(count: int, limit: int, make: Callable[[int], Awaitable[None]]) -> None:
@@ -206,197 +196,6 @@ async def adds_per_second(
     return done / elapsed, errors
 
 
-def _evict(path: str) -> None:
-    """Drop a directory's files from the page cache (no root needed)."""
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            try:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # a running bookie's index compaction removed it meanwhile
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
-FLOOR_BYTES = 256 * MIB
-FLOOR_PAGES = FLOOR_BYTES // 4096
-
-
-@dataclass
-class Floor:
-    """The floor file and its pages not read yet in this run, in a random order: each pread of
-    the floor reads a page never read before. Below this machine's page cache there is another
-    (the host's, under a virtual disk) that keeps what was read: a page read again, evicted
-    here, answered in 64-80 us (p50) where its first read took 182-218 us (300 random pages of
-    a kept entry log and of the floor file, read, evicted, read again). The storage reads once
-    took their floor from the pages the request-path reads had just read -- cached below, so
-    a floor 20-40% low -- while the reads under test each read pages no read had touched."""
-
-    path: str
-    pages: list[int]
-
-    @classmethod
-    def of(cls, path: str, seed: int = 7) -> Floor:
-        pages = list(range(FLOOR_PAGES))
-        random.Random(seed).shuffle(pages)
-        return cls(path, pages)
-
-    def take(self) -> int:
-        """The offset of a page not read before."""
-        return self.pages.pop() * 4096
-
-
-def floor_file(directory: str) -> Floor:
-    """A 256 MiB file of random bytes on the disk under test, synced (evicted before use)."""
-    path = os.path.join(directory, "floor.bin")
-    with open(path, "wb") as out:
-        for _ in range(FLOOR_BYTES // MIB):
-            out.write(os.urandom(MIB))
-        out.flush()
-        os.fsync(out.fileno())
-    return Floor.of(path)
-
-
-class ColdPreads:
-    """Random 4 KiB preads of the cold floor file, one at a time, taken between the reads
-    under test so both come from the same minutes of a noisy machine; each of a page not read
-    before (``Floor``)."""
-
-    def __init__(self, floor: Floor) -> None:
-        self._floor = floor
-        self._fd = os.open(floor.path, os.O_RDONLY)
-        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        self.histogram = new_histogram()
-
-    def sample(self) -> None:
-        offset = self._floor.take()
-        started = time.perf_counter_ns()
-        os.pread(self._fd, 4096, offset)
-        self.histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
-
-    def close(self) -> float:
-        """The p50 in microseconds."""
-        os.close(self._fd)
-        return float(self.histogram.get_value_at_percentile(50))
-
-
-async def round_trips(port: int, samples: int) -> float:
-    """p50 microseconds of a request that touches no storage (a handshake), one at a time: the
-    part of a read the network and the two event loops take."""
-    conn = await BookieConnection.open("127.0.0.1", port)
-    histogram = new_histogram()
-    try:
-        for _ in range(samples):
-            started = time.perf_counter_ns()
-            await conn.send(HandshakeRequest(conn.next_txn_id()), 30)
-            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
-    finally:
-        conn.close()
-    return float(histogram.get_value_at_percentile(50))
-
-
-async def cold_reads(
-    port: int, ledgers: list[int], entries: int, samples: int, floor: Floor | None = None
-) -> tuple[float, float]:
-    """p50 microseconds of one read of a random stored entry through the request path, one at a
-    time, and of a cold pread of ``floor`` taken between them (0 without one)."""
-    conn = await BookieConnection.open("127.0.0.1", port)
-    rng = random.Random(11)
-    histogram = new_histogram()
-    preads = ColdPreads(floor) if floor is not None else None
-    try:
-        for _ in range(samples):
-            if preads is not None:
-                preads.sample()
-            request = ReadRequest(conn.next_txn_id(), rng.choice(ledgers), rng.randrange(entries))
-            started = time.perf_counter_ns()
-            response = await conn.send(request, 30)
-            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
-            assert response.status is StatusCode.EOK, response
-    finally:
-        conn.close()
-        floor_p50 = preads.close() if preads is not None else 0.0
-    return float(histogram.get_value_at_percentile(50)), floor_p50
-
-
-async def storage_cold_reads(
-    config_path: str, data_dir: str, ledgers: list[int], entries: int, samples: int, floor: Floor
-) -> tuple[float, float, float, float]:
-    """The same reads inside ledger storage, with the bookie's configuration, on its stopped
-    data directory, nothing cached (page cache evicted, a fresh index, opened and left to finish
-    the compactions the GC pass before started, then evicted again): a ledger's state looked
-    up, then its entry read, as ``handle_read`` does. p50 microseconds, a cold pread's taken
-    between them, and the read system calls a read made (this process's, the preads of the
-    floor file taken out): two when the index holds what it needs to find the block -- the
-    index's block and the entry's page -- and the read route reads on the event loop; three
-    when it sends the read to a thread (its page-cache probe first, a ``preadv2`` with
-    RWF_NOWAIT); more while the index's partitions load."""
-    config = BookieConfig.from_toml(config_path, data_dir=data_dir)
-    _evict(config.ledgers_path)
-    disk = OsDisk()
-    storage = LedgerStorage(disk, config, BookieStats())
-    await storage.open()
-    # The GC pass just before left RocksDB compacting (its deletes); opened, it goes on. Reads
-    # measured meanwhile would count that compaction's reads and share the disk with it: wait
-    # until it is done, then drop what it cached.
-    index = storage.index.db
-    settled = time.monotonic()
-    if isinstance(index, RocksIndexDb):
-        for _ in range(int(SETTLE_SECONDS / 0.1)):  # RocksDB tells no one: ask it
-            if not index.background_work():
-                break
-            await asyncio.sleep(0.1)
-    settled = time.monotonic() - settled
-    _evict(config.ledgers_path)
-    rng = random.Random(13)
-    histogram = new_histogram()
-    preads = ColdPreads(floor)
-    calls = _read_calls()
-    try:
-        for _ in range(samples):
-            preads.sample()
-            ledger_id, entry_id = rng.choice(ledgers), rng.randrange(entries)
-            started = time.perf_counter_ns()
-            state = storage.get(ledger_id)
-            assert state is not None, ledger_id
-            body = await storage.read_entry(state, entry_id, state.location(entry_id))
-            histogram.record_value(max(1, (time.perf_counter_ns() - started) // 1000))
-            assert body is not None, (ledger_id, entry_id)
-    finally:
-        await storage.close()
-        await disk.close()
-        floor_p50 = preads.close()
-        calls = _read_calls() - calls - samples
-    return float(histogram.get_value_at_percentile(50)), floor_p50, calls / samples, settled
-
-
-def _read_calls() -> int:
-    """Read system calls this process has made (``syscr`` of /proc/self/io)."""
-    with open("/proc/self/io") as io:
-        for line in io:
-            if line.startswith("syscr:"):
-                return int(line.split()[1])
-    return 0
-
-
-def _rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _du(path: str) -> int:
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _dirs, names in os.walk(path)
-        for name in names
-    )
-
-
 def _config(path: str, uri: str) -> str:
     """A bookie config: GC only when asked (the pass is timed), checkpoints every 2 s, no
     autorecovery (one bookie has nothing to re-replicate, and an auditor elected at restart
@@ -449,8 +248,8 @@ def measure(
 
         ids = uvloop.run(load())
         time.sleep(5)  # a checkpoint or two: the journal is trimmed, the index on disk
-        results["rss_mib"] = round(_rss_mib(proc.pid), 1)
-        held = _du(os.path.join(data, "ledgers"))
+        results["rss_mib"] = round(rss_mib(proc.pid), 1)
+        held = disk_bytes(os.path.join(data, "ledgers"))
         results["storage_bytes"] = held
         results["storage_allowed_bytes"] = 2 * ledgers * entries * size + 100 * ledgers
         stop_bookies(procs)
@@ -459,12 +258,12 @@ def measure(
         proc, port = start_bookie(data, extra=["--config", config], port=port)
         results["restart_s"] = round(time.perf_counter() - started, 2)
         procs.append(proc)
-        results["rss_after_restart_mib"] = round(_rss_mib(proc.pid), 1)
+        results["rss_after_restart_mib"] = round(rss_mib(proc.pid), 1)
         # Reads through the request path while the loaded bookie is idle: after the adds
         # below, its index engine compacts for a while, and cold reads then queue behind that
         # I/O (2.7 ms at a million ledgers, where idle they took a few hundred microseconds).
         floor = floor_file(base)
-        _evict(os.path.join(data, "ledgers"))
+        evict(os.path.join(data, "ledgers"))
         cold, floor_p50 = uvloop.run(cold_reads(port, ids, entries, 500, floor))
         results["cold_read_p50_us"], results["pread_floor_p50_us"] = cold, floor_p50
         results["round_trip_p50_us"] = uvloop.run(round_trips(port, 500))
@@ -472,7 +271,7 @@ def measure(
         results["warm_read_p50_us"] = uvloop.run(cold_reads(port, ids[:1], 1, 500))[0]
         empty, empty_port = start_bookie(os.path.join(base, "empty"), extra=["--config", config])
         procs.append(empty)
-        results["rss_empty_mib"] = round(_rss_mib(empty.pid), 1)
+        results["rss_empty_mib"] = round(rss_mib(empty.pid), 1)
         # Loaded and empty in turns, the median of each: on a shared machine one window of a
         # few seconds can catch another tenant's burst (a single pair once read 0.64x).
         # Every window adds to ledgers new to its bookie, created in the metadata beforehand
@@ -583,10 +382,7 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     "--ledgers", type=click.IntRange(min=100), default=1_000_000, show_default=True,
     help="Ledgers the bookie holds.",
 )  # fmt: skip
-@click.option(
-    "--entries", type=click.IntRange(min=1), default=10, show_default=True,
-    help="Entries per ledger.",
-)  # fmt: skip
+@entries_option()
 @click.option(
     "--entry-size", type=click.IntRange(min=1), default=100, show_default=True,
     help="Payload bytes per entry.",
@@ -595,10 +391,7 @@ def checks(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     "--in-flight", type=click.IntRange(min=1), default=1024, show_default=True,
     help="Adds in flight while loading.",
 )  # fmt: skip
-@click.option(
-    "--dir", "directory", type=click.Path(file_okay=False), default=None,
-    help="Where the run's files go (default: a temporary directory).",
-)  # fmt: skip
+@dir_option("the run's files")
 @click.option(
     "--keep",
     is_flag=True,
@@ -628,16 +421,12 @@ def command(
     for name, measured, ok in found:
         table.add_row(name, measured, "PASS" if ok else "MISS")
     Console(width=110).print(table)
-    os.makedirs("bench/results", exist_ok=True)
-    path = f"bench/results/scale-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    with open(path, "w") as out:
-        json.dump({**results, "checks": found}, out, indent=2)
+    path = write_report("scale", {**results, "checks": found}, None)
     print(json.dumps(results))
     print(f"wrote {path}")
 
 
-def main() -> None:
-    run_group(with_log_level(command), "python -m aiobk.bench.scale")
+main = module_main(command, "scale")
 
 
 if __name__ == "__main__":

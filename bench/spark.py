@@ -23,7 +23,6 @@ python -m aiobk.bench.spark --records 100000.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -37,8 +36,8 @@ from rich.console import Console
 from rich.table import Table
 
 from aiobk.bench.cluster import start_bookies, stop_bookies
+from aiobk.bench.targets import module_main, write_report
 from aiobk.client import BookKeeper
-from aiobk.commands.common import run_group, with_log_level
 from aiobk.metadata import EtcdProcess
 
 STREAM_BATCH = 10_000  # maxRecordsPerTrigger of the streaming figure
@@ -181,17 +180,11 @@ def command(records: int, size: int, json_path: str | None) -> int:
     )
     results.update(cold)
     if json_path:
-        with open(json_path, "w") as out:
-            json.dump(results, out, indent=2)
+        write_report("spark", results, json_path)
     return 0
 
 
-with_log_level(command)  # as every long-running aiobk command
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m aiobk.bench.spark``: the same command as ``aiobk bench spark``."""
-    run_group(command, "python -m aiobk.bench.spark", argv)
+main = module_main(command, "spark")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,28 @@
-"""What the benchmarks share about their command line and their targets.
+"""What the benchmarks share about their command line, their targets and their results.
 
 A benchmark is a measurement, not a test: it prints each target it checks as PASS or MISS and
 ends with one line that says how many were missed, and it exits 0 either way (a shared 2-core
 machine misses latency targets for reasons of its own). ``--fail-on-miss`` makes a missed
 target exit 1, for a script that wants to gate on it.
+
+Each writes its report as JSON (``write_report``: under ``bench/results/`` unless ``--json``
+names a file) and runs as ``python -m aiobk.bench.NAME`` through ``module_main``, the same
+click command as ``aiobk bench NAME``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 from rich.console import Console
 from rich.markup import escape
+
+from aiobk.commands.common import run_group, with_log_level
 
 MISSED_EXIT_CODE = 1  # with --fail-on-miss
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +39,25 @@ def parse_levels(
     if not levels or any(level < 1 for level in levels):
         raise click.BadParameter(f"expected in-flight levels of at least 1, got {value!r}")
     return levels
+
+
+def positive_numbers(
+    kind: Callable[[str], float], what: str
+) -> Callable[[click.Context | None, click.Parameter | None, str], list[float]]:
+    """A click callback: ``--rates 400,2000`` as a list of positive numbers ('' for none)."""
+
+    def parse(
+        _ctx: click.Context | None, _param: click.Parameter | None, value: str
+    ) -> list[float]:
+        try:
+            numbers = [kind(part) for part in value.split(",") if part.strip()]
+        except ValueError:
+            raise click.BadParameter(f"expected a comma list of {what}, got {value!r}") from None
+        if any(number <= 0 for number in numbers):
+            raise click.BadParameter(f"expected positive {what}, got {value!r}")
+        return numbers
+
+    return parse
 
 
 def load_options(levels: str, what: str) -> Callable[[F], F]:
@@ -51,6 +79,29 @@ def load_options(levels: str, what: str) -> Callable[[F], F]:
         return seconds(entry_size(in_flight(function)))
 
     return decorate
+
+
+def entries_option(default: int = 10) -> Callable[[F], F]:
+    return click.option(
+        "--entries", type=click.IntRange(min=1), default=default, show_default=True,
+        help="Entries per ledger.",
+    )  # fmt: skip
+
+
+def dir_option(what: str, default: str = "a temporary directory") -> Callable[[F], F]:
+    """``--dir``: where a run's files (``what``) go."""
+    return click.option(
+        "--dir", "directory", type=click.Path(file_okay=False), default=None,
+        help=f"Where {what} go (default: {default}).",
+    )  # fmt: skip
+
+
+def json_option(name: str) -> Callable[[F], F]:
+    """``--json``: where ``write_report`` puts benchmark ``name``'s report."""
+    return click.option(
+        "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+        help=f"Result file (default bench/results/{name}-TIMESTAMP.json).",
+    )  # fmt: skip
 
 
 def fail_on_miss_option() -> Callable[[F], F]:
@@ -82,3 +133,31 @@ def report_checks(console: Console, checks: list[dict[str, Any]], fail_on_miss: 
     console.print(escape(summary(checks, fail_on_miss)))
     missed = any(not check["pass"] for check in checks)
     return MISSED_EXIT_CODE if missed and fail_on_miss else 0
+
+
+def write_report(name: str, report: dict[str, Any], json_path: str | None) -> str:
+    """``report`` as JSON at ``json_path``, by default ``bench/results/NAME-<local time>.json``
+    (its directory made if missing); the path written."""
+    path = json_path or os.path.join(
+        "bench", "results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(report, handle, indent=2)
+    return path
+
+
+class ModuleMain(Protocol):
+    def __call__(self, argv: list[str] | None = None) -> None: ...
+
+
+def module_main(command: click.Command, name: str) -> ModuleMain:
+    """The ``main`` of ``python -m aiobk.bench.NAME``: ``command`` (given ``--log-level``, as
+    every long-running aiobk command) with that program name."""
+    with_log_level(command)
+
+    def main(argv: list[str] | None = None) -> None:
+        run_group(command, f"python -m aiobk.bench.{name}", argv)
+
+    main.__doc__ = f"``python -m aiobk.bench.{name}``: the same command as ``aiobk bench``'s."
+    return main

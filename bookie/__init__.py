@@ -2,7 +2,7 @@
 
 from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.disk import Disk, OsDisk
-from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.journal.format import JournalCorruptError

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from aiobk.bookie.entrylog import OFFSET_BITS, pack_location
+from aiobk.bookie.entrylog.format import OFFSET_BITS, pack_location
 from aiobk.bookie.gc_report import GcProgress
 from aiobk.bookie.index.entry_index import EntryIndex
 from aiobk.bookie.storage import LedgerStorage

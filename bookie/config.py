@@ -8,14 +8,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT
+from aiobk.metadata.autorecovery import AutoRecoveryConfig
 from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
 MAX_FRAME_SIZE = 64 * 1024 * 1024 - 64 * 1024
+
+# The [autorecovery] table's keys. A file may also name each flat, beside the bookie's own
+# settings (deprecated: a FutureWarning names the table's key); a flag or an override of the
+# same name is no deprecated spelling and goes to the table without one.
+AUTORECOVERY_FIELDS = {f.name: f for f in dataclasses.fields(AutoRecoveryConfig)}
+FLAT_AUTORECOVERY = frozenset(AUTORECOVERY_FIELDS)
+# Keys no setting reads, and why: a file may hold them; each is skipped with a warning.
+IGNORED = {"index_full_snapshot_every": "the RocksDB index has no snapshots"}
 
 
 class ConfigError(ValueError):
@@ -74,7 +84,6 @@ class BookieConfig:
     entry_log_max_size: int = 1024 * 1024 * 1024  # BookKeeper's logSizeLimit
     entry_log_write_buffer: int = 4 * 1024 * 1024  # buffered in memory before a write()
     flush_interval: float = 10.0  # seconds between checkpoints (BookKeeper's flushInterval)
-    index_full_snapshot_every: int = 32  # unused by the RocksDB index; old files still load
     # Memory of ledger storage, whatever the bookie holds on disk (bounded by these alone).
     # Entry locations and ledger changes since the last checkpoint; a full cache starts a
     # checkpoint at once (BookKeeper's dbStorage_writeCacheMaxSizeMb).
@@ -133,20 +142,11 @@ class BookieConfig:
     http_port: int | None = None
     http_host: str | None = None  # the admin API's address; default: host
     # Autorecovery: an auditor elected among the bookies and a replication worker in each copy
-    # a lost bookie's entries to others. The settings below are aiobk.autorecovery's
-    # (AutoRecoveryConfig documents each; a test keeps these defaults equal to its own).
+    # a lost bookie's entries to others.
     autorecovery_enabled: bool = True  # run a worker and an auditor candidate beside the bookie
-    lost_bookie_recovery_delay: float = 60.0
-    auditor_periodic_check_interval: float = 604_800.0
-    auditor_periodic_bookie_check_interval: float = 86_400.0
-    auditor_ledger_verification_percentage: float = 0.0
-    auditor_check_concurrency: int = 16
-    open_ledger_rereplication_grace_period: float = 30.0
-    rereplication_max_bytes_per_second: int = 0
-    rereplication_entries_in_flight: int = 64
-    rereplication_retry_delay: float = 5.0
-    autorecovery_lease_ttl: float = 10.0
-    autorecovery_poll_interval: float = 2.0
+    # The settings of the autorecovery running beside the bookie (and of `aiobk autorecovery
+    # start --config`): the [autorecovery] table, whose keys the Autorecovery table lists.
+    autorecovery: AutoRecoveryConfig = dataclasses.field(default_factory=AutoRecoveryConfig)
     # TLS on the bookie port (docs/operations/security.md), after BookKeeper's tlsCertificatePath,
     # tlsKeyStore, tlsTrustStore, tlsClientAuthentication. With a certificate and key the bookie
     # offers TLS (clients ask with START_TLS, as BookKeeper's do); its own client connections
@@ -175,7 +175,6 @@ class BookieConfig:
             "entry_log_max_size",
             "entry_log_write_buffer",
             "flush_interval",
-            "index_full_snapshot_every",
             "write_cache_max_size",
             "index_cache_size",
             "index_write_buffer_size",
@@ -193,11 +192,6 @@ class BookieConfig:
             "max_reads_in_progress",
             "max_long_polls",
             "max_long_polls_per_connection",
-            "auditor_check_concurrency",
-            "rereplication_entries_in_flight",
-            "rereplication_retry_delay",
-            "autorecovery_lease_ttl",
-            "autorecovery_poll_interval",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -210,17 +204,6 @@ class BookieConfig:
                 )
         if not 0 <= self.gc_compaction_threshold < 1:
             raise ConfigError("gc_compaction_threshold must be in [0, 1)")
-        for name in (
-            "lost_bookie_recovery_delay",
-            "auditor_periodic_check_interval",
-            "auditor_periodic_bookie_check_interval",
-            "open_ledger_rereplication_grace_period",
-            "rereplication_max_bytes_per_second",
-        ):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
-        if not 0 <= self.auditor_ledger_verification_percentage <= 100:
-            raise ConfigError("auditor_ledger_verification_percentage must be in 0..100")
         if self.gc_interval < 0:
             raise ConfigError("gc_interval must not be negative (0 turns collection off)")
         if self.metadata_history_revisions < 0:
@@ -300,7 +283,8 @@ class BookieConfig:
 
     @classmethod
     def from_toml(cls, path: str, **overrides: Any) -> BookieConfig:
-        """Read settings from a TOML file (flat keys, or under a ``[bookie]`` table).
+        """Read settings from a TOML file (flat keys, or under a ``[bookie]`` table), the
+        autorecovery settings under ``[autorecovery]`` (``[bookie.autorecovery]``).
 
         Args:
             path: The file.
@@ -332,28 +316,83 @@ class BookieConfig:
         """Settings from a mapping of keys to values, each type-checked.
 
         Args:
-            table: The keys and values (a TOML table).
+            table: The keys and values (a TOML table); the autorecovery settings under
+                ``"autorecovery"`` (a table), or flat (deprecated: a ``FutureWarning`` each).
             source: Where they came from, for error messages.
-            **overrides: Settings that win over ``table`` (None means "not given").
+            **overrides: Settings that win over ``table`` (None means "not given"); an
+                autorecovery setting may be given flat, as its flag is named.
 
         Returns:
             The settings.
 
         Raises:
-            ConfigError: An unknown key, a value of the wrong type, or a bad setting.
+            ConfigError: An unknown key, a value of the wrong type, a bad setting, or an
+                autorecovery setting given both flat and in its table.
         """
+        where = source or "config"
         known = {f.name: f for f in dataclasses.fields(cls)}
+        recovery = _autorecovery_settings(table, source)
         values: dict[str, Any] = {}
         for key, value in table.items():
-            field = known.get(key)
-            if field is None:
-                raise ConfigError(f"{source or 'config'}: unknown setting {key!r}")
-            values[key] = _check_type(key, value, field.type, source)
-        values.update({k: v for k, v in overrides.items() if v is not None})
+            if key == "autorecovery" or key in FLAT_AUTORECOVERY:
+                continue
+            if key in IGNORED:
+                warnings.warn(
+                    f"{where}: {key} is ignored ({IGNORED[key]}): remove it",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                continue
+            setting = known.get(key)
+            if setting is None:
+                raise ConfigError(f"{where}: unknown setting {key!r}")
+            values[key] = _check_type(key, value, setting.type, source)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if "autorecovery" in given:  # a whole AutoRecoveryConfig wins over the file's table
+            recovery.clear()
+        recovery.update({k: given.pop(k) for k in FLAT_AUTORECOVERY & given.keys()})
+        values.update(given)
+        try:
+            base = values.get("autorecovery", AutoRecoveryConfig())
+            values["autorecovery"] = dataclasses.replace(base, **recovery)
+        except ValueError as exc:  # AutoRecoveryConfig's own check, said as the bookie's are
+            raise ConfigError(f"{source}: {exc}" if source else str(exc)) from None
+        except TypeError as exc:
+            raise ConfigError(f"{where}: autorecovery: {exc}") from None
         try:
             return cls(**values)
         except TypeError as exc:
-            raise ConfigError(f"{source or 'config'}: {exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+def _autorecovery_settings(table: dict[str, Any], source: str) -> dict[str, Any]:
+    """The autorecovery settings a bookie's table holds, type-checked: its ``autorecovery``
+    table, and flat keys (a ``FutureWarning`` each, naming the table's key)."""
+    where = source or "config"
+    nested = table.get("autorecovery", {})
+    if not isinstance(nested, dict):
+        raise ConfigError(f"{where}: autorecovery must be a table ([autorecovery])")
+    found: dict[str, Any] = {}
+    for key, value in nested.items():
+        if key not in AUTORECOVERY_FIELDS:
+            raise ConfigError(f"{where}: unknown setting 'autorecovery.{key}'")
+        found[key] = value
+    for key in FLAT_AUTORECOVERY & table.keys():
+        if key in found:
+            raise ConfigError(
+                f"{where}: {key} is set both flat and under [autorecovery]: remove the flat one"
+            )
+        warnings.warn(
+            f"{where}: the bookie setting {key!r} is deprecated: set it under "
+            f"[autorecovery] (autorecovery.{key})",
+            FutureWarning,
+            stacklevel=3,
+        )
+        found[key] = table[key]
+    return {
+        key: _check_type(f"autorecovery.{key}", value, AUTORECOVERY_FIELDS[key].type, source)
+        for key, value in found.items()
+    }
 
 
 def _check_type(key: str, value: Any, annotation: Any, source: str) -> Any:

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.journal.journal import PREALLOCATE as JOURNAL_CHUNK
+from aiobk.bookie.journal.files import PREALLOCATE as JOURNAL_CHUNK
 from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.write_state import DISK, JOURNAL, WriteState
-from aiobk.tasks import TaskKeeper
+from aiobk.tasks import TaskKeeper, cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +168,7 @@ class DiskMonitor:
     async def stop(self) -> None:
         for task in (self._task, self._gc, *self._checks):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await cancel_and_wait(task, Exception)
         self._task = self._gc = None
 
     async def _loop(self) -> None:

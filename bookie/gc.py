@@ -43,7 +43,7 @@ from typing import Any
 
 from aiobk.bookie.compaction import compaction_candidates, log_usage, references, relocate
 from aiobk.bookie.config import BookieConfig
-from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.bookie.gc_report import (
     ACTIVE,
     GcProgress,

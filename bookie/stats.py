@@ -1,5 +1,5 @@
 """Figures a bookie keeps for operators and benchmarks: counters (plain ints) and latency and
-size histograms (``bookie.histogram``), all cheap enough for the hot path. The exporter
+size histograms (``aiobk.figures``), all cheap enough for the hot path. The exporter
 (``aiobk.metrics``) reads them at scrape time.
 
 Durations come from ``BookieStats.clock``: by default the running event loop's clock, which in
@@ -14,32 +14,17 @@ loop clock's millisecond. A started bookie reads its loop's clock through the lo
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
-from aiobk.bookie.histogram import (
+from aiobk.figures import (
     BATCH_BYTES_BOUNDS,
     BATCH_ENTRIES_BOUNDS,
+    Clock,
     Histogram,
+    bound_to_loop,
     latency_histogram,
+    loop_clock,
 )
-
-Clock = Callable[[], float]
-
-
-def loop_clock() -> float:
-    """The running event loop's clock (virtual in the simulator)."""
-    return asyncio.get_running_loop().time()
-
-
-def bound_to_loop(clock: Clock) -> Clock:
-    """``clock``, unless it reads an event loop's clock (``loop_clock``, or some loop's
-    ``time``): then the running loop's ``time`` itself, which skips looking the loop up."""
-    owner = getattr(clock, "__self__", None)
-    if clock is loop_clock or isinstance(owner, asyncio.AbstractEventLoop):
-        return asyncio.get_running_loop().time
-    return clock
 
 
 def _batch_entries() -> Histogram:

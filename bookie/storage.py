@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.entrylog import CorruptEntryError, EntryLogger
+from aiobk.bookie.entrylog.format import CorruptEntryError
+from aiobk.bookie.entrylog.logger import EntryLogger
 from aiobk.bookie.index.engine import IndexDb
 from aiobk.bookie.index.entry_index import EntryIndex, check_layout
 from aiobk.bookie.ledger_state import LedgerState

@@ -36,44 +36,40 @@ The same pipeline writes recovery's write-backs (``AddMode.recovery``: RECOVERY_
 in every body, and a ``change_ensemble`` that only changes the local view: traps 3 and 4 of
 ``ProtocolSwitches``).
 
-The parts: ``ack_tracker`` counts acks, orders completions and moves the LAC (pure); the pool's
-``Sender`` delivers frames in order per bookie, through a backlog while a connection is being
-made; ``lac.ExplicitLac`` tells idle bookies the last LAC; this module frames entries, reacts to
-answers and runs ensemble changes.
+The parts: ``ack_tracker`` counts acks, orders completions and moves the LAC (pure);
+``add_batches`` frames the entries and batches them per bookie and loop turn, over the pool's
+``Sender`` (frames in order per bookie, through a backlog while a connection is being made);
+``ensemble_change.EnsembleChange`` runs the rounds of ensemble changes; ``lac.ExplicitLac``
+tells idle bookies the last LAC; this module takes the adds, reacts to answers and completes
+them in order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from aiobk.client.ack_tracker import AckTracker
+from aiobk.client.add_batches import AddBatcher, PendingAdd
 from aiobk.client.backpressure import AddBudget
-from aiobk.client.connection import BookieConnection
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
+from aiobk.client.ensemble_change import EnsembleChange, EnsembleChanger
 from aiobk.client.lac import ExplicitLac
-from aiobk.client.pool import Sender
 from aiobk.client.quorum import write_set
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
     DEFAULT_MAX_FRAME_SIZE,
     HEADER_SIZE,
-    AddBatchRequest,
     AddBatchResponse,
     AddFlag,
-    AddRequest,
     AddResponse,
     BatchError,
     Durability,
     Response,
     StatusCode,
-    encode,
-    pack_bodies,
     unpack_statuses,
 )
 from aiobk.protocol.errors import (
@@ -89,23 +85,11 @@ from aiobk.tasks import TaskKeeper
 
 log = logging.getLogger(__name__)
 
-# Called with the new ensemble once the replacements are chosen, before the change is durable.
-ReplacementsChosen = Callable[[list[str]], None]
-# (first entry of the new fragment, current ensemble, failed slot -> bookie, chosen) -> new ensemble
-EnsembleChanger = Callable[
-    [int, list[str], dict[int, str], ReplacementsChosen | None], Awaitable[list[str]]
-]
-
-
 # What an add request frame holds besides the payload and the master key, at most: the msgpack
 # array, tag and five integers (9 bytes each), two bin headers, the entry header and the
 # largest digest (HMAC-SHA256). A test checks that a payload of exactly the resulting limit
 # goes through a real encoder and bookie.
 ADD_FRAME_OVERHEAD = 1 + 1 + 5 * 9 + 3 + 5 + HEADER_SIZE + 32
-# The adds of one loop turn to one bookie leave in one ADD_BATCH (protocol 2) of at most this
-# many entries and bytes of bodies; a bookie takes up to protocol.MAX_BATCH_ENTRIES.
-BATCH_ENTRIES = 256
-BATCH_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,44 +114,11 @@ class AddMode:
         return cls(AddFlag.RECOVERY_ADD, Durability.PERSISTENT, lac, False)
 
 
-class PendingAdd:
-    __slots__ = (
-        "acks", "body", "charged", "done", "entry_id", "frame", "future", "inflight", "length",
-        "payload", "queued", "started", "unsent",
-    )  # fmt: skip
-
-    def __init__(
-        self, entry_id: int, payload: bytes, length: int, future: asyncio.Future[int]
-    ) -> None:
-        self.entry_id = entry_id
-        self.payload = payload
-        self.length = length  # ledger length including this entry
-        self.future = future
-        self.acks = 0  # bitmask of slots that acknowledged
-        self.done = False
-        self.queued = False  # waiting for an ensemble change to finish before its first send
-        self.charged = False  # holds a share of the client's AddBudget (see the theory above)
-        self.inflight = 0  # sends whose callback has not run yet
-        self.started = 0.0  # when the add began (ClientStats.clock), for the append latency
-        # Between a send and its batch's flush: the encoded entry, and how many bookies'
-        # batches still hold it (the body is dropped when none does); the ADD frame, once made
-        # for one bookie, is the same for the others.
-        self.body = b""
-        self.unsent = 0
-        self.frame: tuple[int, bytes] | None = None
-
-
-class _Outgoing:
-    """The adds waiting for the end of the loop turn to leave for one bookie of one slot."""
-
-    __slots__ = ("ops", "size")
-
-    def __init__(self) -> None:
-        self.ops: list[PendingAdd] = []
-        self.size = 0
-
-
 class AddPipeline:
+    """The adds of one ledger handle (or one recovery's write-backs): entry ids, the ack
+    tracker and the LAC, completion in order, failures. Frames leave through its
+    ``AddBatcher``; a failed bookie's slot is replaced by its ``EnsembleChange``."""
+
     def __init__(
         self,
         ctx: ClientContext,
@@ -184,7 +135,6 @@ class AddPipeline:
         """Adds to the last fragment of ``metadata``, the next entry after ``lac`` (a ledger
         of ``length`` bytes so far)."""
         self.ledger_id = ledger_id
-        self._key = master_key
         self._digest = digest
         self.e, self.wq = metadata.ensemble_size, metadata.write_quorum
         # Entry e's slots are those of e mod E: E write sets, computed once, not per add.
@@ -192,8 +142,6 @@ class AddPipeline:
         self.ensemble = list(metadata.ensemble)
         self._pool = ctx.pool
         self._config = config = ctx.config
-        self._change_ensemble = change_ensemble
-        self._mode = mode
         self.volatile = mode.durability is Durability.VOLATILE
         self._tracker: AckTracker[PendingAdd] = AckTracker(
             metadata.ensemble_size,
@@ -206,10 +154,6 @@ class AddPipeline:
         self.next_entry_id = lac + 1
         self.length = length
         self._frozen_lac = mode.fixed_lac if config.switches.recovery_frozen_lac else None
-        self._queued: list[PendingAdd] = []
-        self._failed: dict[int, str] = {}
-        self.changing = False
-        self._sent_early = False  # replace_after_cas off: this change already sends to the new
         self.error: BKError | None = None
         # add() is called holding a share of the budget, given back at the end
         self._budget: AddBudget | None = ctx.budget if mode.budgeted else None
@@ -219,12 +163,31 @@ class AddPipeline:
         self._idle: list[asyncio.Future[None]] = []
         self._loop = asyncio.get_running_loop()
         self._tasks = TaskKeeper()
-        self._sender: Sender[Sequence[PendingAdd]] = Sender(
-            ctx.pool, config.add_timeout, self._answered_all
+        self._batcher = AddBatcher(
+            ctx.pool,
+            config.add_timeout,
+            ledger_id,
+            master_key,
+            mode.flags,
+            mode.durability,
+            on_response=self._on_response,
+            on_batch=self._on_batch,
+            answered=self._answered,
+            failed=lambda: self.error is not None,
         )
-        # (slot, bookie) -> the adds to send it at the end of this loop turn, in one ADD_BATCH
-        self._outgoing: dict[tuple[int, str], _Outgoing] = {}
-        self._flush_scheduled = False
+        self._change = EnsembleChange(
+            self,
+            self._tracker,
+            self._write_sets,
+            config,
+            change_ensemble,
+            ledger_id=ledger_id,
+            send=self._send,
+            complete_ready=self._complete_ready,
+            spawn=self._tasks.spawn,
+        )
+        # The slots being replaced, read on every answer: the change's own dict.
+        self._failed = self._change.failed
         # Recovery's write-backs carry their frozen LAC and need no explicit one.
         self._explicit = (
             ExplicitLac(ledger_id, master_key, ctx.pool, config, lac)
@@ -258,6 +221,11 @@ class AddPipeline:
     @property
     def outstanding(self) -> int:
         return len(self._tracker.pending)
+
+    @property
+    def changing(self) -> bool:
+        """An ensemble change is under way: acknowledgements are held, new adds wait."""
+        return self._change.changing
 
     # ------------------------------------------------------------------ adding
 
@@ -305,143 +273,30 @@ class AddPipeline:
         if self._stats is not None:
             op.started = self._stats.clock()
         self._tracker.track(op)
-        if self.changing and not self._sent_early:
+        change = self._change
+        if change.changing and not change.sent_early:
             op.queued = True
-            self._queued.append(op)
+            change.queued.append(op)
         else:
             self._send(op, self._write_sets[entry_id % self.e])
         return op
 
-    def _body(self, op: PendingAdd) -> bytes:
-        """The entry as sent: it carries the LAC as it is now (piggybacked)."""
+    def _send(self, op: PendingAdd, slots: Sequence[int]) -> None:
+        """Send ``op`` to the bookies of ``slots`` (add_batches.py: at once when it is alone in
+        flight, else batched); the entry as sent carries the LAC as it is now (piggybacked)."""
         lac = self._tracker.lac if self._frozen_lac is None else self._frozen_lac
         explicit = self._explicit
         if explicit is not None and lac > explicit.sent:
             explicit.sent = lac  # the bookies learn this LAC with this add
-        return self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
-
-    def _frame(self, op: PendingAdd, body: bytes) -> tuple[int, bytes]:
-        """One ADD of ``op``, made once for every bookie it goes to (a shared txn id)."""
-        frame = op.frame
-        if frame is None:
-            txn_id = next(self._pool.txn_ids)
-            mode = self._mode
-            request = AddRequest.from_fields(
-                txn_id, self.ledger_id, op.entry_id, mode.flags, mode.durability, self._key, body
-            )
-            frame = op.frame = (txn_id, encode(request))
-        return frame
-
-    def _send(self, op: PendingAdd, slots: Sequence[int]) -> None:
-        """Send ``op`` to the bookies of ``slots``: now when nothing else is in flight (a lone
-        add waits for nothing), else at the end of this loop turn, with the other adds to the
-        same bookies, in one ADD_BATCH each: fewer frames, less codec work per add."""
-        body = self._body(op)
-        op.inflight += len(slots)  # each send's callback runs exactly once
-        op.frame = None  # a resend carries the LAC as it is now
-        ensemble = self.ensemble
-        if len(self._tracker.pending) == 1:
-            txn_id, frame = self._frame(op, body)
-            send = self._sender.send
-            for slot in slots:
-                bookie = ensemble[slot]
-                send(bookie, txn_id, frame, self._callback(op, slot, bookie), (op,), True)
-            op.frame = None
-            return
-        op.body = body
-        op.unsent += len(slots)
-        outgoing = self._outgoing
-        size = len(body)
-        for slot in slots:
-            key = (slot, ensemble[slot])
-            out = outgoing.get(key)
-            if out is None:
-                out = outgoing[key] = _Outgoing()
-            elif len(out.ops) >= BATCH_ENTRIES or out.size + size > BATCH_BYTES:
-                del outgoing[key]
-                self._flush_one(key[0], key[1], out.ops)
-                out = outgoing[key] = _Outgoing()
-            out.ops.append(op)
-            out.size += size
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush_outgoing)
-
-    def _flush_outgoing(self) -> None:
-        self._flush_scheduled = False
-        outgoing, self._outgoing = self._outgoing, {}
-        for (slot, bookie), out in outgoing.items():
-            self._flush_one(slot, bookie, out.ops)
-
-    def _flush_one(self, slot: int, bookie: str, ops: list[PendingAdd]) -> None:
-        """Hand the adds queued for ``bookie`` to its connection, now or once it is open."""
-        if self.error is not None:  # failed meanwhile: nobody waits for these answers
-            for op in ops:
-                self._unqueued(op)
-                self._answered(op)
-            return
-        self._sender.deliver(bookie, functools.partial(self._deliver, slot, bookie, ops), ops)
-
-    def _deliver(
-        self, slot: int, bookie: str, ops: list[PendingAdd], conn: BookieConnection | BKError
-    ) -> None:
-        """One ADD_BATCH when there are several adds and the connection speaks protocol 2,
-        else one ADD each; or each add's failure, when the connection could not be made."""
-        if isinstance(conn, BKError):
-            for op in ops:
-                self._unqueued(op)
-            self._on_batch(ops, slot, bookie, conn)
-            return
-        timeout = self._sender.timeout
-        if len(ops) == 1 or conn.protocol_version < 2:
-            for op in ops:
-                txn_id, frame = self._frame(op, op.body)
-                self._unqueued(op)
-                conn.send_frame(txn_id, frame, timeout, self._callback(op, slot, bookie))
-            return
-        txn_id = next(self._pool.txn_ids)
-        mode = self._mode
-        request = AddBatchRequest.from_fields(
-            txn_id,
-            self.ledger_id,
-            mode.flags,
-            mode.durability,
-            self._key,
-            pack_bodies([op.body for op in ops]),
-        )
-        for op in ops:
-            self._unqueued(op)
-        callback = functools.partial(self._on_batch, ops, slot, bookie)
-        conn.send_frame(txn_id, encode(request), timeout, callback)
-
-    @staticmethod
-    def _unqueued(op: PendingAdd) -> None:
-        op.unsent -= 1
-        if not op.unsent:
-            op.body = b""
-            op.frame = None
+        body = self._digest.encode(self.ledger_id, op.entry_id, lac, op.length, op.payload)
+        self._batcher.send(op, body, slots, self.ensemble, len(self._tracker.pending) == 1)
 
     async def sent(self, bookie: str) -> None:
         """Wait until every add so far has been handed to ``bookie``'s connection (or failed to
         connect): a FORCE sent after this cannot overtake them."""
-        if self._outgoing:
-            self._flush_outgoing()
-        await self._sender.sent(bookie)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        self._tasks.spawn(coro)
-
-    def _callback(
-        self, op: PendingAdd, slot: int, bookie: str
-    ) -> Callable[[Response | BKError], None]:
-        # A partial, not a lambda: one Python frame less per answer, on the hot path.
-        return functools.partial(self._on_response, op, slot, bookie)
+        await self._batcher.sent(bookie)
 
     # ------------------------------------------------------------------ responses
-
-    def _answered_all(self, ops: Sequence[PendingAdd]) -> None:
-        for op in ops:
-            self._answered(op)
 
     def _answered(self, op: PendingAdd) -> None:
         """One send of ``op`` is over (answered, failed or never sent)."""
@@ -498,7 +353,7 @@ class AddPipeline:
             return
         # Even when this entry already has its ack quorum: the bookie is failing, so the next
         # entries must go to a replacement (BookKeeper's handleBookieFailure).
-        self._slot_failed(slot, bookie)
+        self._change.slot_failed(slot, bookie)
 
     def _on_batch(
         self, ops: list[PendingAdd], slot: int, bookie: str, result: Response | BKError
@@ -545,7 +400,7 @@ class AddPipeline:
 
     def _complete_ready(self) -> None:
         """Acknowledge, in order, every entry at the head that has its ack quorum."""
-        if self.changing and self._config.switches.hold_acks_during_change:
+        if self._change.changing and self._config.switches.hold_acks_during_change:
             return  # hold acknowledgements until the new fragment is in the metadata
         finished = finished_bytes = 0
         stats = self._stats
@@ -587,7 +442,7 @@ class AddPipeline:
         pending = self._tracker.drain()
         if self._stats is not None:
             self._stats.append_failures += len(pending)
-        self._queued = []
+        self._change.queued = []
         finished = finished_bytes = 0
         for op in pending:
             if op.charged and not op.inflight:  # else the last answer gives its share back
@@ -608,80 +463,8 @@ class AddPipeline:
             self._idle.append(waiter)
             await waiter
 
-    # ------------------------------------------------------------------ ensemble change
-
-    def _slot_failed(self, slot: int, bookie: str) -> None:
-        if self.ensemble[slot] != bookie or slot in self._failed:
-            return
-        self._failed[slot] = bookie
-        if not self.changing:
-            self.changing = True
-            self._spawn(self._run_ensemble_change())
-
-    async def _run_ensemble_change(self) -> None:
-        try:
-            while self._failed and self.error is None:
-                failed = dict(self._failed)
-                first_entry = self._tracker.lac + 1  # acks are held: the LAC cannot move
-                self._tracker.forget_slots(list(failed))  # their acks above the LAC: void
-                chosen = None
-                if not self._config.switches.replace_after_cas:
-                    chosen = functools.partial(self._send_early, failed)
-                new_ensemble = await self._change_ensemble(
-                    first_entry, list(self.ensemble), failed, chosen
-                )
-                self.ensemble = list(new_ensemble)
-                for slot, bookie in failed.items():
-                    if self._failed.get(slot) == bookie:
-                        del self._failed[slot]
-                if not self._sent_early:
-                    self._resend(failed)
-                self._sent_early = False
-        except BKError as exc:
-            self.fail(exc)
-        except Exception as exc:  # pragma: no cover - a bug must not leave adds hanging
-            log.exception("ledger %d: ensemble change crashed", self.ledger_id)
-            self.fail(BKError(f"ensemble change failed: {exc!r}"))
-        finally:
-            self.changing = False
-            self._sent_early = False
-        if self.error is None:
-            self._send_queued()
-            self._complete_ready()
-
-    def _resend(self, failed: dict[int, str]) -> None:
-        """Every unacknowledged entry of the replaced slots goes to the replacements."""
-        for op in list(self._tracker.pending):
-            if op.queued:
-                continue
-            slots = [s for s in self._write_sets[op.entry_id % self.e] if s in failed]
-            if slots:
-                self._send(op, slots)
-
-    def _send_early(self, failed: dict[int, str], new_ensemble: list[str]) -> None:
-        """``replace_after_cas`` off: write to the replacements before the CAS lands."""
-        if self.error is not None:
-            return
-        self.ensemble = list(new_ensemble)
-        self._sent_early = True
-        self._resend(failed)
-        self._send_queued()
-
-    def _send_queued(self) -> None:
-        """First sends of the adds that waited for the change, to the current ensemble."""
-        queued, self._queued = self._queued, []
-        for op in queued:
-            op.queued = False
-            if not op.done:
-                self._send(op, self._write_sets[op.entry_id % self.e])
-
     async def close(self) -> None:
         if self._explicit is not None:
             await self._explicit.close()
-        outgoing, self._outgoing = self._outgoing, {}
-        for out in outgoing.values():  # never sent: no answer will come
-            for op in out.ops:
-                self._unqueued(op)
-                self._answered(op)
-        await self._sender.withdraw()
+        await self._batcher.withdraw()
         await self._tasks.cancel_and_wait(BKError)

@@ -9,22 +9,37 @@ version.
 
 An unreachable metadata store (etcd restarting) is retried with backoff for
 ``metadata_retry_timeout`` (metadata_retry.py) before the change fails, and with it the ledger.
+
+``EnsembleChange`` is the add pipeline's side of it (add.py's theory, "A bookie that fails an
+add"): which slots are being replaced, the rounds of changes until none is left, and the
+entries sent again to the replacements or held until the change is done. It lives here, beside
+the metadata side, so that the pipeline hands failures over and never sees the rounds.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
+from aiobk.client.ack_tracker import AckTracker
+from aiobk.client.add_batches import PendingAdd
+from aiobk.client.config import ClientConfig
 from aiobk.client.context import ClientContext
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.placement import choose_replacement
 from aiobk.metadata import LedgerMetadata, LedgerState
-from aiobk.protocol.errors import LedgerFencedError, MetadataVersionError
+from aiobk.protocol.errors import BKError, LedgerFencedError, MetadataVersionError
 
-if TYPE_CHECKING:
-    from aiobk.client.add import ReplacementsChosen
+log = logging.getLogger(__name__)
+
+# Called with the new ensemble once the replacements are chosen, before the change is durable.
+ReplacementsChosen = Callable[[list[str]], None]
+# (first entry of the new fragment, current ensemble, failed slot -> bookie, chosen) -> new ensemble
+EnsembleChanger = Callable[
+    [int, list[str], dict[int, str], ReplacementsChosen | None], Awaitable[list[str]]
+]
 
 
 async def change_ensemble(
@@ -76,3 +91,117 @@ async def change_ensemble(
     raise MetadataVersionError(
         f"ledger {ledger_id}: ensemble change still racing after {retries} attempts"
     )
+
+
+class Writer(Protocol):
+    """What an ``EnsembleChange`` reads and writes of its pipeline: the ensemble whose slots it
+    replaces, and the error that stops it (``fail`` sets it)."""
+
+    ensemble: list[str]
+    error: BKError | None
+
+    def fail(self, error: BKError) -> None: ...
+
+
+class EnsembleChange:
+    """One pipeline's failed slots and the rounds of changes that replace them.
+
+    ``changing`` is true from the first failure until no failed slot is left (or the pipeline
+    failed); failures that arrive before a round starts merge into it, later ones make another
+    round. Meanwhile new adds wait in ``queued`` (unless ``sent_early``: with
+    ``replace_after_cas`` off a round writes to the replacements before its CAS lands), and
+    ``send``, ``complete_ready`` and ``spawn`` are the pipeline's."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        tracker: AckTracker[PendingAdd],
+        write_sets: list[tuple[int, ...]],
+        config: ClientConfig,
+        change_ensemble: EnsembleChanger,
+        *,
+        ledger_id: int,
+        send: Callable[[PendingAdd, Sequence[int]], None],
+        complete_ready: Callable[[], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
+    ) -> None:
+        self._writer = writer
+        self._tracker = tracker
+        self._write_sets = write_sets
+        self._e = len(write_sets)
+        self._config = config
+        self._change_ensemble = change_ensemble
+        self._ledger_id = ledger_id
+        self._send = send
+        self._complete_ready = complete_ready
+        self._spawn = spawn
+        self.failed: dict[int, str] = {}  # slot -> the bookie being replaced in it
+        self.changing = False
+        self.sent_early = False  # replace_after_cas off: this change already sends to the new
+        self.queued: list[PendingAdd] = []  # adds waiting for the change before their first send
+
+    def slot_failed(self, slot: int, bookie: str) -> None:
+        if self._writer.ensemble[slot] != bookie or slot in self.failed:
+            return
+        self.failed[slot] = bookie
+        if not self.changing:
+            self.changing = True
+            self._spawn(self._run())
+
+    async def _run(self) -> None:
+        writer = self._writer
+        try:
+            while self.failed and writer.error is None:
+                failed = dict(self.failed)
+                first_entry = self._tracker.lac + 1  # acks are held: the LAC cannot move
+                self._tracker.forget_slots(list(failed))  # their acks above the LAC: void
+                chosen = None
+                if not self._config.switches.replace_after_cas:
+                    chosen = functools.partial(self._send_early, failed)
+                new_ensemble = await self._change_ensemble(
+                    first_entry, list(writer.ensemble), failed, chosen
+                )
+                writer.ensemble = list(new_ensemble)
+                for slot, bookie in failed.items():
+                    if self.failed.get(slot) == bookie:
+                        del self.failed[slot]
+                if not self.sent_early:
+                    self._resend(failed)
+                self.sent_early = False
+        except BKError as exc:
+            writer.fail(exc)
+        except Exception as exc:  # pragma: no cover - a bug must not leave adds hanging
+            log.exception("ledger %d: ensemble change crashed", self._ledger_id)
+            writer.fail(BKError(f"ensemble change failed: {exc!r}"))
+        finally:
+            self.changing = False
+            self.sent_early = False
+        if writer.error is None:
+            self._send_queued()
+            self._complete_ready()
+
+    def _resend(self, failed: dict[int, str]) -> None:
+        """Every unacknowledged entry of the replaced slots goes to the replacements."""
+        for op in list(self._tracker.pending):
+            if op.queued:
+                continue
+            slots = [s for s in self._write_sets[op.entry_id % self._e] if s in failed]
+            if slots:
+                self._send(op, slots)
+
+    def _send_early(self, failed: dict[int, str], new_ensemble: list[str]) -> None:
+        """``replace_after_cas`` off: write to the replacements before the CAS lands."""
+        if self._writer.error is not None:
+            return
+        self._writer.ensemble = list(new_ensemble)
+        self.sent_early = True
+        self._resend(failed)
+        self._send_queued()
+
+    def _send_queued(self) -> None:
+        """First sends of the adds that waited for the change, to the current ensemble."""
+        queued, self.queued = self.queued, []
+        for op in queued:
+            op.queued = False
+            if not op.done:
+                self._send(op, self._write_sets[op.entry_id % self._e])

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import logging
 
-from aiobk.client.add import AddMode, AddPipeline, PendingAdd, ReplacementsChosen
+from aiobk.client.add import AddMode, AddPipeline
+from aiobk.client.add_batches import PendingAdd
 from aiobk.client.backpressure import acquire
 from aiobk.client.close import close_as_writer
 from aiobk.client.connection import status_error
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
-from aiobk.client.ensemble_change import change_ensemble
+from aiobk.client.ensemble_change import ReplacementsChosen, change_ensemble
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import Durability, ForceRequest, ForceResponse, StatusCode

@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiobk.client.add import AddMode, AddPipeline, ReplacementsChosen
+from aiobk.client.add import AddMode, AddPipeline
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
+from aiobk.client.ensemble_change import ReplacementsChosen
 from aiobk.client.entry_read import ask, verified
 from aiobk.client.placement import choose_replacement
 from aiobk.client.quorum import write_set

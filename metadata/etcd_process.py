@@ -40,9 +40,7 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,6 +49,30 @@ from typing import Any
 from urllib.parse import quote
 
 from aiobk.metadata.etcd_security import EtcdGateway, EtcdGatewayError, EtcdServerTLS
+from aiobk.metadata.processes import (
+    alive,
+    cmdline,
+    dying_with_parent,
+    exited,
+    free_port,
+    pids,
+    port_in_use,
+    proc_state,
+    wait_gone,
+)
+
+__all__ = [
+    "AUTO_COMPACTION",
+    "PIDFILE",
+    "EtcdCluster",
+    "EtcdInUseError",
+    "EtcdNotFoundError",
+    "EtcdPortInUseError",
+    "EtcdProcess",
+    "exited",
+    "free_port",
+    "port_in_use",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,111 +94,6 @@ class EtcdPortInUseError(RuntimeError):
 
 class EtcdInUseError(RuntimeError):
     """The data directory belongs to an etcd whose owner still runs."""
-
-
-_handed_out: set[int] = set()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, and that this process has not handed out before: the
-    kernel may offer a just-released port again, and two bookies given one port would start
-    as one identity (seen: the second refused at its cookie)."""
-    for _attempt in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port: int = sock.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no fresh loopback port after 100 tries")
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """Whether something listens on (or holds) ``host:port``. SO_REUSEADDR as servers set it:
-    a port in TIME_WAIT counts as free, a listener (also on 0.0.0.0) as taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-# Run first in the child, a fresh single-threaded interpreter (a preexec_fn would run Python
-# in a fork of a threaded process): arm the parent-death signal, then become etcd. The signal
-# survives the exec; it fires when the thread that forked the child dies.
-_EXEC_DYING_WITH_PARENT = """
-import ctypes, os, signal, sys
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-if os.getppid() != int(sys.argv[1]):  # the parent died before the signal was armed
-    sys.exit(1)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-def _dying_with_parent(command: list[str]) -> list[str]:
-    """``command`` run so that the kernel kills it when the calling thread dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return command
-    return [sys.executable, "-I", "-S", "-c", _EXEC_DYING_WITH_PARENT, str(os.getpid()), *command]
-
-
-def _proc_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, parent pid) of a live process from /proc; None once it has exited.
-
-    A zombie has exited only when it is alone in its thread group: etcd's leader thread can be
-    a zombie while its other threads still exit, holding the process's files (its ports)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
-        threads = len(os.listdir(f"/proc/{pid}/task"))
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if not fields or (fields[0] in ("Z", "X") and threads <= 1):
-        return None
-    return fields[0], int(fields[1])
-
-
-def exited(pid: int) -> bool:
-    """The process is gone (or a zombie with no thread left holding its files)."""
-    return _proc_state(pid) is None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return [arg.decode(errors="replace") for arg in handle.read().split(b"\0") if arg]
-    except OSError:
-        return []
-
-
-def _pids() -> list[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-
-
-def _alive(pid: int) -> bool:
-    if _proc_state(pid) is not None:
-        return True
-    if os.path.isdir("/proc"):
-        return False
-    try:  # no /proc: the signal-0 probe (a zombie counts as alive here)
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _wait_gone(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return not _alive(pid)
 
 
 @dataclass
@@ -290,7 +207,7 @@ class EtcdProcess:
             # Only the main thread lives as long as the process; etcd tied to another (an
             # executor's worker) would die with it. The pid file covers that case.
             if threading.current_thread() is threading.main_thread():
-                command = _dying_with_parent(command)
+                command = dying_with_parent(command)
             self.process = subprocess.Popen(
                 command,
                 stdout=log_file,
@@ -441,18 +358,18 @@ class EtcdProcess:
             pass  # unreadable: the scan below still finds a live etcd
         if os.path.isdir("/proc"):
             owners = {pid: owner for pid, owner in owners.items() if self._runs_here(pid)}
-            for pid in _pids():
+            for pid in pids():
                 if pid not in owners and self._runs_here(pid):
                     owners[pid] = None
-        elif any(_alive(pid) for pid in owners):  # no way to tell it is still that etcd
+        elif any(alive(pid) for pid in owners):  # no way to tell it is still that etcd
             raise EtcdInUseError(
                 f"an etcd (pid {next(iter(owners))}) may still run on {self.data_dir}: stop "
                 f"it, or remove {self.pidfile} if that process is not etcd"
             )
         for pid, owner in owners.items():
-            state = _proc_state(pid)
+            state = proc_state(pid)
             parent = state[1] if state is not None else None
-            if parent is not None and parent > 1 and parent == (owner or parent) and _alive(parent):
+            if parent is not None and parent > 1 and parent == (owner or parent) and alive(parent):
                 raise EtcdInUseError(
                     f"{self.data_dir} is in use: its etcd (pid {pid}) belongs to process "
                     f"{parent}, which still runs"
@@ -464,8 +381,8 @@ class EtcdProcess:
     def _runs_here(self, pid: int) -> bool:
         """Whether ``pid`` is a live etcd on this data directory (a relative --data-dir is
         taken from that process's working directory)."""
-        given = [a[len("--data-dir=") :] for a in _cmdline(pid) if a.startswith("--data-dir=")]
-        if not given or not _alive(pid):
+        given = [a[len("--data-dir=") :] for a in cmdline(pid) if a.startswith("--data-dir=")]
+        if not given or not alive(pid):
             return False
         try:
             path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), given[-1])
@@ -478,7 +395,7 @@ class EtcdProcess:
         for signum in (signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            if _wait_gone(pid, 10.0):
+            if wait_gone(pid, 10.0):
                 self.stopped_leftover = pid
                 return
         raise EtcdInUseError(f"the leftover etcd (pid {pid}) in {self.data_dir} lives on")

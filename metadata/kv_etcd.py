@@ -20,14 +20,13 @@ a unary call on the same client: a watch created with a dead token (or by a user
 permission) is cancelled by etcd in a way aetcd does not report, so the unary call renews the
 token first and finds a missing permission.
 
-With TLS (``EtcdTLS``), the channel is gRPC's TLS channel (aetcd 1.0 dials plaintext only, so
-``_Client`` is its ``connect()`` on a secure channel); the certificate files are read at each
-connect.
+With TLS (``EtcdTLS``), the channel is gRPC's TLS channel. The clients, one endpoint at a time,
+and their retirement are ``etcd_clients``'s.
 
 What the configuration, not the network, got wrong is ``MetadataAuthError`` (not retriable): a
 wrong user or password, no user where auth is on, a certificate one side does not trust; and
 ``MetadataPermissionError`` when the user's roles do not cover a key. Their messages are one
-line and hold no password (etcd's own messages never echo one).
+line and hold no password (etcd's own messages never echo one): ``etcd_refusals`` words them.
 """
 
 from __future__ import annotations
@@ -45,10 +44,11 @@ from typing import Any, TypeVar
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import aetcd  # after the line above: gRPC reads it when it loads
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type hints
 from aetcd import exceptions as etcd_errors
 from aetcd import rpc
 
+from aiobk.metadata.etcd_clients import EtcdClients
+from aiobk.metadata.etcd_refusals import Refusals, one_line
 from aiobk.metadata.kv import (
     KV,
     EtcdCredentials,
@@ -65,40 +65,9 @@ from aiobk.metadata.kv import (
     prefix_end,
 )
 from aiobk.protocol.errors import MetadataStoreError
+from aiobk.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
-
-# gRPC's words for a connection that could not be made, and what they mean to a reader.
-_UNREACHABLE = (
-    ("connection refused", "connection refused (is etcd running on that port?)"),
-    ("domain name not found", "the host name does not resolve"),
-    ("name or service not known", "the host name does not resolve"),
-    ("dns resolution failed", "the host name does not resolve"),
-    ("no route to host", "no route to the host"),
-    ("network is unreachable", "the network is unreachable"),
-    ("connection reset", "the connection was reset"),
-    ("socket closed", "the connection was closed"),
-    ("timed out", "the connection timed out"),
-    ("deadline exceeded", "the connection timed out"),
-)
-_LONGEST_REASON = 300  # characters of an unknown cause kept in a message
-
-
-def one_line(exc: BaseException | None) -> str:
-    """``exc``'s text on one line (gRPC's can span several), cut to a readable length."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= _LONGEST_REASON else text[: _LONGEST_REASON - 3] + "..."
-
-
-def unreachable_reason(exc: BaseException | None) -> str:
-    """Why a connection to etcd failed, in a few words rather than gRPC's transcript
-    ("failed to connect to all addresses; last error: UNKNOWN: ipv4:...: ...")."""
-    low = str(exc).lower()
-    for words, reason in _UNREACHABLE:
-        if words in low:
-            return reason
-    return one_line(exc)
-
 
 T = TypeVar("T")
 REQUIRE_LEADER = ("hasleader", "true")  # clientv3's WithRequireLeader
@@ -164,60 +133,16 @@ class _EtcdWatch(Watch):
                 log.debug("watch of %r interrupted (%r); retrying", self._key, exc)
                 # With several endpoints the next attempt goes to the next one: the client
                 # would otherwise keep dialling a dead member until some unary call moved it.
-                await self._owner._move_on(client)
+                await self._owner._clients.move_on(client)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
     async def _stop(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        await cancel_and_wait(self._task, Exception)
         if self._current is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._owner.timeout):
                     await self._current.cancel()
-
-
-class _Client(aetcd.Client):  # type: ignore[misc]  # aetcd has no type hints
-    """aetcd's client; with ``tls`` (gRPC channel credentials) its ``connect()`` opens a TLS
-    channel instead of aetcd's plaintext one, and does the rest as aetcd 1.0.0 does."""
-
-    _is_connecting: bool  # aetcd's, set in its __init__
-
-    def __init__(self, *, tls: Any = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._tls = tls
-
-    async def connect(self) -> None:
-        if self._tls is None:
-            await super().connect()
-            return
-        if self._connected.is_set():
-            return
-        if self._is_connecting:
-            await asyncio.wait_for(self._connected.wait(), self._connect_wait_timeout)
-            return
-        self._is_connecting = True
-        try:
-            target = f"{self._host}:{self._port}"
-            self.channel = rpc.secure_channel(target, self._tls, options=self._options.items())
-            if self._username is not None and self._password is not None:
-                self.auth_stub = rpc.AuthStub(self.channel)
-                request = rpc.AuthenticateRequest(name=self._username, password=self._password)
-                response = await self.auth_stub.Authenticate(request, timeout=self._timeout)
-                self.metadata = (("token", response.token),)
-            self.kvstub = rpc.KVStub(self.channel)
-            self.clusterstub = rpc.ClusterStub(self.channel)
-            self.leasestub = rpc.LeaseStub(self.channel)
-            self.maintenancestub = rpc.MaintenanceStub(self.channel)
-            self._watcher = aetcd.watcher.Watcher(
-                rpc.WatchStub(self.channel), timeout=self._timeout, metadata=self.metadata
-            )
-            self._connected.set()
-        except rpc.AioRpcError as exc:
-            etcd_errors._handle_exception(exc)
-        finally:
-            self._is_connecting = False
 
 
 class EtcdKV(KV):
@@ -231,12 +156,11 @@ class EtcdKV(KV):
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
+        self._clients = EtcdClients(endpoints, timeout, credentials=credentials, tls=tls)
         self._endpoints = endpoints
-        self._index = 0
-        self._client: aetcd.Client | None = None
-        self._retired: list[tuple[float, aetcd.Client]] = []  # token died: closed later
         self._credentials = credentials
         self._tls = tls
+        self._refusals = Refusals(credentials, tls)
         self.timeout = timeout
         self._shut = False  # close() was called: no call connects again
         user = f"{credentials.user}:***@" if credentials is not None else ""
@@ -248,8 +172,7 @@ class EtcdKV(KV):
 
     @property
     def endpoint(self) -> str:
-        host, port = self._endpoints[self._index]
-        return f"{host}:{port}"
+        return self._clients.endpoint
 
     async def connect(self) -> None:
         """Connect now (with credentials: authenticate) and make one read, instead of at the
@@ -259,56 +182,11 @@ class EtcdKV(KV):
         with contextlib.suppress(MetadataPermissionError):  # a user limited to its prefix
             await self._call("connect", lambda c: c.kvstub.Range(probe, **self._opts(c)))
 
-    def _channel_credentials(self) -> Any:
-        """gRPC's TLS credentials from the files named (read now), or None: plaintext."""
-        if self._tls is None:
-            return None
-        try:
-            ca, key, cert = self._tls.read()
-        except OSError as exc:
-            raise MetadataAuthError(
-                f"etcd TLS: cannot read {exc.filename!r}: {exc.strerror or exc}"
-            ) from None
-        return grpc.ssl_channel_credentials(
-            root_certificates=ca, private_key=key, certificate_chain=cert
-        )
-
-    def _new_client(self, host: str, port: int, *, authenticate: bool) -> aetcd.Client:
-        creds = self._credentials if authenticate else None
-        return _Client(
-            tls=self._channel_credentials(),
-            host=host,
-            port=port,
-            timeout=self.timeout,
-            username=creds.user if creds is not None else None,
-            password=creds.password if creds is not None else None,
-        )
-
-    async def _get_client(self) -> aetcd.Client:
-        """The connected client; with credentials, connecting authenticates (a round trip)."""
-        if self._client is None:
-            host, port = self._endpoints[self._index]
-            client = self._new_client(host, port, authenticate=True)
-            try:
-                await client.connect()  # opens the gRPC channel (and authenticates)
-            except etcd_errors.PreconditionFailedError as exc:
-                await self._close_client(client)
-                if "authentication is not enabled" not in str(exc):
-                    raise
-                # As etcd's own client does: credentials for an etcd without auth are unused.
-                client = self._new_client(host, port, authenticate=False)
-                await client.connect()
-            except BaseException:
-                await self._close_client(client)
-                raise
-            self._client = client
-        return self._client
-
     async def _client_for_watch(self, key: bytes) -> aetcd.Client:
         if self._credentials is not None or self._tls is not None:
             probe = rpc.RangeRequest(key=key, count_only=True)
             await self._call("watch", lambda c: c.kvstub.Range(probe, **self._opts(c)), key)
-        return await self._get_client()
+        return await self._clients.get()
 
     def _opts(self, client: aetcd.Client) -> dict[str, Any]:
         """Keyword arguments of a raw stub call: the deadline, the auth token (if any), and
@@ -317,98 +195,6 @@ class EtcdKV(KV):
         timeout, and the call moves on to the next endpoint."""
         metadata = (*(client.metadata or ()), REQUIRE_LEADER)
         return {"timeout": self.timeout, "metadata": metadata}
-
-    async def _move_on(self, client: aetcd.Client | None) -> None:
-        """After ``client`` failed: the next endpoint, if there are several and nothing moved
-        on since."""
-        if len(self._endpoints) > 1 and client is not None and self._client is client:
-            await self._rotate()
-
-    async def _rotate(self) -> None:
-        """The next endpoint. The client of the last one is retired, not closed: closing a
-        channel cancels the calls still on it, which are other callers' (each bounded by the
-        timeout anyway)."""
-        client = self._client
-        self._index = (self._index + 1) % len(self._endpoints)
-        if client is not None:
-            await self._retire(client)
-        self._client = None
-
-    async def _retire(self, client: aetcd.Client) -> None:
-        """Stop using ``client`` (its token died): the next call connects anew. Calls already
-        on it end by themselves within the timeout, so it is closed only once that has passed,
-        at a later retirement or at ``close()``."""
-        if self._client is client:
-            self._client = None
-        now = asyncio.get_running_loop().time()
-        retired, self._retired = self._retired, []
-        for when, old in retired:
-            if now - when > self.timeout:
-                await self._close_client(old)
-            else:
-                self._retired.append((when, old))
-        if all(old is not client for _when, old in self._retired):
-            self._retired.append((now, client))
-
-    async def _close_client(self, client: aetcd.Client | None) -> None:
-        if client is not None:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.timeout):
-                    await client.close()
-
-    def _refused(self, endpoint: str, what: str, exc: BaseException) -> MetadataAuthError | None:
-        """The auth error ``exc`` stands for, if it says the credentials are wrong."""
-        text = str(exc)
-        if "authentication failed" in text:
-            user = self._credentials.user if self._credentials is not None else ""
-            return MetadataAuthError(
-                f"etcd {endpoint}: authentication failed for user {user!r} "
-                "(wrong user name or password)"
-            )
-        if "user name is empty" in text:
-            return MetadataAuthError(
-                f"etcd {endpoint}: {what} refused: {text} (this etcd has auth enabled: name a "
-                "user, as USER:PASSWORD@ in the URI or AIOBK_ETCD_USER/AIOBK_ETCD_PASSWORD)"
-            )
-        return None
-
-    def _denied(self, endpoint: str, what: str, key: bytes | None) -> MetadataPermissionError:
-        who = (
-            f"user {self._credentials.user!r}"
-            if self._credentials is not None
-            else "this client (no user given: etcd takes a client certificate's common name)"
-        )
-        where = f" on {key.decode(errors='replace')!r}" if key is not None else ""
-        return MetadataPermissionError(
-            f"etcd {endpoint}: permission denied to {who} for {what}{where}: its roles must "
-            "grant readwrite on the store's whole /PREFIX/ key range"
-        )
-
-    def _tls_refusal(self, endpoint: str, exc: BaseException) -> MetadataAuthError | None:
-        """What a TLS handshake that failed for certain says (gRPC's words in ``exc``), or None
-        for failures an outage can also cause (a connection cut mid-handshake)."""
-        if self._tls is None:
-            return None
-        text = " ".join(str(exc).split())
-        low = text.lower()
-        host = endpoint.rpartition(":")[0]
-        if "certificate_verify_failed" in low:
-            detail = text.rpartition("CERTIFICATE_VERIFY_FAILED:")[2].strip().removesuffix(": OK")
-            ca = self._tls.ca or "the system's CAs"
-            why = f"etcd's certificate is not signed by {ca} ({detail or 'verify failed'})"
-        elif "hostname verification" in low:
-            why = f"etcd's certificate does not name {host}"
-        elif "tsi_data_corrupted" in low:  # TLS 1.3: the server's alert comes after the hello
-            why = (
-                f"etcd did not accept the client certificate {self._tls.cert}"
-                if self._tls.cert is not None
-                else "etcd requires a client certificate (?cert=PATH&key=PATH)"
-            )
-        elif "wrong_version_number" in low:
-            why = "no TLS on that port (etcd:// for a plaintext etcd)"
-        else:
-            return None
-        return MetadataAuthError(f"etcd {endpoint}: TLS handshake failed: {why}")
 
     async def _call(
         self, what: str, fn: Callable[[aetcd.Client], Awaitable[T]], key: bytes | None = None
@@ -424,13 +210,13 @@ class EtcdKV(KV):
             try:
                 try:
                     async with asyncio.timeout(self.timeout):
-                        client = await self._get_client()
+                        client = await self._clients.get()
                         answer = await fn(client)
                     self.connected = True
                     return answer
                 except rpc.AioRpcError as exc:  # raw stubs: classify as aetcd would
                     if exc.code() == rpc.StatusCode.PERMISSION_DENIED:
-                        raise self._denied(endpoint, what, key) from None
+                        raise self._refusals.denied(endpoint, what, key) from None
                     etcd_errors._handle_exception(exc)
                     raise  # pragma: no cover - _handle_exception always raises
             except asyncio.CancelledError as exc:
@@ -451,14 +237,14 @@ class EtcdKV(KV):
             except etcd_errors.ConnectionFailedError as exc:
                 last = exc
                 # The next endpoint may trust us (or be up); if none does: say so.
-                tls_failed = self._tls_refusal(endpoint, exc) or tls_failed
+                tls_failed = self._refusals.tls_refusal(endpoint, exc) or tls_failed
                 if len(self._endpoints) > 1:
-                    await self._rotate()
+                    await self._clients.rotate()
                 continue
             except (TimeoutError, etcd_errors.ConnectionTimeoutError) as exc:
                 self.connected = False
                 if len(self._endpoints) > 1:
-                    await self._rotate()
+                    await self._clients.rotate()
                 raise MetadataStoreError(
                     f"etcd {endpoint} did not answer {what} within {self.timeout}s"
                 ) from exc
@@ -470,28 +256,21 @@ class EtcdKV(KV):
                     ) from None
                 renewed = True
                 attempts += 1
-                await self._retire(client)
+                await self._clients.retire(client)
                 continue
             except etcd_errors.ClientError as exc:
-                refused = self._refused(endpoint, what, exc)
+                refused = self._refusals.refused(endpoint, what, exc)
                 if refused is not None:
                     raise refused from None
                 if "permission denied" in str(exc):  # through aetcd's own methods
-                    raise self._denied(endpoint, what, key) from None
+                    raise self._refusals.denied(endpoint, what, key) from None
                 raise MetadataStoreError(
                     f"etcd {endpoint}: {what} failed: {one_line(exc)}"
                 ) from exc
         self.connected = False
         if tls_failed is not None:
             raise tls_failed from None
-        hint, text = "", str(last).lower()
-        if self._tls is None and "socket closed" in text:
-            hint = " (if this etcd serves TLS: etcds://, and ?ca=PATH for a private CA)"
-        elif self._tls is not None and "handshake read failed" in text:
-            hint = " (the TLS handshake was cut short: does this etcd serve TLS?)"
-        raise MetadataStoreError(
-            f"{self.description} is unreachable ({what}): {unreachable_reason(last)}{hint}"
-        ) from last
+        raise self._refusals.unreachable(self.description, what, last) from last
 
     async def _txn(
         self, what: str, compare: list[Any], success: list[Any], failure: list[Any], key: bytes
@@ -620,7 +399,4 @@ class EtcdKV(KV):
 
     async def close(self) -> None:
         self._shut = True
-        client, self._client = self._client, None
-        retired, self._retired = self._retired, []
-        for old in [client, *(old for _when, old in retired)]:
-            await self._close_client(old)
+        await self._clients.close()

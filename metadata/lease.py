@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from aiobk.metadata.kv import KV
 from aiobk.protocol.errors import MetadataStoreError
+from aiobk.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,7 @@ class HeldLease:
     async def _stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def close(self) -> None:
         """Revoke now. If the store is unreachable the lease expires anyway."""

@@ -1,12 +1,12 @@
 """``aiobk bench scale``'s floor: every pread of the floor file reads a page no pread of the run
 read before, across phases -- a cache under a virtual disk keeps the pages read, and a floor
-that re-read them measured a third of a cold read (bench/scale.py, ``Floor``)."""
+that re-read them measured a third of a cold read (bench/cold_reads.py, ``Floor``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aiobk.bench.scale import FLOOR_PAGES, ColdPreads, Floor
+from aiobk.bench.cold_reads import FLOOR_PAGES, ColdPreads, Floor
 
 
 def test_the_floor_hands_out_every_page_once_in_a_random_order() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 import pytest
 
+from aiobk.autorecovery import AutoRecoveryConfig
 from aiobk.bookie.config import BookieConfig
 from aiobk.commands.autorecovery import start_command as autorecovery_start
 from aiobk.commands.bookie import start_command as bookie_start
@@ -27,6 +28,7 @@ DEPLOY = REPO / "deploy"
 SAMPLE = DEPLOY / "bookie.toml"
 CONFIG_IN_IMAGE = "/etc/aiobk/bookie.toml"
 KEY = re.compile(r"^(#\s*)?([a-z_]+) = ")
+TABLE = re.compile(r"^\[([a-z_.]+)\]$")
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,17 +37,28 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def test_the_sample_config_names_every_setting_at_its_default() -> None:
-    loaded = BookieConfig.from_toml(str(SAMPLE))
+    loaded = BookieConfig.from_toml(str(SAMPLE))  # a deprecated or ignored key warns: fails
     assert loaded == BookieConfig(data_dir=loaded.data_dir)  # every other setting: its default
-    fields = {f.name: f for f in dataclasses.fields(BookieConfig)}
+    tables = {
+        "": {f.name: f for f in dataclasses.fields(BookieConfig) if f.name != "autorecovery"},
+        "autorecovery": {f.name: f for f in dataclasses.fields(AutoRecoveryConfig)},
+    }
+    fields = {_name(t, key): f for t, known in tables.items() for key, f in known.items()}
     lines = SAMPLE.read_text().splitlines()
-    named: dict[str, bool] = {}  # setting -> set (False: shown commented out)
+    named: dict[str, bool] = {}  # setting (table.key) -> set (False: shown commented out)
+    table = ""  # the [table] the lines belong to
     for number, line in enumerate(lines):
+        header = TABLE.match(line)
+        if header is not None:
+            table = header.group(1)
+            assert table in tables, f"bookie.toml:{number + 1}: no table [{table}]"
+            continue
         match = KEY.match(line)
         if match is None:
             continue
-        name, commented = match.group(2), match.group(1) is not None
-        assert name in fields, f"bookie.toml:{number + 1}: {name} is no BookieConfig setting"
+        key, commented = match.group(2), match.group(1) is not None
+        name = _name(table, key)
+        assert key in tables[table], f"bookie.toml:{number + 1}: {name} is no setting"
         assert name not in named, f"bookie.toml:{number + 1}: {name} twice"
         named[name] = not commented
         above = lines[number - 1]
@@ -56,6 +69,10 @@ def test_the_sample_config_names_every_setting_at_its_default() -> None:
     unset = {name for name, f in fields.items() if f.default is None}
     assert {name for name, is_set in named.items() if not is_set} == unset
     assert all(named[name] for name in fields if name not in unset)
+
+
+def _name(table: str, key: str) -> str:
+    return f"{table}.{key}" if table else key
 
 
 # ------------------------------------------------------------------ systemd units

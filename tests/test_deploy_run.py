@@ -75,7 +75,7 @@ import pytest
 
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, free_port, open_store
-from aiobk.metadata.etcd_process import _dying_with_parent
+from aiobk.metadata.processes import dying_with_parent
 from tests.support.procs import HOST_DISK_SETTINGS
 from tests.test_deploy_files import dockerfile, parse_yaml, unit
 
@@ -647,7 +647,7 @@ class Proc:
         self.logs.mkdir(parents=True, exist_ok=True)
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
-                _dying_with_parent(self.argv),  # never outlives this test run
+                dying_with_parent(self.argv),  # never outlives this test run
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd,
                 start_new_session=True,
             )  # fmt: skip

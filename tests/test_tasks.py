@@ -1,4 +1,5 @@
-"""``aiobk.tasks.TaskKeeper``: tasks kept until they end, walked in the order started."""
+"""``aiobk.tasks``: tasks kept until they end, walked in the order started; one task cancelled
+and waited for."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from aiobk.tasks import TaskKeeper
+from aiobk.tasks import TaskKeeper, cancel_and_wait
 
 
 async def test_tasks_are_kept_in_start_order_and_dropped_when_they_end() -> None:
@@ -96,3 +97,40 @@ async def test_cancel_and_wait_raises_what_is_not_ignored() -> None:
     await asyncio.sleep(0)
     with pytest.raises(ValueError, match="v"):
         await keeper.cancel_and_wait(KeyError)
+
+
+async def test_one_task_cancelled_and_waited_for() -> None:
+    """``cancel_and_wait(task)``: the task's own cancellation is its end; a failure of an
+    ignored type is swallowed, any other raised; a caller cancelled meanwhile is cancelled
+    (a lease's owner cancelled while it stopped its keep-alive went on as if not)."""
+
+    async def ends_with(error: BaseException | None, pause: float = 0.0) -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(pause)
+            if error is not None:
+                raise error
+
+    loop = asyncio.get_running_loop()
+    quiet = loop.create_task(ends_with(None))
+    await asyncio.sleep(0)
+    await cancel_and_wait(quiet)
+    assert quiet.cancelled()
+
+    swallowed = loop.create_task(ends_with(KeyError("k")))
+    await asyncio.sleep(0)
+    await cancel_and_wait(swallowed, KeyError)
+
+    raised = loop.create_task(ends_with(ValueError("v")))
+    await asyncio.sleep(0)
+    with pytest.raises(ValueError, match="v"):
+        await cancel_and_wait(raised, KeyError)
+
+    slow = loop.create_task(ends_with(None, pause=0.2))
+    await asyncio.sleep(0)
+    caller = asyncio.ensure_future(cancel_and_wait(slow))
+    await asyncio.sleep(0.05)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller

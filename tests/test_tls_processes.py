@@ -27,8 +27,8 @@ pytestmark = pytest.mark.timeout(150)
 
 BOOKIES = 4
 ENTRIES = 30
-FAST: dict[str, float] = {
-    "registration_ttl": 1.0,
+FAST: dict[str, float] = {"registration_ttl": 1.0}
+AUTORECOVERY: dict[str, float] = {  # the [autorecovery] table
     "lost_bookie_recovery_delay": 1.0,
     "autorecovery_poll_interval": 0.2,
     "rereplication_retry_delay": 0.2,
@@ -48,7 +48,11 @@ class TlsCluster:
         for i in range(BOOKIES):
             config = root / f"bookie{i}.toml"
             settings = {**HOST_DISK_SETTINGS, **FAST}
-            config.write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
+            config.write_text(
+                "".join(f"{k} = {v!r}\n" for k, v in settings.items())
+                + "[autorecovery]\n"
+                + "".join(f"{k} = {v!r}\n" for k, v in AUTORECOVERY.items())
+            )
             proc = BookieProcess(
                 root / f"bookie{i}",
                 None,

@@ -85,7 +85,7 @@ def _node_id() -> str:
     "config_file",
     type=click.Path(dir_okay=False),
     default=None,
-    help="A bookie's TOML file: its autorecovery settings, metadata_uri and log_level are "
+    help="A bookie's TOML file: its [autorecovery] table, metadata_uri and log_level are "
     "used, other bookie settings ignored; an unknown key is an error.",
 )
 @metadata_option
@@ -121,7 +121,8 @@ def start_command(
     """Run a standalone autorecovery process -- a replication worker, and a candidate for
     auditor -- until SIGTERM or SIGINT.
 
-    Settings are a bookie's (the same TOML keys, `--config`; flags win over the file).
+    Settings are a bookie's: the `[autorecovery]` table of its TOML file (`--config`), whose
+    keys the flags share; flags win over the file.
     The process is named `autorecovery-HOST-PID` unless `--id` is given; it prints one line
     once it runs, and `--metrics-port` exports its figures to Prometheus as
     `aiobk_autorecovery_*`. Settings `autorecovery_enabled` and `metrics_port` in the file
@@ -135,7 +136,7 @@ def start_command(
         raise click.UsageError(
             "--metadata (or AIOBK_METADATA, or metadata_uri in --config) is required"
         )
-    recovery_config = AutoRecoveryConfig.from_settings(config)
+    recovery_config = config.autorecovery
     name = node_id or _node_id()
     configure_logging(log_level or config.log_level)
     try:

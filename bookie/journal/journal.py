@@ -20,9 +20,11 @@ rest, and any batch whose write would first have to allocate more of the file, o
 thread. A write on the loop slower than ``SLOW_WRITE`` (the kernel throttling a writer that
 dirties pages faster than the disk takes them) sends the next batches to the thread.
 
-Files roll over at ``max_file_size``; a file is deleted once a checkpoint covers all of it.
-Replay (``bookie.journal.replay``) reads every record after the checkpoint's LSN and refuses
-(``JournalCorruptError``) if one is missing or damaged in a way that is not a torn tail.
+Files (``bookie.journal.files``) roll over at ``max_file_size``; a file is deleted once a
+checkpoint covers all of it. Replay (``bookie.journal.replay``) reads every record after the
+checkpoint's LSN and refuses (``JournalCorruptError``) if one is missing or damaged in a way that
+is not a torn tail. The fdatasyncs run in their own stage (``bookie.journal.sync``); this module
+keeps the queue, the writer stage and the failure state.
 
 A write or fdatasync that fails (a full disk, an I/O error) fails every record not yet synced
 and stops the journal: ``failed`` is set, ``on_failure`` tells the bookie (which turns
@@ -32,39 +34,29 @@ and only then does the journal take records again -- so LSNs stay dense on disk,
 that was answered with an error may still be found by replay (as any add that reached a disk
 and was never acknowledged may), never a gap.
 
-Timed (``BookieStats.histograms``, by ``BookieStats.clock``): ``journal_flush``, each write of a
-batch apart from its fdatasync (BookKeeper's JOURNAL_FLUSH_LATENCY); ``journal_sync``, each
-fdatasync (JOURNAL_SYNC) -- for a batch written and synced in one call on the loop, that call;
-``journal_batch_entries`` and ``journal_batch_bytes``, the records and bytes of each batch.
+Timed: see ``bookie.journal.batch.count_batch``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from aiobk.bookie.disk import AppendFile, Disk
-from aiobk.bookie.journal.format import (
-    FILE_HEADER,
-    Record,
-    RecordType,
-    encode_adds,
-    encode_file_header,
-    encode_record,
-    padding,
-)
+from aiobk.bookie.journal.batch import Batch, Callback, JournalFailedError, count_batch, notify
+from aiobk.bookie.journal.files import JournalFiles
+from aiobk.bookie.journal.format import Record, RecordType, encode_adds, encode_record, padding
 from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommitPolicy, batch_plan
-from aiobk.bookie.journal.replay import file_name, replay
+from aiobk.bookie.journal.queue import RecordQueue
+from aiobk.bookie.journal.sync import SyncStage
 from aiobk.bookie.stats import BookieStats
+from aiobk.tasks import cancel_and_wait
+
+__all__ = ["SLOW_WRITE", "SLOW_WRITE_BATCHES", "Callback", "Journal", "JournalFailedError"]
 
 log = logging.getLogger(__name__)
 
-Callback = Callable[[BaseException | None], None]
-PREALLOCATE = 4 * 1024 * 1024  # zero-filled ahead: fdatasyncs of overwrites commit no metadata
 # A write on the event loop that takes longer than this (the kernel throttling a writer while
 # the disk drains dirty pages: a copy into the page cache takes well under a millisecond a
 # batch) sends the next SLOW_WRITE_BATCHES batches to the journal's thread, where waiting for
@@ -73,38 +65,9 @@ SLOW_WRITE = 0.010
 SLOW_WRITE_BATCHES = 256
 
 
-def _notify(callbacks: Iterable[Callback], error: BaseException | None) -> None:
-    """Run each callback; one that raises (say, setting a future its waiter cancelled) is
-    logged and must not stop the journal or the callbacks after it."""
-    for callback in callbacks:
-        try:
-            callback(error)
-        except Exception:
-            log.exception("journal callback failed")
-
-
 def _wake(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-class JournalFailedError(OSError):
-    """The journal could not write or sync; nothing more is acknowledged until it recovers."""
-
-
-@dataclass(slots=True)
-class _Batch:
-    """Records written together: where, so that they can be written there again."""
-
-    first_lsn: int
-    handle: AppendFile | None  # None: the file meant to take them could not be opened
-    offset: int
-    data: bytes
-
-
-# A group waiting for a sync: the file, the callbacks it answers, the batch it covers (none
-# for barriers).
-_Group = tuple[AppendFile | None, list[Callback], _Batch | None]
 
 
 class Journal:
@@ -121,44 +84,30 @@ class Journal:
         alignment: int = JOURNAL_ALIGNMENT,
         volatile_sync_delay: float = 0.0,
     ) -> None:
-        self._disk = disk
-        self._dir = directory
         self._policy = policy
-        self._max_file_size = max_file_size
         self._sync_data = sync_data
         self._inline_records = inline_records
         self._alignment = alignment
-        self.stats = stats or BookieStats()
-        self._queue: list[bytes] = []  # encoded records; an item may hold several
-        self._queued_records = 0
-        self._callbacks: list[Callback] = []
-        self._written: list[Callback] = []  # BP-14: run after the write, before the sync
-        self._sync_groups: list[_Group] = []
-        # Written batches of volatile records only, waiting for a sync (see the module doc).
-        self._lazy_groups: list[_Group] = []
-        self._lazy_timer: asyncio.TimerHandle | None = None
-        self._volatile_sync_delay = volatile_sync_delay
-        self._syncing = False
-        self._sync_wakeup: asyncio.Future[None] | None = None
-        self._sync_idle: list[asyncio.Future[None]] = []
-        self._sync_task: asyncio.Task[None] | None = None
-        self._sync_stopping = False
+        self.stats = stats = stats or BookieStats()
+        self._files = JournalFiles(disk, directory, max_file_size)
+        self._queue = RecordQueue()
         self._idle = False  # the writer task is parked waiting for work
         self.urgent = False  # replies being made now should be written at once
-        self._queued_bytes = 0
-        self._oldest = 0.0
-        self._first_queued_lsn: int | None = None
         self._next_lsn = 0
-        self._files: list[tuple[int, str]] = []  # (first LSN, path), oldest first
-        self._closed_at: tuple[int, int] | None = None  # the last closed file's position
-        self._file: AppendFile | None = None
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._failed: BaseException | None = None
-        self._stalled: list[_Batch] = []  # failed, in LSN order: written again by recover()
+        self._stalled: list[Batch] = []  # failed, in LSN order: written again by recover()
         self._offload_writes = 0  # batches still to hand to the thread after a slow write here
         self.on_failure: Callable[[BaseException], None] | None = None
         self._stopping = False
+        self._sync = SyncStage(
+            stats,
+            volatile_sync_delay,
+            fail=self._fail,
+            failed=lambda: self._failed,
+            stall=self._stalled.extend,
+        )
 
     @property
     def next_lsn(self) -> int:
@@ -170,43 +119,27 @@ class Journal:
         return self._next_lsn - 1
 
     def position(self) -> tuple[int, int] | None:
-        """(the current file's first LSN, the end of what was handed to it): every record
-        before that offset was appended before this call, so a checkpoint that takes
-        ``last_lsn`` right after covers them, and the next replay may start reading the file
-        there instead of at its beginning (BookKeeper's LogMark). After a stop (whose final
-        checkpoint takes it), the end of the last file; None before any file was open."""
-        handle = self._file
-        if handle is None:
-            return self._closed_at  # stopped, or between files: the last one's end
-        return self._files[-1][0], handle.size
-
-    async def _close_file(self) -> None:
-        handle, self._file = self._file, None
-        if handle is not None:
-            self._closed_at = (self._files[-1][0], handle.size)
-            await handle.close()
+        """Where a checkpoint taken now may let the next replay start (``JournalFiles``)."""
+        return self._files.position()
 
     @property
     def files(self) -> list[str]:
-        return [path for _first, path in self._files]
+        return self._files.files
 
     @property
     def queue_size(self) -> int:
         """Records appended and not written yet (a gauge: BookKeeper's JOURNAL_QUEUE_SIZE)."""
-        return self._queued_records
+        return self._queue.records
 
     @property
     def sync_queue_size(self) -> int:
-        """Written batches (and barriers) waiting for an fdatasync (a gauge: BookKeeper's
-        JOURNAL_FORCE_WRITE_QUEUE_SIZE)."""
-        return len(self._sync_groups) + len(self._lazy_groups)
+        """Batches and barriers waiting for an fdatasync (JOURNAL_FORCE_WRITE_QUEUE_SIZE)."""
+        return self._sync.size
 
     @property
     def failed(self) -> BaseException | None:
         """Why the journal stopped taking records (None while it works)."""
         return self._failed
-
-    # ------------------------------------------------------------------ replay
 
     async def replay(
         self,
@@ -214,46 +147,25 @@ class Journal:
         apply: Callable[[Record], None],
         start: tuple[int, int] | None = None,
     ) -> int:
-        """Apply every record with an LSN above ``after_lsn``, in order; return how many
-        (``bookie.journal.replay``). ``start``: the ``position`` the checkpoint recorded, where
-        reading its file may begin. Afterwards ``next_lsn`` is one past the highest LSN known
-        (replayed or checkpointed)."""
-        replayed = await replay(self._disk, self._dir, after_lsn, apply, start)
-        self._files, self._next_lsn = replayed.files, replayed.next_lsn
-        return replayed.applied
-
-    # ------------------------------------------------------------------ writing
+        """Apply every record above ``after_lsn``, in order, from the checkpoint's ``position``
+        (``start``); return how many. ``next_lsn`` is then one past the highest LSN known."""
+        applied, self._next_lsn = await self._files.replay(after_lsn, apply, start)
+        return applied
 
     async def start(self, next_lsn: int | None = None) -> None:
         """Open a fresh journal file and start the writer (after ``replay``)."""
         if next_lsn is not None:
             self._next_lsn = max(self._next_lsn, next_lsn)
-        await self._disk.makedirs(self._dir)
+        await self._files.make_dir()
         try:
-            await self._open_file(self._next_lsn)
+            await self._files.open(self._next_lsn)
         except OSError as exc:
             # No room for a new file (a full disk at boot): start failed, as after a failed
             # write; recover() opens the file once there is room.
-            self._file = None
+            self._files.handle = None
             self._fail(exc, [])
-        loop = asyncio.get_running_loop()
-        self._task = loop.create_task(self._run(), name="journal-writer")
-        self._sync_task = loop.create_task(self._sync_loop(), name="journal-sync")
-
-    async def _open_file(self, first_lsn: int) -> None:
-        path = os.path.join(self._dir, file_name(first_lsn))
-        if self._files and self._files[-1][0] == first_lsn:
-            # A previous boot created this file and crashed before any record reached it.
-            self._files.pop()
-            await self._disk.remove(path)
-        elif await self._disk.exists(path):
-            await self._disk.remove(path)
-        handle = await self._disk.open_append(
-            path, "journal", sync_lane="journal-sync", preallocate=PREALLOCATE
-        )
-        await handle.write_and_sync(encode_file_header(first_lsn))
-        self._file = handle
-        self._files.append((first_lsn, path))
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="journal-writer")
+        self._sync.start()
 
     def append(
         self,
@@ -301,81 +213,63 @@ class Journal:
         callback: Callback,
         on_written: Callback | None,
     ) -> None:
-        if not self._callbacks:
-            self._oldest = asyncio.get_running_loop().time()
-        if self._first_queued_lsn is None:
-            self._first_queued_lsn = first_lsn
-        self._queue.append(data)
-        self._queued_records += count
-        self._callbacks.append(callback)
-        if on_written is not None:
-            self._written.append(on_written)
-        self._queued_bytes += len(data)
+        self._queue.add(data, count, first_lsn, callback, on_written)
         self.stats.journal_records += count
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        if self._wakeup is not None:
+            _wake(self._wakeup)
 
     def barrier(self, callback: Callback) -> None:
         """Run ``callback`` once everything appended so far is synced."""
         if self._failed is not None:
             asyncio.get_running_loop().call_soon(callback, self._failed)
             return
-        if not self._callbacks:
-            self._oldest = asyncio.get_running_loop().time()
-        self._callbacks.append(callback)
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        self._queue.add_barrier(callback)
+        if self._wakeup is not None:
+            _wake(self._wakeup)
 
     def flush_idle(self) -> bool:
         """Idle fast path, called when a connection has handed over everything it read: if the
         writer is idle and the queue is one small persistent record, write and sync it here and
         run its callbacks now -- the writer task would do exactly this one loop turn later.
         Replies made meanwhile go out at once (``urgent``). True if it did."""
-        handle = self._file
+        queue = self._queue
+        handle = self._files.handle
         if (
             not self._idle
             or handle is None
             or self._failed is not None
             or not self._policy.flush_when_queue_empty
-            or not self._queue
-            or handle.size + self._queued_bytes > self._max_file_size
+            or not queue.chunks
+            or handle.size + queue.size > self._files.max_file_size
         ):
             return False
         offset = handle.size
-        pad = padding(offset + self._queued_bytes, self._alignment)
-        size = self._queued_bytes + len(pad)
+        pad = padding(offset + queue.size, self._alignment)
+        size = queue.size + len(pad)
         plan = batch_plan(
-            len(self._callbacks),
-            len(self._written),
+            len(queue.callbacks),
+            len(queue.written),
             size,
             sync_data=self._sync_data,
-            sync_busy=self._sync_busy(),
+            sync_busy=self._sync.busy(),
             inline_records=self._inline_records,
             write_here=not self._offload_writes and handle.room >= size,
         )
         if plan is not BatchPlan.SYNC_HERE:
             return False  # the writer task takes it, a loop turn later
-        data = b"".join(self._queue) + pad
-        records = self._queued_records
-        callbacks = self._callbacks
-        first_lsn = self._first_queued_lsn
+        data, records, callbacks, _written, first_lsn = queue.take()  # SYNC_HERE: none written
+        data += pad
         assert first_lsn is not None
-        self._queue, self._callbacks = [], []
-        self._queued_records = 0
-        self._queued_bytes = 0
-        self._first_queued_lsn = None
         error: BaseException | None = None
         try:
             started = self.stats.clock()
             handle.write_and_sync_now(data)
-            self._count(data, records, started, synced=True)
+            count_batch(self.stats, data, records, started, synced=True)
         except OSError as exc:
-            error = self._fail(exc, [_Batch(first_lsn, handle, offset, data)])
+            error = self._fail(exc, [Batch(first_lsn, handle, offset, data)])
         self.urgent = True
         try:
-            _notify(callbacks, error)
+            notify(callbacks, error)
         finally:
             self.urgent = False
         return True
@@ -400,8 +294,9 @@ class Journal:
         the sync stage -- and go on writing while that fdatasync runs."""
         loop = asyncio.get_running_loop()
         policy = self._policy
+        queue = self._queue
         while True:
-            if not self._callbacks:
+            if not queue.callbacks:
                 if self._stopping:
                     return
                 await self._wait(None)
@@ -409,29 +304,23 @@ class Journal:
             if self._failed is not None:
                 self._stall_queue()  # queued before the failure: not written until recover()
                 continue
-            delay = policy.flush_delay(max(self._queued_bytes, 1), self._oldest, loop.time())
+            delay = policy.flush_delay(max(queue.size, 1), queue.oldest, loop.time())
             if delay and not self._stopping:
                 await self._wait(delay)
                 continue
-            data = b"".join(self._queue)
-            records = self._queued_records
-            callbacks = self._callbacks
-            written = self._written
-            first_lsn = self._first_queued_lsn
+            data, records, callbacks, written, first_lsn = queue.take()
             # Someone waits for this batch's sync unless every record in it is volatile (each
             # volatile record has a callback in both lists; persistent ones and barriers in one).
             urgent = len(callbacks) > len(written)
-            self._queue, self._callbacks, self._written = [], [], []
-            self._queued_records = 0
-            self._queued_bytes = 0
-            self._first_queued_lsn = None
             if not data:  # barriers only: done once everything written before is synced
-                self._after_sync(callbacks)
+                self._sync.after_sync(callbacks)
                 continue
             assert first_lsn is not None
-            batch = _Batch(first_lsn, None, 0, data)
+            batch = Batch(first_lsn, None, 0, data)
             try:
-                handle = batch.handle = await self._file_for(len(data), first_lsn)
+                handle = batch.handle = await self._files.file_for(
+                    len(data), first_lsn, self._sync.drain_or_raise
+                )
                 batch.offset = handle.size
                 data = batch.data = data + padding(handle.size + len(data), self._alignment)
                 plan = batch_plan(
@@ -439,52 +328,42 @@ class Journal:
                     len(written),
                     len(data),
                     sync_data=self._sync_data,
-                    sync_busy=self._sync_busy(),
+                    sync_busy=self._sync.busy(),
                     inline_records=self._inline_records,
                     write_here=self._may_write_here(handle, len(data)),
                 )
                 started = self.stats.clock()
                 if plan is BatchPlan.SYNC_HERE:
                     handle.write_and_sync_now(data)
-                    self._count(data, records, started, synced=True)
-                    _notify(callbacks, None)
+                    count_batch(self.stats, data, records, started, synced=True)
+                    notify(callbacks, None)
                     continue
                 if plan is BatchPlan.WRITE_HERE:
                     handle.write_now(data)  # volatile: into the page cache, answer at once
-                    if self._count(data, records, started, synced=False) > SLOW_WRITE:
+                    if count_batch(self.stats, data, records, started, synced=False) > SLOW_WRITE:
                         self._offload_writes = SLOW_WRITE_BATCHES
                 else:
                     await handle.write(data)
-                    self._count(data, records, started, synced=False)
+                    count_batch(self.stats, data, records, started, synced=False)
             except OSError as exc:
-                if self._sync_busy():
+                if self._sync.busy():
                     # Batches before this one wait for a sync: the sync stage fails them and
                     # this one after them, so that they are stalled in LSN order.
                     self._fail(exc, [])
-                    self._promote_lazy()
-                    self._sync_groups.append((None, [*written, *callbacks], batch))
-                    self._wake_syncer()
+                    self._sync.submit((None, [*written, *callbacks], batch))
                 else:
-                    _notify((*written, *callbacks), self._fail(exc, [batch]))
+                    notify((*written, *callbacks), self._fail(exc, [batch]))
                 continue
             if self.failed is not None:  # a sync failed while this batch was being written
-                self._promote_lazy()
-                self._sync_groups.append((handle, [*written, *callbacks], batch))
-                self._wake_syncer()
+                self._sync.submit((handle, [*written, *callbacks], batch))
                 continue
-            _notify(written, None)
+            notify(written, None)
             if not self._sync_data:
-                _notify(callbacks, None)
-            elif urgent or self._volatile_sync_delay <= 0:
-                self._promote_lazy()
-                self._sync_groups.append((handle, callbacks, batch))
-                self._wake_syncer()
+                notify(callbacks, None)
             else:
-                self._lazy_groups.append((handle, callbacks, batch))
-                if self._lazy_timer is None:
-                    self._lazy_timer = loop.call_later(self._volatile_sync_delay, self._lazy_due)
+                self._sync.submit((handle, callbacks, batch), lazy=not urgent)
 
-    def _fail(self, exc: OSError, batches: list[_Batch]) -> BaseException:
+    def _fail(self, exc: OSError, batches: list[Batch]) -> BaseException:
         """Stop taking records (see the module doc); return the error their callbacks get."""
         self._stalled.extend(batches)
         if self._failed is None:
@@ -499,31 +378,25 @@ class Journal:
     def _stall_queue(self) -> None:
         """Hand what is queued to the sync stage, which fails it and stalls it after the
         batches written before it."""
-        data = b"".join(self._queue)
-        first_lsn = self._first_queued_lsn
-        callbacks = [*self._written, *self._callbacks]
-        self._queue, self._callbacks, self._written = [], [], []
-        self._queued_records = 0
-        self._queued_bytes = 0
-        self._first_queued_lsn = None
-        batch = _Batch(first_lsn, None, 0, data) if data and first_lsn is not None else None
-        self._promote_lazy()
-        self._sync_groups.append((None, callbacks, batch))
-        self._wake_syncer()
+        data, _records, callbacks, written, first_lsn = self._queue.take()
+        callbacks = [*written, *callbacks]
+        batch = Batch(first_lsn, None, 0, data) if data and first_lsn is not None else None
+        self._sync.submit((None, callbacks, batch))
 
     async def recover(self) -> bool:
         """After a failure, write the stalled records again where they began and sync them;
         True once the journal takes records again (at once if it never failed)."""
         if self._failed is None:
             return True
-        await self._drain_syncs()  # every failed group is stalled, in order
+        await self._sync.drain()  # every failed group is stalled, in order
         stalled = self._stalled
+        files = self._files
         try:
-            if self._file is None:  # a rollover, or the start, could not open its file
-                await self._open_file(stalled[0].first_lsn if stalled else self._next_lsn)
+            if files.handle is None:  # a rollover, or the start, could not open its file
+                await files.open(stalled[0].first_lsn if stalled else self._next_lsn)
             if stalled:
                 first = stalled[0]
-                handle = self._file
+                handle = files.handle
                 assert handle is not None
                 if first.handle is handle:
                     await handle.rewind(first.offset)
@@ -531,11 +404,11 @@ class Journal:
                 data += padding(handle.size + len(data), self._alignment)
                 started = self.stats.clock()
                 await handle.write_and_sync(data)
-                self._count(data, 0, started, synced=True)
+                count_batch(self.stats, data, 0, started, synced=True)
         except OSError as exc:
             log.warning("journal cannot write its stalled records yet: %s", exc)
             return False
-        self._stalled = []
+        self._stalled.clear()  # the sync stage's stall extends this very list
         self._failed = None
         log.warning("journal recovered: it takes records again")
         return True
@@ -549,161 +422,26 @@ class Journal:
             return False
         return handle.room >= size
 
-    def _count(self, data: bytes, records: int, started: float, synced: bool) -> float:
-        """Count a batch of ``records`` (0: not known) just written -- and synced, by the same
-        call, if ``synced`` -- by a call made at ``started``; return how long it took."""
-        stats = self.stats
-        elapsed = stats.clock() - started
-        stats.journal_batches += 1
-        stats.journal_bytes += len(data)
-        histograms = stats.histograms
-        if records:
-            histograms.journal_batch_entries.record(records)
-            histograms.journal_batch_bytes.record(len(data))
-        if synced:
-            stats.journal_syncs += 1
-            histograms.journal_sync.record(elapsed)
-        else:
-            histograms.journal_flush.record(elapsed)
-        return elapsed
-
-    def _sync_busy(self) -> bool:
-        return self._syncing or bool(self._sync_groups) or bool(self._lazy_groups)
-
-    def _promote_lazy(self) -> None:
-        """Hand waiting volatile batches to the sync stage. They were written after every group
-        already there, so appending keeps the groups in write order."""
-        if self._lazy_timer is not None:
-            self._lazy_timer.cancel()
-            self._lazy_timer = None
-        if self._lazy_groups:
-            self._sync_groups.extend(self._lazy_groups)
-            self._lazy_groups = []
-
-    def _lazy_due(self) -> None:
-        self._lazy_timer = None
-        self._promote_lazy()
-        self._wake_syncer()
-
-    def _after_sync(self, callbacks: list[Callback]) -> None:
-        """Run ``callbacks`` once every write so far is synced (now, if nothing is pending)."""
-        if self._sync_busy():
-            self._promote_lazy()
-            self._sync_groups.append((None, callbacks, None))
-            self._wake_syncer()
-        else:
-            _notify(callbacks, self._failed)
-
-    def _wake_syncer(self) -> None:
-        wakeup = self._sync_wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
-
-    async def _sync_loop(self) -> None:
-        """The sync stage: one fdatasync covers every batch written before it started."""
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._sync_groups:
-                for waiter in self._sync_idle:
-                    if not waiter.done():
-                        waiter.set_result(None)
-                self._sync_idle.clear()
-                if self._sync_stopping:
-                    return
-                self._sync_wakeup = loop.create_future()
-                try:
-                    await self._sync_wakeup
-                finally:
-                    self._sync_wakeup = None
-                continue
-            self._promote_lazy()  # written before this fdatasync: it covers them for free
-            groups, self._sync_groups = self._sync_groups, []
-            self._syncing = True
-            error: BaseException | None = self._failed
-            try:
-                if error is None:
-                    stats = self.stats
-                    for handle in dict.fromkeys(h for h, _cbs, _b in groups if h is not None):
-                        started = stats.clock()
-                        await handle.sync()
-                        stats.histograms.journal_sync.record(stats.clock() - started)
-                        stats.journal_syncs += 1
-            except OSError as exc:
-                error = self._fail(exc, [])
-            finally:
-                self._syncing = False
-            if error is not None:
-                # Not durable (a failed fdatasync may even have dropped the pages): written
-                # again by recover(), in the order they were written.
-                self._stalled.extend(b for _h, _cbs, b in groups if b is not None)
-            for _handle, callbacks, _batch in groups:
-                _notify(callbacks, error)
-
-    async def _drain_syncs(self) -> None:
-        if self._sync_busy():
-            self._promote_lazy()
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._sync_idle.append(waiter)
-            self._wake_syncer()
-            await waiter
-
-    async def _file_for(self, size: int, first_lsn: int | None) -> AppendFile:
-        """The journal file for the next write, rolled over when it would grow too big."""
-        handle = self._file
-        assert handle is not None
-        if (
-            first_lsn is not None
-            and handle.size > FILE_HEADER.size
-            and handle.size + size > self._max_file_size
-        ):
-            await self._drain_syncs()  # the old file's pending fdatasync must finish first
-            if self._failed is not None:  # that fdatasync failed: stay on this file
-                raise self._failed
-            await self._close_file()
-            await self._open_file(first_lsn)
-            handle = self._file
-            assert handle is not None
-        return handle
-
     async def release(self, upto_lsn: int) -> int:
         """Delete journal files whose every record is at or below ``upto_lsn``; return count."""
-        removed = 0
-        while len(self._files) > 1 and self._files[1][0] <= upto_lsn + 1:
-            _first, path = self._files.pop(0)
-            await self._disk.remove(path)
-            removed += 1
-        return removed
+        return await self._files.release(upto_lsn)
 
     async def stop(self) -> None:
         """Write and sync everything queued, then stop the writer and close the file."""
         self._stopping = True
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        if self._wakeup is not None:
+            _wake(self._wakeup)
         if self._task is not None:
             await self._task
             self._task = None
-        self._promote_lazy()
-        self._sync_stopping = True
-        self._wake_syncer()
-        if self._sync_task is not None:
-            await self._sync_task
-            self._sync_task = None
-        await self._close_file()
+        await self._sync.stop()
+        await self._files.close()
 
     async def crash(self) -> None:
         """Stop at once: queued records are neither written nor acknowledged."""
-        for task in (self._task, self._sync_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._task = self._sync_task = None
-        self._queue, self._callbacks, self._written = [], [], []
-        self._queued_records = 0
-        self._sync_groups = []
-        if self._lazy_timer is not None:
-            self._lazy_timer.cancel()
-            self._lazy_timer = None
-        self._lazy_groups = []
-        await self._close_file()
+        task, self._task = self._task, None
+        if task is not None:
+            await cancel_and_wait(task)
+        await self._sync.crash()
+        self._queue.clear()
+        await self._files.close()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.bookie.flow import ADD_HELD_BYTES
 from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import (

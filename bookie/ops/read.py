@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.protocol import LAC_ENTRY_ID, ReadFlag, ReadRequest, ReadResponse, StatusCode
 

@@ -18,7 +18,7 @@ import os
 from collections import Counter
 
 from aiobk.bookie.disk import Disk
-from aiobk.bookie.entrylog import OFFSET_BITS
+from aiobk.bookie.entrylog.format import OFFSET_BITS
 from aiobk.bookie.index.engine import IndexBatch
 from aiobk.bookie.index.entry_index import (
     HELD_KEY,

@@ -30,12 +30,14 @@ recovers it -- and so learns its last entry. The ledger's appends up to that ent
 log and resolve to their positions there; the ones after it are not, and go back to the head
 of the queue, in their order, ahead of everything called later. No record is lost or written
 twice, and the appender sees nothing of it but the positions.
+
+The parts: ``ownership.LogOwnership`` takes the log, adds and seals its ledgers and judges
+takeovers; this module keeps the appends in call order and runs the transitions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -45,18 +47,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log.append import take_log
 from aiobk.client.log.format import ENVELOPE, RAW, encode
 from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.ownership import LogOwnership
 from aiobk.client.log.position import LogPosition
-from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.metadata import LogMetadata
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
     BKError,
     LedgerClosedError,
-    LogFencedError,
-    MetadataVersionError,
 )
 
 log = logging.getLogger(__name__)
@@ -112,11 +110,10 @@ class LogWriter:
     ``BookKeeper.open_log_writer``; an async context manager that closes on exit."""
 
     def __init__(self, bk: LedgerClient, name: str, settings: LogWriterSettings) -> None:
-        self._bk = bk
         self.name = name
         self._settings = settings
+        self._ownership = LogOwnership(bk, name, settings)  # the log record, its ledgers
         self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
-        self._taken_with = -1  # the ledger this writer took the log with: its name there
         self._opened_at = 0.0
         self._bytes = 0
         self._queue: deque[_Append] = deque()  # called, not yet sent: call order
@@ -134,76 +131,14 @@ class LogWriter:
     # ------------------------------------------------------------------ opening
 
     async def _open(self) -> None:
-        s = self._settings
-        retry = MetadataRetry(self._bk.config, f"log {self.name}: taking it")
-        for _attempt in range(self._bk.config.metadata_retries):
-            record = await take_log(
-                self._bk, self.name, s.password, create=s.create, record_format=s.record_format
-            )
-            self.record_format = record.record_format
-            handle = await self._create_ledger()
-            wanted = record.taken((*record.ledgers, handle.ledger_id), handle.ledger_id)
-            try:
-                await retry.call(
-                    "taking the log", functools.partial(self._bk.store.write_log, wanted)
-                )
-            except MetadataVersionError:
-                now = await self._read_record(retry)
-                if now.writer == handle.ledger_id:
-                    self._taken_with = handle.ledger_id
-                    self._started(handle)  # an earlier attempt landed
-                    return
-                await self._discard(handle)
-                if now.writer != record.writer:
-                    raise LogFencedError(
-                        f"log {self.name!r}: another writer took it while this one opened"
-                    ) from None
-                continue  # the log changed (a roll of the previous writer, a truncation)
-            except BKError:
-                await self._discard(handle)
-                raise
-            self._taken_with = handle.ledger_id
-            self._started(handle)
-            return
-        raise MetadataVersionError(f"log {self.name!r}: taking it kept losing races")
-
-    async def _create_ledger(self) -> LedgerHandle:
-        s = self._settings
-        return await self._bk.create_ledger(
-            s.ensemble_size,
-            s.write_quorum,
-            s.ack_quorum,
-            password=s.password,
-            durability=s.durability,
-            custom_metadata={"log": self.name.encode()},
-        )
+        handle, self.record_format = await self._ownership.take()
+        self._started(handle)
 
     def _started(self, handle: LedgerHandle) -> None:
         self._handle = handle
         self._bytes = 0
         self._opened_at = asyncio.get_running_loop().time()
         log.info("log %s: writing to ledger %d", self.name, handle.ledger_id)
-
-    async def _read_record(self, retry: MetadataRetry) -> LogMetadata:
-        return await retry.call(
-            "reading the log", functools.partial(self._bk.store.read_log, self.name)
-        )
-
-    def _taken_over(self, record: LogMetadata) -> LogFencedError | None:
-        if record.writer == self._taken_with:
-            return None
-        return LogFencedError(
-            f"log {self.name!r}: another writer took it over (the writer that took it with "
-            f"ledger {record.writer}; this one took it with ledger {self._taken_with})"
-        )
-
-    async def _discard(self, handle: LedgerHandle) -> None:
-        try:
-            await handle.close()
-            await self._bk.delete_ledger(handle.ledger_id, self._settings.password)
-        except BKError as exc:
-            log.warning("log %s: could not remove unused ledger %d: %s",
-                        self.name, handle.ledger_id, exc)  # fmt: skip
 
     # ------------------------------------------------------------------ appending
 
@@ -396,7 +331,7 @@ class LogWriter:
         await self._move_on(old, failure)
 
     async def _move_on(self, old: LedgerHandle, failure: BKError | None) -> None:
-        last = await self._seal(old, failure)
+        last = await self._ownership.seal(old, failure)
         kept, again = split_at(self._sent, last)
         self._sent = deque()
         for append in kept:
@@ -404,62 +339,7 @@ class LogWriter:
         for append in again:
             append.ledger_id = append.entry_id = -1
         self._queue.extendleft(reversed(again))
-        await self._next_ledger()
-
-    async def _seal(self, old: LedgerHandle, failure: BKError | None) -> int:
-        """The last entry of ``old`` once no further add can land in it: closed after its
-        appends, or -- when it failed -- recovered, as a reader would (this also learns which
-        in-flight appends made it). Raises ``LogFencedError`` if another writer took the log."""
-        if failure is None:
-            try:
-                await old.close()
-            except BKError as exc:
-                failure = exc
-            else:
-                last = old.metadata.last_entry_id
-                assert last is not None  # closed
-                return last
-        retry = MetadataRetry(self._bk.config, f"log {self.name}: recovering a failed ledger")
-        taken = self._taken_over(await self._read_record(retry))
-        if taken is not None:
-            raise taken from failure
-        reader = await self._bk.open_ledger(old.ledger_id, self._settings.password, recovery=True)
-        with contextlib.suppress(BKError):
-            await reader.close()
-        return reader.last_add_confirmed
-
-    async def _next_ledger(self) -> None:
-        """Create the next ledger and put it at the end of the log, as long as the log is still
-        this writer's; a routine change of the record (a truncation) just means trying again."""
-        handle = await self._create_ledger()
-        retry = MetadataRetry(self._bk.config, f"log {self.name}: adding a ledger")
-        try:
-            for _attempt in range(self._bk.config.metadata_retries):
-                record = await self._read_record(retry)
-                taken = self._taken_over(record)
-                if taken is not None:
-                    raise taken
-                if record.ledgers[-1:] == (handle.ledger_id,):
-                    break  # a compare-and-set retried after its first attempt landed
-                if record.ledgers and handle.ledger_id < record.ledgers[-1]:
-                    raise LogFencedError(
-                        f"log {self.name!r}: it ends with ledger {record.ledgers[-1]}, after "
-                        f"this writer's new ledger {handle.ledger_id}"
-                    )
-                wanted = record.with_ledgers((*record.ledgers, handle.ledger_id))
-                try:
-                    await retry.call(
-                        "updating the log", functools.partial(self._bk.store.write_log, wanted)
-                    )
-                    break
-                except MetadataVersionError:
-                    continue  # changed since read: read it again
-            else:
-                raise MetadataVersionError(f"log {self.name!r}: adding a ledger kept losing races")
-        except BKError:
-            await self._discard(handle)
-            raise
-        self._started(handle)
+        self._started(await self._ownership.add_ledger())
 
     def _fail(self, error: BKError) -> None:
         """The writer stops for good: every unsettled append fails with ``error``."""

@@ -63,7 +63,7 @@ CONFIGS: dict[str, tuple[str, str]] = {
     "bookie": ("aiobk.bookie.config", "BookieConfig"),
     "client": ("aiobk.client.config", "ClientConfig"),
     "switches": ("aiobk.client.config", "ProtocolSwitches"),
-    "autorecovery": ("aiobk.autorecovery.config", "AutoRecoveryConfig"),
+    "autorecovery": ("aiobk.metadata.autorecovery", "AutoRecoveryConfig"),
 }
 
 
@@ -112,10 +112,15 @@ def _type_name(annotation: Any) -> str:
     return str(text).replace("None | ", "").replace(" | None", " (optional)")
 
 
-def _default(field: dataclasses.Field[Any]) -> str:
+def _default(field: dataclasses.Field[Any], toml: bool = False) -> str:
+    """``field``'s default as the reference shows it; ``toml``: the class is read from a TOML
+    file, where a field holding settings of its own is a table."""
     if field.default is dataclasses.MISSING:
         if field.default_factory is not dataclasses.MISSING:
-            return f"`{type(field.default_factory()).__name__}()`"
+            made = field.default_factory()
+            if toml and dataclasses.is_dataclass(made):
+                return f"`[{field.name}]` table"
+            return f"`{type(made).__name__}()`"
         return "(required)"
     value = field.default
     if isinstance(value, enum.Enum):
@@ -137,26 +142,17 @@ def settings(kind: str) -> list[Setting]:
     module, name = CONFIGS[kind]
     cls = getattr(importlib.import_module(module), name)
     descriptions = field_descriptions(cls)
-    if kind == "bookie":
-        # The bookie's autorecovery settings are AutoRecoveryConfig's, documented there.
-        for key, text in field_descriptions(_autorecovery_config()).items():
-            descriptions.setdefault(key, text)
     missing = [f.name for f in dataclasses.fields(cls) if not descriptions.get(f.name)]
     if missing:
         raise GenerationError(
             f"{module}.{name}: no comment describes {', '.join(missing)} (a comment on the "
             "field's line, or a block right above it)"
         )
+    toml = kind == "bookie"  # the one read from a file
     return [
-        Setting(f.name, _type_name(f.type), _default(f), descriptions[f.name])
+        Setting(f.name, _type_name(f.type), _default(f, toml), descriptions[f.name])
         for f in dataclasses.fields(cls)
     ]
-
-
-def _autorecovery_config() -> type:
-    module, name = CONFIGS["autorecovery"]
-    cls: type = getattr(importlib.import_module(module), name)
-    return cls
 
 
 def _bookie_flags() -> set[str]:

@@ -434,7 +434,7 @@ def test_bad_arguments_are_one_line_usage_errors(
     uri = "etcd://127.0.0.1:2379/unused"
     down = f"etcd://127.0.0.1:{free_port()}/x"
     bad_toml = tmp_path / "bookie.toml"
-    bad_toml.write_text("lost_bookie_recovery_delay = 1.0\ncolour = 'blue'\n")
+    bad_toml.write_text("colour = 'blue'\n[autorecovery]\nlost_bookie_recovery_delay = 1.0\n")
     cases: list[tuple[list[str], int, str]] = [
         (["bookies", "decommission", "x:1", "--metadata", uri, "--timeout", "0"], 2,
          "--timeout"),
@@ -487,10 +487,11 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
         f"metadata_uri = {uri!r}\n"
         "data_dir = '/elsewhere'  # a bookie's own setting: ignored here\n"
         "port = 3181\n"
+        "log_level = 'warning'\n"
+        "[autorecovery]\n"
         "lost_bookie_recovery_delay = 0.5\n"
         "autorecovery_poll_interval = 0.2\n"
         "autorecovery_lease_ttl = 2.0\n"
-        "log_level = 'warning'\n"
     )
     metrics = free_port()
     proc = await asyncio.create_subprocess_exec(

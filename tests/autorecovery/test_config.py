@@ -1,31 +1,28 @@
-"""Autorecovery's settings: the bookie's TOML takes each under the same name and default (the
-two dataclasses sit in layers that cannot import each other), and bad values are refused."""
+"""Autorecovery's settings: one class, which the bookie's config holds whole (its
+``[autorecovery]`` table), and bad values are refused by both."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 
 from aiobk.autorecovery import AutoRecoveryConfig
 from aiobk.bookie import BookieConfig, ConfigError
+from aiobk.metadata.autorecovery import AutoRecoveryConfig as DefinedBelowBoth
 
 
-def test_every_setting_is_a_bookie_setting_with_the_same_default() -> None:
-    bookie = {f.name: f.default for f in dataclasses.fields(BookieConfig)}
-    for f in dataclasses.fields(AutoRecoveryConfig):
-        assert f.name in bookie, f.name
-        assert bookie[f.name] == f.default, f.name
-    assert bookie["autorecovery_enabled"] is True
+def test_one_class_held_whole_by_the_bookie_config() -> None:
+    assert AutoRecoveryConfig is DefinedBelowBoth
+    config = BookieConfig(data_dir="/d")
+    assert config.autorecovery == AutoRecoveryConfig()
+    assert config.autorecovery_enabled is True
 
 
 def test_a_bookies_settings_hand_over_whole() -> None:
-    config = BookieConfig(
-        data_dir="/d", lost_bookie_recovery_delay=5.0, rereplication_entries_in_flight=8
+    config = BookieConfig.from_mapping(
+        {}, data_dir="/d", lost_bookie_recovery_delay=5.0, rereplication_entries_in_flight=8
     )
-    handed = AutoRecoveryConfig.from_settings(config)
-    assert handed.lost_bookie_recovery_delay == 5.0
-    assert handed.rereplication_entries_in_flight == 8
+    assert config.autorecovery.lost_bookie_recovery_delay == 5.0
+    assert config.autorecovery.rereplication_entries_in_flight == 8
 
 
 @pytest.mark.parametrize(
@@ -41,4 +38,6 @@ def test_bad_values_are_refused_by_both(name: str, value: float) -> None:
     with pytest.raises(ValueError, match=name):
         AutoRecoveryConfig(**{name: value})
     with pytest.raises(ConfigError, match=name):
-        BookieConfig(data_dir="/d", **{name: value})
+        BookieConfig.from_mapping({}, data_dir="/d", **{name: value})
+    with pytest.raises(ConfigError, match=name):
+        BookieConfig.from_mapping({"data_dir": "/d", "autorecovery": {name: value}})

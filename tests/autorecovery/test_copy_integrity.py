@@ -34,7 +34,7 @@ from aiobk.autorecovery import AutoRecoveryConfig, Outcome, ReplicationWorker
 from aiobk.autorecovery.status import LostLedger, gather_status
 from aiobk.autorecovery.worker import DAMAGED_ATTEMPTS
 from aiobk.bookie import Bookie
-from aiobk.bookie.entrylog import RECORD_HEAD, log_name, unpack_location
+from aiobk.bookie.entrylog.format import RECORD_HEAD, log_name, unpack_location
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.digest import Digester
 from aiobk.client.entry_read import ask, verified

@@ -86,11 +86,12 @@ async def test_gauges_and_bytes_as_the_exporter_serves_them(
     config = tmp_path / "autorecovery.toml"
     config.write_text(
         f"metadata_uri = {uri!r}\n"
+        "log_level = 'warning'\n"
+        "[autorecovery]\n"
         "lost_bookie_recovery_delay = 0.5\n"
         "autorecovery_poll_interval = 0.2\n"
         "autorecovery_lease_ttl = 2.0\n"
         "rereplication_retry_delay = 0.2\n"
-        "log_level = 'warning'\n"
     )
     port = free_port()
     proc = await asyncio.create_subprocess_exec(

@@ -28,8 +28,9 @@ BOOKIES = 5
 LEDGERS = 6
 ENTRIES = 40
 LEASE_TTL = 2.0
-FAST: dict[str, float] = {
-    "registration_ttl": 1.0,  # etcd raises it to its minimum (2 s with default timing)
+# etcd raises registration_ttl to its minimum (2 s with default timing).
+FAST: dict[str, float] = {"registration_ttl": 1.0}
+AUTORECOVERY: dict[str, float] = {  # the [autorecovery] table
     "lost_bookie_recovery_delay": 1.5,
     "autorecovery_poll_interval": 0.2,
     "rereplication_retry_delay": 0.2,
@@ -56,7 +57,11 @@ class Cluster:
             data = root / f"bookie{i}"
             config = root / f"bookie{i}.toml"
             settings = {**HOST_DISK_SETTINGS, **FAST}
-            config.write_text("".join(f"{k} = {v!r}\n" for k, v in settings.items()))
+            config.write_text(
+                "".join(f"{k} = {v!r}\n" for k, v in settings.items())
+                + "[autorecovery]\n"
+                + "".join(f"{k} = {v!r}\n" for k, v in AUTORECOVERY.items())
+            )
             proc = BookieProcess(data, None, "--metadata", uri, "--config", str(config))
             self.procs[f"127.0.0.1:{proc.port}"] = proc
 

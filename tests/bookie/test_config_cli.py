@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,10 @@ def test_toml_with_overrides(tmp_path: Path) -> None:
         ('data_dir = "/d"\nflush_interval = 0\n', "must be positive"),
         ("data_dir = [\n", "not valid TOML"),
         ("bookie = 3\n", "must be a table"),
+        ('data_dir = "/d"\n[autorecovery]\ncolour = 1\n', "unknown setting 'autorecovery.colour'"),
+        ('data_dir = "/d"\nautorecovery = 3\n', "autorecovery must be a table"),
+        ('data_dir = "/d"\n[autorecovery]\nautorecovery_lease_ttl = "long"\n', "number of"),
+        ('data_dir = "/d"\n[autorecovery]\nrereplication_retry_delay = 0\n', "must be positive"),
     ],
 )
 def test_bad_toml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> None:
@@ -48,6 +53,84 @@ def test_bad_toml_is_a_clear_error(tmp_path: Path, text: str, message: str) -> N
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         BookieConfig.from_toml(str(path))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'data_dir = "/d"\n[autorecovery]\nlost_bookie_recovery_delay = 5\n',
+        '[bookie]\ndata_dir = "/d"\n[bookie.autorecovery]\nlost_bookie_recovery_delay = 5\n',
+    ],
+)
+def test_the_autorecovery_table(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text(text)
+    config = BookieConfig.from_toml(str(path))
+    assert config.autorecovery.lost_bookie_recovery_delay == 5.0
+    assert config.autorecovery.autorecovery_poll_interval == 2.0  # the rest: defaults
+
+
+def test_a_flat_autorecovery_key_reads_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text('data_dir = "/d"\nlost_bookie_recovery_delay = 5\n')
+    with pytest.warns(FutureWarning, match=r"autorecovery\.lost_bookie_recovery_delay"):
+        config = BookieConfig.from_toml(str(path))
+    assert config.autorecovery.lost_bookie_recovery_delay == 5.0
+
+
+def test_an_autorecovery_key_both_flat_and_in_the_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text(
+        'data_dir = "/d"\nlost_bookie_recovery_delay = 5\n'
+        "[autorecovery]\nlost_bookie_recovery_delay = 6\n"
+    )
+    with pytest.raises(ConfigError, match="both flat and under \\[autorecovery\\]"):
+        BookieConfig.from_toml(str(path))
+
+
+def test_flags_name_autorecovery_settings_flat_without_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text('data_dir = "/d"\n[autorecovery]\nlost_bookie_recovery_delay = 5\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = BookieConfig.from_toml(
+            str(path), lost_bookie_recovery_delay=7.0, autorecovery_poll_interval=None
+        )
+        bare = BookieConfig.from_mapping({}, data_dir="/d", autorecovery_lease_ttl=3.0)
+    assert config.autorecovery.lost_bookie_recovery_delay == 7.0  # the flag wins
+    assert config.autorecovery.autorecovery_poll_interval == 2.0  # None: not given
+    assert bare.autorecovery.autorecovery_lease_ttl == 3.0
+
+
+def test_index_full_snapshot_every_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text('data_dir = "/d"\nindex_full_snapshot_every = 32\n')
+    with pytest.warns(FutureWarning, match="index_full_snapshot_every is ignored .*: remove it"):
+        config = BookieConfig.from_toml(str(path))
+    assert config == BookieConfig(data_dir="/d")
+
+
+def test_a_deprecated_key_is_a_one_line_cli_warning(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text("lost_bookie_recovery_delay = 5\nport = 0\nbogus = 1\n")
+    result = _aiobk("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        f"aiobk: warning: {path}: the bookie setting 'lost_bookie_recovery_delay' is deprecated: "
+        "set it under [autorecovery] (autorecovery.lost_bookie_recovery_delay)",
+        f"aiobk: error: {path}: unknown setting 'bogus'",
+    ], result.stderr
+
+
+def test_an_unknown_autorecovery_key_is_a_one_line_cli_error(tmp_path: Path) -> None:
+    path = tmp_path / "bookie.toml"
+    path.write_text("[autorecovery]\ncolour = 1\n")
+    result = _aiobk("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("aiobk: error:")
+    assert "unknown setting 'autorecovery.colour'" in lines[0]
 
 
 def test_config_validation() -> None:

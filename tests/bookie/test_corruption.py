@@ -10,7 +10,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from aiobk.bookie import Bookie, BookieConfig, IndexCorruptError, JournalCorruptError
-from aiobk.bookie.entrylog import RECORD_HEAD, unpack_location
+from aiobk.bookie.entrylog.format import RECORD_HEAD, unpack_location
 from aiobk.bookie.index.rocks import FAMILIES
 from aiobk.metadata import free_port
 from aiobk.protocol import (

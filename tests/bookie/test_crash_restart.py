@@ -20,7 +20,6 @@ flush_interval = 0.05
 journal_max_file_size = 262144
 entry_log_max_size = 1048576
 entry_log_write_buffer = 65536
-index_full_snapshot_every = 3
 """
 
 

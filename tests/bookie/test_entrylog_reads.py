@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 from aiobk.bookie import OsDisk
-from aiobk.bookie.entrylog import PAGE, EntryLogger, unpack_location
+from aiobk.bookie.entrylog.format import PAGE, unpack_location
+from aiobk.bookie.entrylog.logger import EntryLogger
 
 
 async def test_records_of_every_size_at_every_alignment_read_back(tmp_path: Path) -> None:
@@ -52,6 +54,7 @@ async def test_a_batch_appends_what_its_entries_one_by_one_would(tmp_path: Path)
         for first in range(0, 70, 7)
     ]
     stored: dict[str, list[tuple[int, int, bytes]]] = {}
+    counted: dict[str, dict[int, int | None]] = {}  # each log's record count, as tallied
     for way in ("one_by_one", "batched"):
         disk = OsDisk()
         logger = EntryLogger(
@@ -66,6 +69,8 @@ async def test_a_batch_appends_what_its_entries_one_by_one_would(tmp_path: Path)
                 locations = [logger.append(9, entry_id, body) for entry_id, body in batch]
             stored[way] += [(loc, e, b) for loc, (e, b) in zip(locations, batch, strict=True)]
         await logger.sync()
+        logs = sorted({unpack_location(loc)[0] for loc, _, _ in stored[way]})
+        counted[way] = {log: await logger.known_record_count(log) for log in logs}
         try:
             for location, entry_id, body in stored[way]:
                 assert await logger.read(location, 9, entry_id) == body
@@ -73,6 +78,10 @@ async def test_a_batch_appends_what_its_entries_one_by_one_would(tmp_path: Path)
             await logger.close()
             await disk.close()
     assert stored["batched"] == stored["one_by_one"]
+    # Compaction divides each log's live records by its count: a batch that rolls counts each
+    # record in the log that holds it.
+    held = Counter(unpack_location(loc)[0] for loc, _, _ in stored["batched"])
+    assert counted["batched"] == counted["one_by_one"] == dict(held)
     assert len({unpack_location(loc)[0] for loc, _, _ in stored["batched"]}) > 5  # it rolled
     for name in os.listdir(tmp_path / "one_by_one"):
         one = (tmp_path / "one_by_one" / name).read_bytes()

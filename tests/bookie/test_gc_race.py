@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.bookie.entrylog import EntryLogger
+from aiobk.bookie.entrylog.logger import EntryLogger
 from tests.bookie.test_gc import SMALL_LOGS, _check, _fill, _one_bookie
 
 

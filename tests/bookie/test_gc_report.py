@@ -16,7 +16,8 @@ import aiohttp
 import pytest
 
 from aiobk.bookie.disk import OsDisk
-from aiobk.bookie.entrylog import RECORD_HEAD, EntryLogger
+from aiobk.bookie.entrylog.format import RECORD_HEAD
+from aiobk.bookie.entrylog.logger import EntryLogger
 from aiobk.bookie.gc_report import (
     ACTIVE,
     COMPACTABLE,

@@ -1,4 +1,5 @@
-"""The fixed-bucket histogram (pure): the bookie's and the client's copy behave alike."""
+"""The fixed-bucket histogram and the loop clock (``aiobk.figures``), as the bookie's and the
+client's stats export them."""
 
 from __future__ import annotations
 
@@ -13,19 +14,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiobk.bookie import histogram as bookie_histogram
+from aiobk import figures
 from aiobk.bookie import stats as bookie_stats
 from aiobk.bookie.stats import COUNTERS, BookieStats
 from aiobk.client import stats as client_stats
+from aiobk.figures import (
+    BATCH_BYTES_BOUNDS,
+    BATCH_ENTRIES_BOUNDS,
+    LATENCY_BOUNDS,
+    Histogram,
+    exponential_bounds,
+)
 
-CLASSES = [bookie_histogram.Histogram, client_stats.Histogram]
 IDS = ["bookie", "client"]
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("histogram", CLASSES, ids=IDS)
-def test_a_value_on_a_bound_counts_in_that_bounds_bucket(histogram: type) -> None:
-    h = histogram((1.0, 2.0, 4.0))
+def test_a_value_on_a_bound_counts_in_that_bounds_bucket() -> None:
+    h = Histogram((1.0, 2.0, 4.0))
     for value in (0.0, 1.0, 1.5, 2.0, 4.0, 4.000001, 100.0):
         h.record(value)
     assert h.counts == [2, 2, 1, 2]  # le=1: 0, 1; le=2: 1.5, 2; le=4: 4; +Inf: the rest
@@ -35,29 +41,26 @@ def test_a_value_on_a_bound_counts_in_that_bounds_bucket(histogram: type) -> Non
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("histogram", CLASSES, ids=IDS)
-def test_an_empty_histogram(histogram: type) -> None:
-    h = histogram((0.5,))
+def test_an_empty_histogram() -> None:
+    h = Histogram((0.5,))
     assert h.count == 0
     assert h.sum == 0.0
     assert h.cumulative() == [(0.5, 0), (math.inf, 0)]
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("histogram", CLASSES, ids=IDS)
 @pytest.mark.parametrize("bounds", [(), (1.0, 1.0), (2.0, 1.0)])
-def test_bounds_must_increase(histogram: type, bounds: tuple[float, ...]) -> None:
+def test_bounds_must_increase(bounds: tuple[float, ...]) -> None:
     with pytest.raises(ValueError, match="strictly increasing"):
-        histogram(bounds)
+        Histogram(bounds)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("histogram", CLASSES, ids=IDS)
 @settings(max_examples=200, deadline=None)
 @given(values=st.lists(st.floats(min_value=0.0, max_value=1e4, allow_nan=False), max_size=200))
-def test_counts_match_a_plain_count(histogram: type, values: list[float]) -> None:
-    bounds = bookie_histogram.LATENCY_BOUNDS
-    h = histogram(bounds)
+def test_counts_match_a_plain_count(values: list[float]) -> None:
+    bounds = LATENCY_BOUNDS
+    h = Histogram(bounds)
     for value in values:
         h.record(value)
     for i, (bound, running) in enumerate(h.cumulative()):
@@ -70,17 +73,28 @@ def test_counts_match_a_plain_count(histogram: type, values: list[float]) -> Non
 
 @pytest.mark.timeout(10)
 def test_the_bounds_are_exponential_and_print_cleanly() -> None:
-    bounds = bookie_histogram.LATENCY_BOUNDS
+    bounds = LATENCY_BOUNDS
     assert bounds[0] == 0.00001
     assert all(later / earlier == pytest.approx(2.0) for earlier, later in pairwise(bounds))
     assert bounds[-1] >= 120.0  # the longest long poll (max_long_poll_timeout) fits
     assert repr(bounds[6]) == "0.00064"  # an le label as a person would write it
-    assert bookie_histogram.BATCH_ENTRIES_BOUNDS[:3] == (1.0, 2.0, 4.0)
-    assert bookie_histogram.BATCH_BYTES_BOUNDS[0] == 512.0
-    # The client keeps the same latency buckets, so dashboards compare like with like.
-    assert bounds == client_stats.LATENCY_BOUNDS
+    assert BATCH_ENTRIES_BOUNDS[:3] == (1.0, 2.0, 4.0)
+    assert BATCH_BYTES_BOUNDS[0] == 512.0
+    assert Histogram().bounds == bounds  # the default: latencies
     with pytest.raises(ValueError, match="factor >= 2"):
-        bookie_histogram.exponential_bounds(1, 1, 3)
+        exponential_bounds(1, 1, 3)
+
+
+@pytest.mark.timeout(10)
+def test_the_bookie_and_the_client_keep_one_histogram_and_one_clock() -> None:
+    """The same buckets on both sides, so dashboards compare like with like."""
+    for module in (bookie_stats, client_stats):
+        assert module.Histogram is Histogram
+        assert module.loop_clock is figures.loop_clock
+        assert module.bound_to_loop is figures.bound_to_loop
+    assert client_stats.LATENCY_BOUNDS is LATENCY_BOUNDS
+    bookie, client = BookieStats().histograms.add_entry_request, client_stats.ClientStats()
+    assert bookie.bounds == client.append_latency.bounds == LATENCY_BOUNDS
 
 
 @pytest.mark.timeout(10)

@@ -111,11 +111,12 @@ class _Node:
             await self.proxy.start()
         assert self.process is not None
         config = self.config_path
-        settings = {**HOST_DISK_SETTINGS, **AUTORECOVERY}
         config.write_text(
             f'data_dir = "{self.data}"\nregistration_ttl = 3.0\nflush_interval = 1.0\n'
             f"allow_cookie_fix = false\nrepair_retry_interval = 0.5\n"
-            + "".join(f"{k} = {v!r}\n" for k, v in settings.items())
+            + "".join(f"{k} = {v!r}\n" for k, v in HOST_DISK_SETTINGS.items())
+            + "[autorecovery]\n"
+            + "".join(f"{k} = {v!r}\n" for k, v in AUTORECOVERY.items())
         )
         args = ["--config", str(config), "--metadata", self.uri]
         args += ["--bookie-id", self.proxy.address, "--advertised-address", self.proxy.address]

@@ -9,6 +9,7 @@ missing entry are explicit negatives. No sockets, no disk.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,13 @@ class FakeBookie:
         self.processed: list[Request] = []
         self.down = False  # refuses connections, and drops live ones
         self.connections: list[_ServerSide] = []
+        self.lac_moved = asyncio.Event()  # set, and replaced, when a ledger's LAC moves
+
+    def _raise_lac(self, ledger: FakeLedger, lac: int) -> None:
+        if lac > ledger.lac:
+            ledger.lac = lac
+            self.lac_moved.set()
+            self.lac_moved = asyncio.Event()
 
     # ------------------------------------------------------------------ rules
 
@@ -175,7 +183,7 @@ class FakeBookie:
             ledger = self.ledgers.get(request.ledger_id)
             if ledger is None:
                 return WriteLacResponse(request.txn_id, StatusCode.ENOLEDGER, request.ledger_id)
-            ledger.lac = max(ledger.lac, request.lac)
+            self._raise_lac(ledger, request.lac)
             return WriteLacResponse(request.txn_id, StatusCode.EOK, request.ledger_id, ledger.lac)
         if isinstance(request, ForceRequest):  # everything a fake holds counts as synced
             ledger = self.ledgers.get(request.ledger_id)
@@ -203,7 +211,7 @@ class FakeBookie:
         if ledger.fenced and not request.flags & AddFlag.RECOVERY_ADD:
             return answer(StatusCode.EFENCED)
         ledger.entries[request.entry_id] = request.body
-        ledger.lac = max(ledger.lac, peek_header(request.body)[2])
+        self._raise_lac(ledger, peek_header(request.body)[2])
         return answer(StatusCode.EOK)
 
     def _read(self, request: ReadRequest) -> ReadResponse:
@@ -277,12 +285,13 @@ class _ServerSide:
         self._reply(response)
 
     async def _long_poll(self, request: ReadRequest) -> None:
-        deadline = self.loop.time() + request.timeout_ms / 1000
-        while self.loop.time() < deadline:
-            ledger = self.bookie.ledgers.get(request.ledger_id)
-            if ledger is not None and ledger.lac > request.previous_lac:
-                return
-            await asyncio.sleep(0.005)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(request.timeout_ms / 1000):
+                while True:
+                    ledger = self.bookie.ledgers.get(request.ledger_id)
+                    if ledger is not None and ledger.lac > request.previous_lac:
+                        return
+                    await self.bookie.lac_moved.wait()
 
     def _reply(self, response: Response) -> None:
         if not self.closed:

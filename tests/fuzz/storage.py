@@ -22,7 +22,7 @@ import atheris
 with atheris.instrument_imports():
     import crc32c
 
-    from aiobk.bookie.entrylog import CorruptEntryError, _check
+    from aiobk.bookie.entrylog.format import CorruptEntryError, check_record
     from aiobk.bookie.journal.format import RecordType, encode_record, scan
     from aiobk.bookie.stats import BookieStats
     from aiobk.bookie.upgrade.segments import (
@@ -96,7 +96,7 @@ def _garbage(fdp: atheris.FuzzedDataProvider) -> None:
         with contextlib.suppress(IndexCorruptError):
             decode_segment(body + CRC.pack(crc32c.crc32c(body)), Loaded())
     with contextlib.suppress(CorruptEntryError):
-        _check(data, 1, 0, 1, 1, STATS)
+        check_record(data, 1, 0, 1, 1, STATS)
     records, _stop, _why = scan(data)
     for record in records:
         _same_record(record.kind, record.lsn, record.payload)

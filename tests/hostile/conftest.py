@@ -11,6 +11,7 @@ before the fix, e.g. ``git worktree add /tmp/hostile-before 328e5c4`` then
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -58,4 +59,6 @@ async def connect() -> AsyncIterator[Connect]:
     yield open_to
     for conn in opened:
         conn.abort()
-    await asyncio.sleep(0.01)  # let the transports see their close
+    for conn in opened:  # each transport has seen its close
+        with contextlib.suppress(OSError):
+            await asyncio.wait_for(conn.writer.wait_closed(), 5)

@@ -53,7 +53,6 @@ SETTINGS: dict[str, Any] = {
     "journal_max_file_size": 8 * MiB,
     "disk_reserved_space": 4 * MiB,
     "min_usable_size_for_high_priority_writes": 1 * MiB,
-    "index_full_snapshot_every": 4,
 }
 
 

@@ -124,14 +124,15 @@ async def test_a_cancel_arriving_as_a_call_completes_is_not_swallowed(etcd_serve
     assert isinstance(kv, EtcdKV)
     loop = asyncio.get_running_loop()
     reply: asyncio.Future[int] = loop.create_future()
+    waiting = asyncio.Event()
 
     async def call(_client: object) -> int:
+        waiting.set()
         return await reply
 
     try:
         task = asyncio.ensure_future(kv._call("test call", call))
-        for _ in range(20):  # until it waits on the reply (the client connects first)
-            await asyncio.sleep(0.05)
+        await asyncio.wait_for(waiting.wait(), 10)  # the client connected; the call waits
         reply.set_result(1)
         task.cancel()  # same loop turn: the caller asked to stop, it must stop
         with pytest.raises(asyncio.CancelledError):
@@ -152,11 +153,11 @@ async def test_a_call_whose_client_is_closed_under_it_is_tried_again_not_cancell
         for turn in range(20):
             calls = [asyncio.ensure_future(kv.keep_alive(lease)) for _ in range(4)]
             await asyncio.sleep(0.0005 * (turn % 5))  # some sent, some not yet
-            client = kv._client
+            client = kv._clients._client
             if turn % 2:
-                await kv._rotate()  # as a call that failed does, moving to the next endpoint
+                await kv._clients.rotate()  # as a failed call does: to the next endpoint
             else:
-                await kv._close_client(client)  # as a token's retirement does, later
+                await kv._clients.close_client(client)  # as a token's retirement does, later
             assert [await call > 0 for call in calls] == [True] * 4
     finally:
         await kv.close()
@@ -174,4 +175,4 @@ async def test_a_call_on_a_closed_kv_is_an_error_not_a_new_connection(
     if isinstance(outcome, BaseException):
         assert isinstance(outcome, MetadataStoreError)
         assert "closed" in str(outcome)
-    assert kv._client is None
+    assert kv._clients._client is None

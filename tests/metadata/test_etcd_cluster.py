@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.metadata import EtcdProcess, open_store
-from aiobk.metadata.etcd_process import EtcdCluster, _cmdline
+from aiobk.metadata.etcd_process import EtcdCluster
+from aiobk.metadata.processes import cmdline
 from aiobk.metadata.uri import parse_etcd_uri
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
@@ -69,7 +70,7 @@ async def test_the_members_form_one_cluster_with_one_leader(cluster: EtcdCluster
     # Every member's command line names all three peers and the cluster's own token.
     for member in cluster.members:
         assert member.pid is not None
-        args = _cmdline(member.pid)
+        args = cmdline(member.pid)
         assert f"--initial-cluster-token={cluster.token}" in args
         initial = next(a for a in args if a.startswith("--initial-cluster="))
         assert all(m.peer_url in initial for m in cluster.members)
@@ -157,7 +158,7 @@ def test_a_single_etcd_process_is_still_a_cluster_of_one(tmp_path: Path) -> None
     server = EtcdProcess(data_dir=str(tmp_path / "e")).start()
     try:
         assert server.pid is not None
-        args = _cmdline(server.pid)
+        args = cmdline(server.pid)
         assert f"--initial-cluster={server.name}={server.peer_url}" in args
         assert not any(a.startswith("--initial-cluster-token") for a in args)
         status = server.status()

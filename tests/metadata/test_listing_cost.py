@@ -195,7 +195,7 @@ async def test_listing_5000_ledgers_on_etcd_counts_a_window_per_call(
     seen: list[tuple[Any, Any]] = []  # (RangeRequest, RangeResponse) of every range
     try:
         ids = await _create_ledgers(store, LEDGERS)
-        client = await etcd_kv._get_client()
+        client = await etcd_kv._clients.get()
         original = client.kvstub.Range
 
         async def recording(request: Any, **kwargs: Any) -> Any:

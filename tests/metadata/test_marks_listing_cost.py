@@ -166,7 +166,7 @@ async def test_listing_4000_marks_on_etcd_counts_a_window_per_call(
     seen: list[tuple[Any, Any]] = []  # (RangeRequest, RangeResponse) of every range
     try:
         marked = await _marks_of_some_ledgers(store, seed=18)
-        client = await etcd_kv._get_client()
+        client = await etcd_kv._clients.get()
         original = client.kvstub.Range
 
         async def recording(request: Any, **kwargs: Any) -> Any:

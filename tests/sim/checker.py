@@ -11,7 +11,7 @@ import contextlib
 
 from aiobk.autorecovery import Auditor
 from aiobk.autorecovery.fragments import closed_fragments, slot_entries
-from aiobk.bookie.entrylog import CorruptEntryError
+from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.client import BookKeeper, LogPosition, ReadHandle
 from aiobk.client.log.position import log_record
 from aiobk.client.quorum import write_set

@@ -28,7 +28,8 @@ class Cluster:
         index = len(self.bookies)
         while (self.root / f"bookie{index}").exists():  # a bookie removed from the list
             index += 1
-        config = BookieConfig(
+        config = BookieConfig.from_mapping(  # autorecovery's settings given flat, as flags are
+            {},
             data_dir=str(self.root / f"bookie{index}"),
             port=settings.pop("port", 0),
             metadata_uri=self.uri,

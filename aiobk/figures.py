@@ -1,19 +1,43 @@
-"""A fixed-bucket histogram cheap enough for the add path (pure: no clock, no I/O, no locks).
+"""The figures the bookie and the client keep: the clock that times them and the fixed-bucket
+histogram that holds the times (pure: asyncio for the loop's clock, no I/O, no locks).
+
+One copy for both: the bookie and the client are independent layers, so what they share sits
+below them, beside ``aiobk.tasks``. No exporter is imported here (``aiobk.metrics`` reads the
+figures at scrape time), so the base install imports it.
 
 Bucket ``i`` counts the values ``v`` with ``bounds[i-1] < v <= bounds[i]`` (Prometheus' ``le``);
 the last one, past the highest bound, is ``+Inf``. Recording is one ``bisect`` over a short tuple
-and two additions; nothing is allocated. Only the event loop records; the exporter
-(``aiobk.metrics``) copies ``counts`` and reads ``sum`` from its own thread at scrape time, so a
-scrape may see a value counted whose sum is not added yet, never a lost count.
+and two additions; nothing is allocated. Only the event loop records; the exporter copies
+``counts`` and reads ``sum`` from its own thread at scrape time, so a scrape may see a value
+counted whose sum is not added yet, never a lost count.
 
-Durations are measured by the caller with ``BookieStats.clock`` (``bookie.stats``), never by this
-module: the simulator's virtual clock then gives the same figures on every replay.
+Durations are measured by the caller with its stats' ``clock`` (``BookieStats.clock``,
+``ClientStats.clock``), never by the histogram: by default ``loop_clock``, the running event
+loop's, which the simulator makes virtual, so a seed replays the same figures.
 """
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
+from collections.abc import Callable
 from itertools import pairwise
+
+Clock = Callable[[], float]
+
+
+def loop_clock() -> float:
+    """The running event loop's clock (virtual in the simulator)."""
+    return asyncio.get_running_loop().time()
+
+
+def bound_to_loop(clock: Clock) -> Clock:
+    """``clock``, unless it reads an event loop's clock (``loop_clock``, or some loop's
+    ``time``): then the running loop's ``time`` itself, which skips looking the loop up."""
+    owner = getattr(clock, "__self__", None)
+    if clock is loop_clock or isinstance(owner, asyncio.AbstractEventLoop):
+        return asyncio.get_running_loop().time
+    return clock
 
 
 def exponential_bounds(start: int, factor: int, count: int, unit: int = 1) -> tuple[float, ...]:
@@ -35,9 +59,12 @@ BATCH_BYTES_BOUNDS = exponential_bounds(512, 2, 19)
 
 
 class Histogram:
+    """Fixed buckets: ``counts[i]`` holds values in (``bounds[i-1]``, ``bounds[i]``], the last
+    one those above every bound (+Inf); ``sum`` their total."""
+
     __slots__ = ("bounds", "counts", "sum")
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BOUNDS) -> None:
         if not bounds or any(b <= a for a, b in pairwise(bounds)):
             raise ValueError("bounds must be one or more strictly increasing numbers")
         self.bounds = bounds
@@ -77,7 +104,10 @@ __all__ = [
     "BATCH_BYTES_BOUNDS",
     "BATCH_ENTRIES_BOUNDS",
     "LATENCY_BOUNDS",
+    "Clock",
     "Histogram",
+    "bound_to_loop",
     "exponential_bounds",
     "latency_histogram",
+    "loop_clock",
 ]

@@ -1,0 +1,96 @@
+"""The entry logs' format: append-only files holding the entries of every ledger, interleaved.
+
+Record layout::
+
+    u32 length of what follows the crc | u32 crc32c | i64 ledger id | i64 entry id | body
+
+A location is ``log_id << 40 | offset`` (one int64 per entry in the index). Beside a complete
+log ``XXXXXXXX.log`` may lie ``XXXXXXXX.cnt`` (its number of records) and ``XXXXXXXX.lmap``
+(pairs of big-endian u64: ledger, record bytes; see ``bookie.entrylog.tallies``).
+
+Every read checks the record's CRC and ids (``check_record``); a mismatch raises
+``CorruptEntryError`` so that the bookie answers EIO instead of serving bad bytes. The names
+here are what the writing, reading and counting parts of the entry logger share.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from aiobk.bookie.stats import BookieStats
+
+RECORD_HEAD = struct.Struct(">IIqq")
+IDS = struct.Struct(">qq")
+FILE_MAGIC = b"AIOBKLOG\x00\x00\x00\x01"  # 12 bytes: magic and format version
+SUFFIX = ".log"
+OFFSET_BITS = 40
+OFFSET_MASK = (1 << OFFSET_BITS) - 1
+SCAN_BLOCK = 1 << 20  # bytes read at a time when walking a log's records
+PAGE = 4096
+# An entry read takes the rest of the page its record starts in, or that and the next page when
+# under READ_MIN is left: one page from a cold disk for most small records, where a fixed 4 KiB
+# from an unaligned offset always spanned two (a record past the guess is read in a second go).
+READ_MIN = 1024
+
+
+class CorruptEntryError(Exception):
+    """A stored entry failed its checksum or does not belong where the index says."""
+
+
+def pack_location(log_id: int, offset: int) -> int:
+    return (log_id << OFFSET_BITS) | offset
+
+
+def unpack_location(location: int) -> tuple[int, int]:
+    return location >> OFFSET_BITS, location & OFFSET_MASK
+
+
+def log_name(log_id: int) -> str:
+    return f"{log_id:08x}{SUFFIX}"
+
+
+def count_name(log_id: int) -> str:
+    return f"{log_id:08x}.cnt"
+
+
+def map_name(log_id: int) -> str:
+    return f"{log_id:08x}.lmap"
+
+
+LEDGER_BYTES = struct.Struct(">QQ")
+
+
+def check_record(
+    record: bytes, log_id: int, offset: int, ledger_id: int, entry_id: int, stats: BookieStats
+) -> bytes:
+    if len(record) < RECORD_HEAD.size:
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(f"entry log {log_id:x}: short record at {offset}")
+    length, crc, stored_ledger, stored_entry = RECORD_HEAD.unpack_from(record)
+    body = record[RECORD_HEAD.size :]
+    if len(body) != length - IDS.size or crc32c.crc32c(body, crc32c.crc32c(record[8:24])) != crc:
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(f"entry log {log_id:x}: checksum mismatch at {offset}")
+    if (stored_ledger, stored_entry) != (ledger_id, entry_id):
+        stats.corrupt_reads += 1
+        raise CorruptEntryError(
+            f"entry log {log_id:x} at {offset} holds {stored_ledger}/{stored_entry}, "
+            f"not {ledger_id}/{entry_id}"
+        )
+    return body
+
+
+def side_of(name: str) -> int | None:
+    """The log id a ``.cnt`` or ``.lmap`` file belongs to; None for any other name."""
+    stem, _dot, suffix = name.partition(".")
+    if suffix in ("cnt", "lmap") and len(stem) == 8 and all(c in "0123456789abcdef" for c in stem):
+        return int(stem, 16)
+    return None
+
+
+def is_log(name: str) -> bool:
+    return (
+        name.endswith(SUFFIX) and len(name) == 12 and all(c in "0123456789abcdef" for c in name[:8])
+    )

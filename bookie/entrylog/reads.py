@@ -1,0 +1,129 @@
+"""Reading the entry logs: one entry at a location (from the write buffer while its bytes are
+not in the file yet), and walks over a whole log's records -- compaction's, and the one that
+counts a log whose counts were never kept. Owns the read handles of the log files."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+
+from aiobk.bookie.disk import Disk, ReadFile
+from aiobk.bookie.entrylog.buffer import LogBuffer
+from aiobk.bookie.entrylog.format import (
+    FILE_MAGIC,
+    IDS,
+    PAGE,
+    READ_MIN,
+    RECORD_HEAD,
+    SCAN_BLOCK,
+    CorruptEntryError,
+    check_record,
+    log_name,
+    unpack_location,
+)
+from aiobk.bookie.stats import BookieStats
+
+log = logging.getLogger(__name__)
+
+
+class EntryReader:
+    def __init__(self, disk: Disk, directory: str, buffer: LogBuffer, stats: BookieStats) -> None:
+        self._disk = disk
+        self._dir = directory
+        self._buffer = buffer
+        self.stats = stats
+        self._readers: dict[int, ReadFile] = {}
+
+    async def read(self, location: int, ledger_id: int, entry_id: int) -> bytes:
+        """The body stored at ``location``, checked against its CRC and expected ids."""
+        log_id, offset = unpack_location(location)
+        view = self._buffer.buffered(log_id, offset)
+        if view is not None:
+            head = bytes(view[: RECORD_HEAD.size])
+            length = RECORD_HEAD.unpack_from(head)[0]
+            record = bytes(view[: 8 + length])
+        else:
+            reader = await self.reader(log_id)
+            guess = PAGE - offset % PAGE
+            record = await reader.pread(offset, guess if guess >= READ_MIN else guess + PAGE)
+            if len(record) < RECORD_HEAD.size:
+                raise CorruptEntryError(f"entry log {log_id:x} is truncated at {offset}")
+            size = 8 + RECORD_HEAD.unpack_from(record)[0]
+            if size > len(record):  # a big entry: the rest of it
+                record += await reader.pread(offset + len(record), size - len(record))
+            else:
+                record = record[:size]
+        return check_record(record, log_id, offset, ledger_id, entry_id, self.stats)
+
+    async def reader(self, log_id: int) -> ReadFile:
+        reader = self._readers.get(log_id)
+        if reader is None:
+            path = os.path.join(self._dir, log_name(log_id))
+            try:
+                reader = await self._disk.open_read(path)
+            except FileNotFoundError:
+                raise CorruptEntryError(f"entry log {log_id:x} is missing") from None
+            self._readers[log_id] = reader
+        return reader
+
+    def forget(self, log_id: int) -> ReadFile | None:
+        """Stop keeping the read handle of ``log_id`` (its file goes away); return it."""
+        return self._readers.pop(log_id, None)
+
+    async def scan(self, log_id: int) -> tuple[int, dict[int, int]]:
+        """Count the records of a log, and their bytes per ledger, by walking their heads a
+        block at a time; a torn tail (a crash mid-write) ends the walk."""
+        reader = await self.reader(log_id)
+        size = await reader.size()
+        offset, count = len(FILE_MAGIC), 0
+        sizes: dict[int, int] = {}
+        block, block_start = b"", offset
+        while offset + RECORD_HEAD.size <= size:
+            at = offset - block_start
+            if at + RECORD_HEAD.size > len(block):
+                block, block_start, at = await reader.pread(offset, SCAN_BLOCK), offset, 0
+                if len(block) < RECORD_HEAD.size:
+                    break
+            length, _crc, ledger_id, _entry_id = RECORD_HEAD.unpack_from(block, at)
+            end = offset + 8 + length
+            if length < IDS.size or end > size:
+                break
+            count += 1
+            sizes[ledger_id] = sizes.get(ledger_id, 0) + 8 + length
+            offset = end
+        return count, sizes
+
+    async def records(self, log_id: int) -> AsyncIterator[tuple[int, int, int, bytes]]:
+        """(offset, ledger, entry, body) of every record of a complete log, in file order, a
+        block at a time (compaction's walk, BookKeeper's scanEntryLog). A record failing its
+        checksum is skipped with a warning; a torn tail ends the walk."""
+        self._buffer.check_complete(log_id)
+        reader = await self.reader(log_id)
+        size = await reader.size()
+        offset = len(FILE_MAGIC)
+        block, block_start = b"", offset
+        while offset + RECORD_HEAD.size <= size:
+            at = offset - block_start
+            if at + RECORD_HEAD.size > len(block):
+                block, block_start, at = await reader.pread(offset, SCAN_BLOCK), offset, 0
+            length, _crc, ledger_id, entry_id = RECORD_HEAD.unpack_from(block, at)
+            end = offset + 8 + length
+            if length < IDS.size or end > size:
+                return
+            if at + 8 + length > len(block):
+                want = max(SCAN_BLOCK, 8 + length)
+                block, block_start, at = await reader.pread(offset, want), offset, 0
+            record = block[at : at + 8 + length]
+            try:
+                body = check_record(record, log_id, offset, ledger_id, entry_id, self.stats)
+            except CorruptEntryError as exc:
+                log.warning("%s; skipped", exc)
+            else:
+                yield offset, ledger_id, entry_id, body
+            offset = end
+
+    async def close(self) -> None:
+        for reader in self._readers.values():
+            await reader.close()
+        self._readers.clear()
