@@ -26,6 +26,7 @@ from aiobk.protocol import (
 )
 from aiobk.protocol.errors import ProtocolVersionError
 from tests.bookie.helpers import DIGEST, KEY, TIMEOUT, add, add_request, read
+from tests.support.wait import wait_until
 
 
 async def test_add_then_read_back(start_bookie, connect) -> None:
@@ -120,10 +121,9 @@ async def test_long_poll_wakes_on_add(start_bookie, connect) -> None:
     poll = asyncio.ensure_future(
         read(reader, 2, 0, flags=ReadFlag.LONG_POLL, previous_lac=-1, timeout_ms=10_000)
     )
-    await asyncio.sleep(0.05)
-    assert not poll.done()
     state = bookie.storage.ledgers[2]
-    assert len(state.waiters) == 1
+    await wait_until(lambda: len(state.waiters) == 1, what="the poll waits at the bookie")
+    assert not poll.done()
     await add(writer, 2, 1, b"b", lac=0)  # piggybacks LAC 0
     response = await asyncio.wait_for(poll, 5)
     assert response.status is StatusCode.EOK
@@ -154,8 +154,7 @@ async def test_long_poll_waiter_released_when_client_leaves(start_bookie, connec
         _long_poll_request(conn, 6),
         TIMEOUT,
     ).add_done_callback(lambda f: f.exception())
-    await asyncio.sleep(0.05)
-    assert len(bookie.storage.ledgers[6].waiters) == 1
+    await wait_until(lambda: len(bookie.storage.ledgers[6].waiters) == 1, what="poll waiting")
     conn.close()
     for _ in range(100):
         if not bookie.storage.ledgers[6].waiters:

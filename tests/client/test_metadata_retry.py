@@ -262,7 +262,7 @@ async def test_etcd_down_past_the_timeout_fails_the_ledger(own_etcd, tmp_path: P
             # The first append finds the bookie gone (the two others may still acknowledge it);
             # one made while the change is stuck is held, then fails with the ledger.
             first = asyncio.ensure_future(lh.append(b"finds the bookie gone"))
-            await asyncio.sleep(0.5)
+            await wait_until(lambda: lh._pipeline.changing, what="the ensemble change is stuck")
             with pytest.raises(MetadataStoreError, match="metadata_retry_timeout"):
                 await lh.append(b"held, then failed")
             waited = loop.time() - started
