@@ -13,11 +13,12 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
+from aiobk.bookie.background import Background
 from aiobk.bookie.boot import BootResult, boot
 from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
 from aiobk.bookie.config import BookieConfig, ConfigError
@@ -180,7 +181,7 @@ class Bookie:
         self._hooks = ConnectionHooks(
             journal.flush_idle, lambda: journal.urgent, tls=tls, policy=policy
         )
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # background work while serving
+        self.background = Background(lambda: self.bookie_id)  # work beside serving
         self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
         self._owns_metadata = False
@@ -270,10 +271,12 @@ class Bookie:
         self._running = True
         self.flow.start()
         self.disk_monitor.run()
-        self._spawn("checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish))
+        self.background.spawn(
+            "checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish)
+        )
         to_repair = self.booted.to_repair
         if to_repair and self._metadata is not None and self.config.boot_repair:
-            self._spawn(
+            self.background.spawn(
                 "repair",
                 run_repair(
                     self._make_repairer,
@@ -285,9 +288,9 @@ class Bookie:
                 ),
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
-            self._spawn("gc", self._gc_loop())
+            self.background.spawn("gc", self._gc_loop())
         if self.tls is not None and self.config.tls_reload_interval > 0:
-            self._spawn("tls-reload", self._tls_reload_loop(self.tls))
+            self.background.spawn("tls-reload", self._tls_reload_loop(self.tls))
         compacting = self.config.gc_interval > 0 and self.config.metadata_history_revisions > 0
         if self._metadata is not None and not compacting:
             log.warning(
@@ -302,18 +305,6 @@ class Bookie:
                 await companion.start()
                 self.companions.append(companion)
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
-
-    def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
-        task.add_done_callback(self._background_ended)
-        self._tasks[name] = task
-
-    def _background_ended(self, task: asyncio.Task[None]) -> None:
-        """A background task that fails is said at once, not only when the bookie stops."""
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "bookie %s: %s failed", self.bookie_id, task.get_name(), exc_info=task.exception()
-            )
 
     async def _boot(self) -> None:
         """Nothing is served before this ends (``bookie.boot``)."""
@@ -426,14 +417,11 @@ class Bookie:
     @property
     def repairing(self) -> bool:
         """The boot-time repair (BP-46 phase two) is still running."""
-        task = self._tasks.get("repair")
-        return task is not None and not task.done()
+        return self.background.running("repair")
 
     async def wait_repaired(self) -> None:
         """For tests and operators: until the boot-time repair (if any) has finished."""
-        task = self._tasks.get("repair")
-        if task is not None:
-            await asyncio.shield(task)
+        await self.background.wait("repair")
 
     async def _stop_companions(self) -> None:
         companions, self.companions = self.companions, []
@@ -442,14 +430,7 @@ class Bookie:
 
     async def _cancel_background(self) -> None:
         await self.disk_monitor.stop()
-        tasks, self._tasks = self._tasks, {}
-        for task in tasks.values():
-            task.cancel()
-        for task in tasks.values():
-            # One that failed earlier (said then, ``_background_ended``) must not stop the
-            # rest of a stop or crash: the journal would be left undrained and running.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.background.cancel_all()
 
     # ------------------------------------------------------------------ registration
 
