@@ -290,7 +290,9 @@ class Bookie:
         if self.config.gc_interval > 0 and self._metadata is not None:
             self.background.spawn("gc", self._gc_loop())
         if self.tls is not None and self.config.tls_reload_interval > 0:
-            self.background.spawn("tls-reload", self._tls_reload_loop(self.tls))
+            self.background.spawn(
+                "tls-reload", self.tls.reload_every(self.config.tls_reload_interval)
+            )
         compacting = self.config.gc_interval > 0 and self.config.metadata_history_revisions > 0
         if self._metadata is not None and not compacting:
             log.warning(
@@ -490,12 +492,6 @@ class Bookie:
         (``bookie.checkpoints``: a failure is counted, logged and kept in
         ``checkpoint_error``)."""
         await self.checkpoints.checkpoint(release)
-
-    async def _tls_reload_loop(self, tls: BookieTls) -> None:
-        """Read the TLS files again when they change (``tls_reload_interval``)."""
-        while True:
-            await asyncio.sleep(self.config.tls_reload_interval)
-            tls.reload_if_changed()
 
     async def _gc_loop(self) -> None:
         while True:
