@@ -30,7 +30,7 @@ from aiobk.bookie.disk_monitor import DiskMonitor
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gauges import bookie_gauges
-from aiobk.bookie.gc import GarbageCollector, GcResult
+from aiobk.bookie.gc import GarbageCollector, GcResult, GcSchedule
 from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.key_check import KeyCheck
@@ -42,9 +42,8 @@ from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.tls import BookieTls
-from aiobk.bookie.write_state import DISK, OPERATOR, WriteState
+from aiobk.bookie.write_state import OPERATOR, WriteState
 from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
-from aiobk.protocol.errors import BKError
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
@@ -153,12 +152,20 @@ class Bookie:
         self.ledgers = Ledgers(
             self.storage, self.journal, stats, journal_adds=config.journal_write_data
         )
+        self.gc = GcSchedule(
+            GarbageCollector(self.storage, config, stats, self.checkpoint),
+            config,
+            lambda: self._metadata,
+            lambda: self.bookie_id,
+            lambda: self._running,
+            self.write_state,
+            lambda: self.repairing,
+        )
         self.disk_monitor = DiskMonitor(
-            config, self._disk, self.write_state, self.journal, stats, self._forced_gc
+            config, self._disk, self.write_state, self.journal, stats, self.gc.forced
         )
         self.checkpoints = Checkpoints(self.storage, self.journal, stats, self._write_error)
         self.storage.on_cache_full = self.checkpoints.wake
-        self._gc = GarbageCollector(self.storage, config, stats, self.checkpoint)
         self.context = BookieContext(
             config,
             stats,
@@ -288,7 +295,7 @@ class Bookie:
                 ),
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
-            self.background.spawn("gc", self._gc_loop())
+            self.background.spawn("gc", self.gc.run())
         if self.tls is not None and self.config.tls_reload_interval > 0:
             self.background.spawn(
                 "tls-reload", self.tls.reload_every(self.config.tls_reload_interval)
@@ -493,53 +500,14 @@ class Bookie:
         ``checkpoint_error``)."""
         await self.checkpoints.checkpoint(release)
 
-    async def _gc_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.gc_interval)
-            if not self._running:
-                return  # stopping: the stop cancels this task, maybe a moment after this wakes
-            try:
-                result = await self.collect_garbage()
-            except BookieStateError:
-                return  # the stop began during the pass
-            except Exception:  # a disk error, a metadata outage, ...: the next pass tries again
-                log.exception("garbage collection failed; trying again next time")
-                continue
-            if result.skipped:
-                log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
-            await self._compact_metadata_history()
-
-    async def _compact_metadata_history(self) -> None:
-        """Bound etcd's history (``MetadataStore.compact_history``), after each GC pass."""
-        keep = self.config.metadata_history_revisions
-        if keep <= 0 or self._metadata is None:
-            return
-        try:
-            await self._metadata.compact_history(keep)
-        except BKError as exc:
-            log.warning("bookie %s: cannot compact the metadata history: %s", self.bookie_id, exc)
-
-    async def _forced_gc(self) -> GcResult | None:
-        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
-        if self._metadata is None or not self._running:
-            return None
-        return await self.collect_garbage(forced=True)
-
     async def collect_garbage(self, forced: bool = False) -> GcResult:
         """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store.
         ``forced``: the disk is over its warning threshold (``bookie.disk_monitor``)."""
-        if self._metadata is None:
-            raise ConfigError("garbage collection needs a metadata store")
-        if not self._running:
-            raise BookieStateError("the bookie is not running")
-        short = forced or self.write_state.is_set(DISK)
-        return await self._gc.collect(
-            self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
-        )
+        return await self.gc.collect(forced)
 
     async def gc_report(self) -> dict[str, Any]:
         """Why each entry log's space is kept, and the pass running now (``bookie.gc_report``)."""
-        return await self._gc.report(self._metadata)
+        return await self.gc.report()
 
     # ------------------------------------------------------------------ helpers
 
