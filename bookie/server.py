@@ -37,13 +37,13 @@ from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
-from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
+from aiobk.bookie.registration import REREGISTER_INTERVAL, Membership
 from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.tls import BookieTls
 from aiobk.bookie.write_state import OPERATOR, WriteState
-from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
+from aiobk.metadata import MetadataStore, Registration, open_store
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
@@ -133,7 +133,16 @@ class Bookie:
         self._advertised_host = config.host
         self._running = False
         self.write_state = WriteState()
-        self.write_state.on_change(self._state_changed)
+        self.membership = Membership(
+            lambda: self._metadata,
+            config.registration_ttl,
+            SOFTWARE_VERSION,
+            self.disk_usage,
+            self.write_state,
+            lambda: self.bookie_id,
+            lambda: self._running,
+        )
+        self.write_state.on_change(self.membership.state_changed)
         self.storage = LedgerStorage(self._disk, config, stats, self._write_error)
         self.journal = Journal(
             self._disk,
@@ -192,7 +201,6 @@ class Bookie:
         self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
         self._owns_metadata = False
-        self._registry: Registry | None = None
         self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
         self._secret_recheck_at = 0.0
         self._secret_lock = asyncio.Lock()
@@ -222,7 +230,7 @@ class Bookie:
     @property
     def registration(self) -> Registration | None:
         """This bookie's lease in the registry, while it holds one."""
-        return self._registry.registration if self._registry is not None else None
+        return self.membership.registration
 
     @property
     def checkpoint_error(self) -> str | None:
@@ -265,7 +273,9 @@ class Bookie:
         try:
             await self._boot()
             await self._server.start_serving()
-            await self._register()
+            await self.membership.register(
+                self.advertised_address, self.instance_id, self.booted.replaced_instances
+            )
         except BaseException:
             await self._close_server(abort=True)
             await self.disk_monitor.stop()
@@ -279,7 +289,7 @@ class Bookie:
         self.flow.start()
         self.disk_monitor.run()
         self.background.spawn(
-            "checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish)
+            "checkpoint", self.checkpoints.run(self.config.flush_interval, self.membership.publish)
         )
         to_repair = self.booted.to_repair
         if to_repair and self._metadata is not None and self.config.boot_repair:
@@ -441,50 +451,8 @@ class Bookie:
         await self.disk_monitor.stop()
         await self.background.cancel_all()
 
-    # ------------------------------------------------------------------ registration
-
-    async def _register(self) -> None:
-        """Publish this bookie under a lease, so clients can pick it while it runs."""
-        if self._metadata is None:
-            return
-        identity = BookieServiceInfo(
-            self.bookie_id,
-            self.advertised_address,
-            software_version=SOFTWARE_VERSION,
-            instance_id=self.instance_id,
-        )
-        self._registry = Registry(
-            self._metadata,
-            self.config.registration_ttl,
-            identity,
-            self._usage,
-            lambda: self._running,
-        )
-        await self._registry.register(self.booted.replaced_instances)
-
-    async def _usage(self) -> tuple[int, int, bool]:
-        free, total = await self.disk_usage()
-        return free, total, self.write_state.writable
-
-    async def _publish(self) -> None:
-        if self._registry is not None:
-            await self._registry.publish()
-
-    def _state_changed(self, writable: bool) -> None:
-        """Writable or read-only: registered as such at once (placement reads the registry)."""
-        log.warning(
-            "bookie %s is %s%s",
-            self.bookie_id,
-            "writable" if writable else "read-only",
-            "" if writable else f" ({'; '.join(self.write_state.reasons)})",
-        )
-        if self._running and self._registry is not None:
-            self._registry.publish_soon()
-
     async def _deregister(self, clean: bool) -> None:
-        registry, self._registry = self._registry, None
-        if registry is not None:
-            await registry.close(clean)
+        await self.membership.close(clean)
         if self._owns_metadata and self._metadata is not None:
             await self._metadata.close()
             self._metadata = None
