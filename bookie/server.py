@@ -39,6 +39,7 @@ from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, Server
 from aiobk.bookie.ops import HANDLERS
 from aiobk.bookie.registration import REREGISTER_INTERVAL, Membership
 from aiobk.bookie.repair import RepairerFactory, run_repair
+from aiobk.bookie.secret import ClusterSecret
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.tls import BookieTls
@@ -51,9 +52,6 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     SOFTWARE_VERSION = "unknown"
 
 log = logging.getLogger(__name__)
-
-
-SECRET_RECHECK = 5.0  # seconds between store reads while the cluster secret does not exist
 
 
 class Companion(Protocol):
@@ -201,9 +199,7 @@ class Bookie:
         self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
         self._owns_metadata = False
-        self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
-        self._secret_recheck_at = 0.0
-        self._secret_lock = asyncio.Lock()
+        self.secret = ClusterSecret(lambda: self._metadata)  # read once it exists
 
     # ------------------------------------------------------------------ identity
 
@@ -489,19 +485,9 @@ class Bookie:
 
     async def cluster_secret(self) -> bytes | None:
         """The cluster's key-request secret (``bookie.ops.ledger_key``), read from the store
-        once it exists; None while no replication worker has made it, or without a store.
-        While it is absent the store is asked at most every SECRET_RECHECK seconds: a peer
-        sending key requests by the thousand costs etcd nothing more."""
-        loop = asyncio.get_running_loop()
-        async with self._secret_lock:  # one read at a time: the others wait for its answer
-            if (
-                self._secret is None
-                and self._metadata is not None
-                and loop.time() >= self._secret_recheck_at
-            ):
-                self._secret = await self._metadata.autorecovery.cluster_secret()
-                self._secret_recheck_at = loop.time() + SECRET_RECHECK
-        return self._secret
+        once it exists; None while no replication worker has made it, or without a store
+        (``bookie.secret``: absent, it is asked for again at most every few seconds)."""
+        return await self.secret.read()
 
     def log_corruption(self, exc: Exception) -> None:
         """Log a stored entry that cannot be served (it is answered EIO)."""
