@@ -79,6 +79,9 @@ class Bookie:
     Attributes:
         config: Its settings.
         stats: Its counters and histograms (what ``--metrics-port`` exports).
+        booted: What its last start found and did (``bookie.boot.BootResult``: the id of
+            its data, whether the last stop was unclean, the ledgers put in limbo, the
+            journal records replayed).
     """
 
     def __init__(
@@ -270,7 +273,7 @@ class Bookie:
             await self._boot()
             await self._server.start_serving()
             await self.membership.register(
-                self.advertised_address, self.instance_id, self.booted.replaced_instances
+                self.advertised_address, self.booted.instance_id, self.booted.replaced_instances
             )
         except BaseException:
             await self._close_server(abort=True)
@@ -351,26 +354,6 @@ class Bookie:
             self.write_state.set(OPERATOR, "set read-only by an operator")
         else:
             self.write_state.clear(OPERATOR)
-
-    @property
-    def instance_id(self) -> str:
-        """The id of this bookie's data, recorded in its cookies."""
-        return self.booted.instance_id
-
-    @property
-    def unclean_start(self) -> bool:
-        """Whether the last stop was not clean (the ``UNCLEAN`` marker was there)."""
-        return self.booted.unclean_start
-
-    @property
-    def limbo_ledgers(self) -> list[int]:
-        """The ledgers boot put in limbo (BP-46)."""
-        return self.booted.limbo_ledgers
-
-    @property
-    def replayed(self) -> int:
-        """Journal records replayed at boot."""
-        return self.booted.replayed
 
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
