@@ -14,13 +14,14 @@ import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
 from aiobk.bookie.background import Background
 from aiobk.bookie.boot import BootResult, boot
 from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
+from aiobk.bookie.companions import CompanionFactory, Companions
 from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.connection import ConnectionHooks, ServerConnection
 from aiobk.bookie.context import BookieContext
@@ -52,18 +53,6 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     SOFTWARE_VERSION = "unknown"
 
 log = logging.getLogger(__name__)
-
-
-class Companion(Protocol):
-    """A service running beside a bookie while it serves (autorecovery)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-# Builds a companion from the bookie's id and metadata store.
-CompanionFactory = Callable[[str, MetadataStore], Companion]
 
 
 class Bookie:
@@ -119,8 +108,7 @@ class Bookie:
         """
         self.config = config
         self._make_repairer = repairer
-        self._companion_factories = tuple(companions)
-        self.companions: list[Companion] = []  # running while the bookie serves
+        self.companions = Companions(companions)  # running while the bookie serves
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = stats = BookieStats()
         # Whose disk usage the exporter reports (BookKeeper's journal and ledger directories).
@@ -318,10 +306,7 @@ class Bookie:
                 self.bookie_id,
             )
         if self._metadata is not None:
-            for make in self._companion_factories:
-                companion = make(self.bookie_id, self._metadata)
-                await companion.start()
-                self.companions.append(companion)
+            await self.companions.start(self.bookie_id, self._metadata)
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
 
     async def _boot(self) -> None:
@@ -360,7 +345,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
-        await self._stop_companions()
+        await self.companions.stop()
         await self._deregister(clean=True)
         await self._close_server(abort=False)
         await self._cancel_background()
@@ -385,7 +370,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
-        await self._stop_companions()
+        await self.companions.stop()
         await self._deregister(clean=False)
         await self._close_server(abort=True)
         await self._cancel_background()
@@ -420,11 +405,6 @@ class Bookie:
     async def wait_repaired(self) -> None:
         """For tests and operators: until the boot-time repair (if any) has finished."""
         await self.background.wait("repair")
-
-    async def _stop_companions(self) -> None:
-        companions, self.companions = self.companions, []
-        for companion in reversed(companions):
-            await companion.stop()
 
     async def _cancel_background(self) -> None:
         await self.disk_monitor.stop()
