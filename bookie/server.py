@@ -3,6 +3,11 @@
 Boot order matters: nothing is served until the journal after the last checkpoint has been
 replayed into ledger storage, so a fence or an add acknowledged before a crash is in force
 before the first request of the new life is read.
+
+``Bookie`` is the wiring and the lifecycle; the work beside serving belongs to parts that own
+their loops and state: ``bookie.background`` (its tasks), ``bookie.checkpoints``,
+``bookie.gc`` (``GcSchedule``), ``bookie.registration`` (``Membership``), ``bookie.tls`` (the
+reload), ``bookie.secret`` and ``bookie.companions``.
 """
 
 from __future__ import annotations
