@@ -215,7 +215,8 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("made", [False, True], ids=["missing-dir", "empty-dir"])
 def test_cookie_show_without_cookies_is_a_one_line_error(tmp_path: Path, made: bool) -> None:
-    """`cookie show --data-dir /nonexistent` used to print nulls and exit 0."""
+    """`cookie show --data-dir /nonexistent` says there is no cookie and fails, rather than
+    printing nulls and exiting 0."""
     data_dir = tmp_path / "never-started"
     if made:
         data_dir.mkdir()

@@ -1,7 +1,7 @@
 """``aiobk standalone`` as real processes: a second one on busy ports fails at once
-with one line naming the port and registers nothing in the first one's cluster (it used to say
-"ready" against the other etcd); ``kill -9`` of a standalone takes its etcd along (it was
-orphaned, and the next ``make run`` silently reused it); a start and a SIGINT stop still work."""
+with one line naming the port and registers nothing in the first one's cluster (never "ready"
+against the other etcd); ``kill -9`` of a standalone takes its etcd along (an orphan would be
+silently reused by the next ``make run``); a start and a SIGINT stop still work."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_sigkill_of_a_standalone_takes_its_etcd_along(
         restarted.wait_for("standalone cluster stopped", 5)
         assert holds_within(lambda: exited(own_etcd), 10)
     finally:
-        if not exited(etcd_pid):  # before the fix: the orphan is this test's to clean up
+        if not exited(etcd_pid):  # a failing run leaves an orphan for the test to clean up
             os.kill(etcd_pid, signal.SIGKILL)
 
 
