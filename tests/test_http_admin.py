@@ -22,7 +22,7 @@ import pytest
 
 from aiobk.bookie import BookieConfig
 from aiobk.bookie.write_state import DISK
-from aiobk.client import BookKeeper
+from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.client.errors import NotEnoughBookiesError
 from aiobk.http_admin import HttpAdmin
 from aiobk.metadata import EtcdProcess, MetadataStore, free_port, open_store
@@ -31,6 +31,7 @@ from tests.autorecovery.test_status import seed
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess, stopped
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -172,9 +173,11 @@ async def test_every_endpoint_answers(admin: tuple[Cluster, Http, HttpAdmin]) ->
     assert (status, running["running"]) == (202, True)
     status, document = await http.json("PUT", "/api/v1/bookie/gc")
     expect_error(status, document, 409, "running")
-    async with asyncio.timeout(10):
-        while (await http.json("GET", "/api/v1/bookie/gc_details"))[1]["running"]:
-            await asyncio.sleep(0.01)
+
+    async def ended() -> bool:
+        return not (await http.json("GET", "/api/v1/bookie/gc_details"))[1]["running"]
+
+    await wait_until(ended, every=0.01, timeout=10, what="the GC pass ended")
     status, details = await http.json("GET", "/api/v1/bookie/gc_details")
     assert details["last_requested_pass"]["ledgers_deleted"] == 0
     assert details["last_requested_pass"]["started"] == running["started"]
@@ -294,13 +297,17 @@ async def test_read_only_round_trip_moves_a_writer(
                 )
                 assert (status, state["state"], state["reasons"]) == (200, "writable", [])
                 assert member.write_state.writable
-                async with asyncio.timeout(10):  # once the registry says writable again
-                    while True:
-                        try:
-                            again = await bk.create_ledger(3, 3, 3)  # this bookie included
-                            break
-                        except NotEnoughBookiesError:
-                            await asyncio.sleep(0.05)
+                created: list[LedgerHandle] = []
+
+                async def placed() -> bool:  # once the registry says writable again
+                    try:
+                        created.append(await bk.create_ledger(3, 3, 3))  # this bookie included
+                    except NotEnoughBookiesError:
+                        return False
+                    return True
+
+                await wait_until(placed, timeout=10, what="a ledger on every bookie")
+                again = created[-1]
                 await again.append(b"writable again")
                 assert member.bookie_id in again.metadata.ensemble
             finally:
@@ -475,12 +482,12 @@ async def test_bookie_process_serves_http_only_when_asked(
             assert (status, state["state"]) == (200, "readonly")
             store: MetadataStore = open_store(uri)
             try:
-                async with asyncio.timeout(10):
-                    while True:  # registered read-only at once (placement reads the registry)
-                        writable = await store.list_bookies(writable_only=True)
-                        if [b.bookie_id for b in writable] == [f"127.0.0.1:{without.port}"]:
-                            break
-                        await asyncio.sleep(0.05)
+
+                async def read_only() -> bool:  # at once (placement reads the registry)
+                    writable = await store.list_bookies(writable_only=True)
+                    return [b.bookie_id for b in writable] == [f"127.0.0.1:{without.port}"]
+
+                await wait_until(read_only, timeout=10, what="registered read-only")
             finally:
                 await store.close()
         finally:

@@ -32,7 +32,6 @@ import contextlib
 import itertools
 import json
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -217,10 +216,17 @@ async def test_losing_an_etcd_member_mid_stream_loses_nothing(
     assert longest_pause([t for _p, _d, t in tailed]) < TAIL_PAUSE
 
     # Every bookie is still registered under its own address, as the CLI shows it.
-    deadline = time.monotonic() + PHASE_BOUND
-    while (found := await registered(uri)) != expected:
-        assert time.monotonic() < deadline, f"registered {found}, expected {expected}"
-        await asyncio.sleep(0.2)
+    found: dict[str, str] = {}
+
+    async def all_registered() -> bool:
+        found.clear()
+        found.update(await registered(uri))
+        return found == expected
+
+    try:
+        await wait_until(all_registered, every=0.2, timeout=PHASE_BOUND, what="every bookie")
+    except AssertionError:
+        raise AssertionError(f"registered {found}, expected {expected}") from None
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiobk", "bookies", "list", "--json", "--metadata", uri,
         stdout=asyncio.subprocess.PIPE,

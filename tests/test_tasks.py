@@ -68,16 +68,19 @@ async def test_a_caller_cancelled_while_it_waits_for_the_tasks_is_cancelled() ->
     nothing had happened, and whoever cancelled it waited for it forever."""
     keeper = TaskKeeper()
 
+    stopping = asyncio.Event()
+
     async def slow_to_stop() -> None:
         try:
             await asyncio.sleep(10)
         finally:
-            await asyncio.sleep(0.2)
+            stopping.set()
+            await asyncio.sleep(0.2)  # slow to stop: the caller is cancelled meanwhile
 
     keeper.spawn(slow_to_stop(), name="slow")
     await asyncio.sleep(0)
     caller = asyncio.ensure_future(keeper.cancel_and_wait())
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(stopping.wait(), 10)  # the caller waits for it now
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
@@ -104,11 +107,14 @@ async def test_one_task_cancelled_and_waited_for() -> None:
     ignored type is swallowed, any other raised; a caller cancelled meanwhile is cancelled
     (a lease's owner cancelled while it stopped its keep-alive went on as if not)."""
 
+    stopping = asyncio.Event()
+
     async def ends_with(error: BaseException | None, pause: float = 0.0) -> None:
         try:
             await asyncio.sleep(10)
         finally:
-            await asyncio.sleep(pause)
+            stopping.set()
+            await asyncio.sleep(pause)  # slow to stop when asked to
             if error is not None:
                 raise error
 
@@ -129,8 +135,9 @@ async def test_one_task_cancelled_and_waited_for() -> None:
 
     slow = loop.create_task(ends_with(None, pause=0.2))
     await asyncio.sleep(0)
+    stopping.clear()
     caller = asyncio.ensure_future(cancel_and_wait(slow))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(stopping.wait(), 10)  # the caller waits for it now
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller

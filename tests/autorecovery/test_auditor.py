@@ -17,6 +17,7 @@ from aiobk.autorecovery import Auditor, AutoRecovery, AutoRecoveryConfig, AutoRe
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.metadata import CHECK, LOST_BOOKIE, HeldLease
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 
@@ -51,9 +52,10 @@ async def _closed(bk: BookKeeper, entries: int = 10) -> int:
 
 
 async def _gone(cluster: Cluster, bookie_id: str) -> None:
-    async with asyncio.timeout(10):
-        while bookie_id in {b.bookie_id for b in await cluster.store.list_bookies()}:
-            await asyncio.sleep(0.1)
+    async def gone() -> bool:
+        return bookie_id not in {b.bookie_id for b in await cluster.store.list_bookies()}
+
+    await wait_until(gone, every=0.1, timeout=10, what=f"{bookie_id} left the registry")
 
 
 @pytest.mark.timeout(60)
@@ -149,15 +151,19 @@ async def test_one_auditor_and_the_next_takes_over_when_its_lease_lapses(
     for service in services:
         await service.start()
     try:
-        async with asyncio.timeout(10):
-            while sum(s.auditor is not None for s in services) != 1:
-                await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: sum(s.auditor is not None for s in services) == 1,
+            timeout=10,
+            what="one auditor elected",
+        )
         first = next(s for s in services if s.auditor is not None)
         assert await cluster.store.autorecovery.auditor() == first.node_id
         await first.stop()  # revokes its lease: the seat is free at once
-        async with asyncio.timeout(10):
-            while (await cluster.store.autorecovery.auditor()) in (None, first.node_id):
-                await asyncio.sleep(0.05)
+
+        async def succeeded() -> bool:
+            return (await cluster.store.autorecovery.auditor()) not in (None, first.node_id)
+
+        await wait_until(succeeded, timeout=10, what="another node took the auditor's seat")
         assert sum(s.auditor is not None for s in services if s is not first) == 1
     finally:
         for service in services:
@@ -177,16 +183,16 @@ async def test_an_auditor_whose_lease_is_lost_stops_and_stands_again(cluster: Cl
     )
     await service.start()
     try:
-        async with asyncio.timeout(10):
-            while service.auditor is None:
-                await asyncio.sleep(0.05)
+        await wait_until(lambda: service.auditor is not None, timeout=10, what="elected")
         store = cluster.store
         found, _rev = await store.kv.get(store.keys.auditor)
         assert found is not None
         await store.kv.revoke_lease(found.lease)  # lost behind its back
-        async with asyncio.timeout(10):
-            while service.auditor is None or service.stats.auditor_elections < 2:
-                await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: service.auditor is not None and service.stats.auditor_elections >= 2,
+            timeout=10,
+            what="elected a second time",
+        )
         assert await store.autorecovery.auditor() == "node"  # stood again and won
     finally:
         await service.stop()
@@ -225,9 +231,11 @@ async def test_an_audit_asked_for_while_no_auditor_runs_is_served_by_the_next(
     lease = await HeldLease.grant(bk.store.kv, 10, "test")
     task = asyncio.get_running_loop().create_task(auditor.run(lease))
     try:
-        async with asyncio.timeout(20):
-            while await marks.audit_served() < asked:
-                await asyncio.sleep(0.1)
+
+        async def served() -> bool:
+            return await marks.audit_served() >= asked
+
+        await wait_until(served, every=0.1, timeout=20, what="the audit asked for is served")
         assert auditor._last_check > 0
     finally:
         task.cancel()

@@ -25,7 +25,7 @@ class _Conn:
         self.in_flight += 1
         self.asked += 1
         self.most = max(self.most, self.in_flight)
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # a read takes a moment: concurrent reads overlap
         self.in_flight -= 1
         if request.entry_id in self.missing:
             return ReadResponse(

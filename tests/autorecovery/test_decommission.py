@@ -34,6 +34,7 @@ from aiobk.protocol.errors import BKError
 from tests.autorecovery.helpers import assert_copies, ledgers_naming
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 # The auditor would not call a stopped bookie lost within a test: what moves is the
 # decommission's doing. Registrations last 10 s: with 1 s, a loaded machine let a bookie's
@@ -226,22 +227,27 @@ async def test_disabled_midway_it_stops_and_cancel_puts_the_bookie_back(
     marks = [m async for m in recovery.marks()]
     assert [m.ledger_id for m in marks] == sorted(named)
     assert all(m.missing == (victim_id,) and m.reasons == ("decommission",) for m in marks)
-    async with asyncio.timeout(10):
-        while [b.state for b in await store.list_bookies() if b.bookie_id == victim_id] != [
-            READ_ONLY
-        ]:
-            await asyncio.sleep(0.1)
+
+    async def read_only() -> bool:
+        states = [b.state for b in await store.list_bookies() if b.bookie_id == victim_id]
+        return states == [READ_ONLY]
+
+    await wait_until(read_only, every=0.1, timeout=10, what=f"{victim_id} registered read-only")
     done = await cancel(store, victim_id)
     assert (done.was_draining, done.asked_writable, done.problem) == (True, True, None)
     assert await recovery.decommissioning() == set()
-    async with asyncio.timeout(10):
-        while not all(b.writable for b in await store.list_bookies()):
-            await asyncio.sleep(0.1)
+
+    async def all_writable() -> bool:
+        return all(b.writable for b in await store.list_bookies())
+
+    await wait_until(all_writable, every=0.1, timeout=10, what="every bookie writable")
     # Enabled again, the workers find the bookie's copies in place: the marks go, it stays.
     await recovery.set_enabled(True)
-    async with asyncio.timeout(20):
-        while [m async for m in recovery.marks()]:
-            await asyncio.sleep(0.2)
+
+    async def no_marks() -> bool:
+        return not [m async for m in recovery.marks()]
+
+    await wait_until(no_marks, every=0.2, timeout=20, what="no mark left")
     assert await ledgers_naming(store, victim_id) == named
     assert (await cancel(store, victim_id)).was_draining is False
 
@@ -258,9 +264,11 @@ async def test_a_timeout_says_what_is_left_and_the_drain_goes_on(
     for i in range(5):
         await idle.append(b"open %d" % i)
     victim_id = idle.metadata.fragments[0].ensemble[1]
-    async with asyncio.timeout(20):
-        while await store.autorecovery.auditor() is None:
-            await asyncio.sleep(0.1)
+
+    async def elected() -> bool:
+        return await store.autorecovery.auditor() is not None
+
+    await wait_until(elected, every=0.1, timeout=20, what="an auditor elected")
     with pytest.raises(DecommissionError) as refused:
         await decommission(store, victim_id, timeout=0.3, wall_clock=time.time, poll_interval=0.1)
     message = str(refused.value)
@@ -268,9 +276,11 @@ async def test_a_timeout_says_what_is_left_and_the_drain_goes_on(
     assert f"1 open ({idle.ledger_id})" in message
     assert "it stays marked for draining" in message
     assert await store.autorecovery.decommissioning() == {victim_id}
-    async with asyncio.timeout(20):  # the workers carry on without the command
-        while await ledgers_naming(store, victim_id):
-            await asyncio.sleep(0.2)
+
+    async def drained() -> bool:  # the workers carry on without the command
+        return not await ledgers_naming(store, victim_id)
+
+    await wait_until(drained, every=0.2, timeout=20, what=f"no ledger names {victim_id}")
     assert (await cancel(store, victim_id)).was_draining
     with contextlib.suppress(BKError):
         await idle.close()

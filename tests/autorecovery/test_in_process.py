@@ -3,7 +3,6 @@ has its copies made again elsewhere, and nothing names it any more."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from aiobk.client import BookKeeper
 from tests.autorecovery.helpers import FAST, assert_copies
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -39,19 +39,18 @@ async def test_a_lost_bookies_copies_come_back(cluster: Cluster) -> None:
         cluster.bookies.remove(victim)
         shutil.rmtree(victim.config.data_dir)
         store = bk.store
-        async with asyncio.timeout(60):
-            while True:
-                named = []
-                for ledger_id in ids:
-                    metadata = await store.read_ledger(ledger_id)
-                    if any(victim_id in f.ensemble for f in metadata.fragments):
-                        named.append(ledger_id)
-                marks = [m async for m in store.autorecovery.marks()]
-                if not named and not marks:
-                    break
-                await asyncio.sleep(0.2)
+
+        async def repaired() -> bool:
+            for ledger_id in ids:
+                metadata = await store.read_ledger(ledger_id)
+                if any(victim_id in f.ensemble for f in metadata.fragments):
+                    return False
+            return not [m async for m in store.autorecovery.marks()]
+
+        await wait_until(
+            repaired, every=0.2, timeout=60, what=f"no ledger names {victim_id}, no mark left"
+        )
         for ledger_id in ids:
-            metadata = await store.read_ledger(ledger_id)
             await assert_copies(bk, ledger_id, read_back=False)
             rh = await bk.open_ledger(ledger_id, recovery=False)
             entries = await rh.read(0, 29)

@@ -36,6 +36,7 @@ from aiobk.protocol import StatusCode
 from tests.autorecovery.watching import key_until, unregistered, watching_marks
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 ENV = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}
@@ -72,10 +73,14 @@ async def _scraped_until(
     port: int, wanted: Callable[[dict[str, float]], bool], seconds: float
 ) -> dict[str, float]:
     """Scrapes until ``wanted`` holds (an exporter has no event to wait on: asked every 0.2 s)."""
-    async with asyncio.timeout(seconds):
-        while not wanted(figures := await asyncio.to_thread(_scrape, port)):
-            await asyncio.sleep(0.2)
-    return figures
+    scraped: list[dict[str, float]] = []
+
+    async def holds() -> bool:
+        scraped.append(await asyncio.to_thread(_scrape, port))
+        return wanted(scraped[-1])
+
+    await wait_until(holds, every=0.2, timeout=seconds, what="the scraped figures")
+    return scraped[-1]
 
 
 @pytest.mark.timeout(60)
@@ -201,9 +206,8 @@ async def test_a_process_no_longer_the_auditor_shows_no_auditor_gauges(cluster: 
         await store.kv.revoke_lease(found.lease)
         holder = await HeldLease.grant(store.kv, 10.0, "the next auditor")
         assert await store.autorecovery.elect("node-b", holder.id)
-        async with asyncio.timeout(10):  # no event says it stepped down: asked every 50 ms
-            while service.auditor is not None:
-                await asyncio.sleep(0.05)
+        # No event says it stepped down: asked every 50 ms.
+        await wait_until(lambda: service.auditor is None, timeout=10, what="stepped down")
         assert await store.autorecovery.auditor() == "node-b"
         figures = exported()
         assert figures["aiobk_autorecovery_under_replicated_ledgers"] == 0

@@ -12,6 +12,7 @@ import pytest
 from aiobk.metadata import EtcdProcess, free_port
 from tests.support.names import unique_name
 from tests.support.procs import BookieProcess
+from tests.support.wait import wait_until
 
 
 @pytest.mark.timeout(60)
@@ -29,14 +30,18 @@ async def test_a_bookies_exporter_serves_its_autorecovery_figures(
             with urllib.request.urlopen(url, timeout=10) as answer:
                 return bytes(answer.read())
 
-        text = b""
+        scraped: list[bytes] = []
         elected = re.compile(
             rb'aiobk_autorecovery_auditor_elections_total\{bookie="([^"]+)",node="\1"\} 1\.0'
         )
-        async with asyncio.timeout(30):  # the only bookie: elected auditor within a poll or two
-            while not elected.search(text):
-                text = await asyncio.to_thread(scrape)
-                await asyncio.sleep(0.2)
+
+        async def elected_seen() -> bool:
+            scraped.append(await asyncio.to_thread(scrape))
+            return elected.search(scraped[-1]) is not None
+
+        # The only bookie: elected auditor within a poll or two.
+        await wait_until(elected_seen, every=0.2, timeout=30, what="the bookie elected auditor")
+        text = scraped[-1]
         assert b"aiobk_bookie_journal_syncs_total" in text
         for name in (
             b"aiobk_autorecovery_under_replicated_ledgers",

@@ -23,6 +23,7 @@ from aiobk.metadata import EtcdProcess, MetadataStore, write_set
 from aiobk.protocol import StatusCode
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.wait import wait_until
 
 BOOKIES = 5
 LEDGERS = 6
@@ -124,17 +125,19 @@ async def _wait_repaired(store: MetadataStore, ids: list[int], victim: str) -> f
     """Poll until no ledger names ``victim`` and no mark is left; the seconds it took."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    named: list[int] = []
-    marks: list[object] = []
-    for _poll in range(int(REPAIR_BOUND / 0.2)):
+    left: list[object] = []
+
+    async def repaired() -> bool:
         named = (await _named_by(store, ids)).get(victim, [])
         marks = [m async for m in store.autorecovery.marks()]
-        if not named and not marks:
-            return loop.time() - start
-        if loop.time() - start > REPAIR_BOUND:
-            break
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"not repaired in {REPAIR_BOUND}s: {victim} still in {named}; {marks}")
+        left[:] = [named, marks]
+        return not named and not marks
+
+    try:
+        await wait_until(repaired, every=0.2, timeout=REPAIR_BOUND, what=f"{victim} replaced")
+    except AssertionError:
+        raise AssertionError(f"not repaired in {REPAIR_BOUND}s: {victim} still in {left}") from None
+    return loop.time() - start
 
 
 async def _check_copies(bk: BookKeeper, ids: list[int], alive: set[str]) -> None:
@@ -193,12 +196,15 @@ async def test_the_auditor_killed_and_wiped_is_succeeded_and_its_copies_come_bac
     loop = asyncio.get_running_loop()
     async with await BookKeeper.connect(cluster.uri) as bk:
         marks = bk.store.autorecovery
-        auditor = None
-        for _poll in range(100):  # the first election: a poll interval or so after the starts
+        auditor: str | None = None
+
+        async def elected() -> bool:
+            nonlocal auditor
             auditor = await marks.auditor()
-            if auditor is not None:
-                break
-            await asyncio.sleep(0.1)
+            return auditor is not None
+
+        # The first election: a poll interval or so after the starts.
+        await wait_until(elected, every=0.1, timeout=10, what="an auditor elected")
         assert auditor in cluster.procs, auditor
         ids: list[int] = []
         for _round in range(4):  # placement is random: write until the auditor holds copies
@@ -208,12 +214,14 @@ async def test_the_auditor_killed_and_wiped_is_succeeded_and_its_copies_come_bac
         assert (await _named_by(bk.store, ids)).get(auditor), "the auditor holds no ledger"
         cluster.kill_for_good(auditor)
         killed = loop.time()
-        successor = None
-        for _poll in range(200):
+        successor: str | None = None
+
+        async def succeeded() -> bool:
+            nonlocal successor
             successor = await marks.auditor()
-            if successor not in (None, auditor) or loop.time() - killed > 3 * LEASE_TTL:
-                break
-            await asyncio.sleep(0.05)
+            return successor not in (None, auditor)
+
+        await wait_until(succeeded, timeout=10, what=f"a successor to {auditor}")
         took_over = loop.time() - killed
         # The lease lapses at most its TTL after the last refresh; then etcd's expiry sweep
         # (every 0.5 s) and a candidate's next look (a jittered poll interval) follow.

@@ -4,7 +4,6 @@ written by hand on a real etcd, and from a real auditor among real bookies."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import shutil
 from collections.abc import AsyncIterator
@@ -12,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.autorecovery.status import LostLedger, gather_status, under_replicated
+from aiobk.autorecovery.status import (
+    LostLedger,
+    StatusReport,
+    gather_status,
+    under_replicated,
+)
 from aiobk.client import BookKeeper
 from aiobk.metadata import (
     CHECK,
@@ -25,6 +29,7 @@ from aiobk.metadata import (
 )
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 FAST = {
     "registration_ttl": 1.0,
@@ -153,12 +158,16 @@ async def test_a_real_auditor_reports_a_lost_bookie_and_its_ledgers(cluster: Clu
         await victim.crash()
         cluster.bookies.remove(victim)
         shutil.rmtree(victim.config.data_dir)
-        async with asyncio.timeout(30):
-            while True:
-                report = await gather_status(store)
-                if victim_id in report.lost_bookies and report.under_replicated == 1:
-                    break
-                await asyncio.sleep(0.2)
+        reports: list[StatusReport] = []
+
+        async def lost_and_marked() -> bool:
+            reports.append(await gather_status(store))
+            return victim_id in reports[-1].lost_bookies and reports[-1].under_replicated == 1
+
+        await wait_until(
+            lost_and_marked, every=0.2, timeout=30, what=f"{victim_id} lost, its ledger marked"
+        )
+        report = reports[-1]
         assert report.auditor in {b.bookie_id for b in cluster.bookies}
         assert report.status_from == report.auditor
         assert report.last_bookie_check is not None
@@ -168,9 +177,11 @@ async def test_a_real_auditor_reports_a_lost_bookie_and_its_ledgers(cluster: Clu
         assert (waiting.mark.ledger_id, waiting.mark.missing) == (lh.ledger_id, (victim_id,))
         assert waiting.mark.reasons == (LOST_BOOKIE,)
         await store.autorecovery.set_enabled(True)
-        async with asyncio.timeout(30):
-            while (await gather_status(store)).under_replicated:
-                await asyncio.sleep(0.2)
+
+        async def repaired() -> bool:
+            return not (await gather_status(store)).under_replicated
+
+        await wait_until(repaired, every=0.2, timeout=30, what="no ledger under-replicated")
         assert await under_replicated(store) == []
         rh = await bk.open_ledger(lh.ledger_id, recovery=False)
         assert victim_id not in rh.metadata.fragments[0].ensemble

@@ -19,12 +19,13 @@ import pytest
 from aiobk.autorecovery import AutoRecoveryConfig, Outcome, ReplicationWorker, WorkerSwitches
 from aiobk.autorecovery.fragments import bookies_named, closed_fragments
 from aiobk.bookie import Bookie
-from aiobk.client import BookKeeper, ClientConfig
+from aiobk.client import BookKeeper, ClientConfig, LedgerHandle
 from aiobk.metadata import DECOMMISSION, LOST_BOOKIE
 from aiobk.protocol import DigestType
 from aiobk.protocol.errors import LedgerFencedError
 from tests.autorecovery.helpers import assert_copies
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 SETTINGS = {"registration_ttl": 1.0, "autorecovery_enabled": False}
 CONFIG = AutoRecoveryConfig(
@@ -74,9 +75,23 @@ async def _lose(cluster: Cluster, bookie: Bookie) -> None:
     await bookie.crash()  # left in the cluster's list: its stop() does nothing now
     shutil.rmtree(bookie.config.data_dir)
     store = cluster.store
-    async with asyncio.timeout(10):
-        while bookie.bookie_id in {b.bookie_id for b in await store.list_bookies()}:
-            await asyncio.sleep(0.1)
+
+    async def gone() -> bool:
+        return bookie.bookie_id not in {b.bookie_id for b in await store.list_bookies()}
+
+    await wait_until(gone, every=0.1, timeout=10, what=f"{bookie.bookie_id} left the registry")
+
+
+async def _every_copy_synced(cluster: Cluster, lh: LedgerHandle) -> None:
+    """Each bookie of the last ensemble synced the last entry: its answer is on its way to the
+    writer, whose append returned at the ack quorum."""
+    last = lh.last_add_pushed
+
+    def synced() -> bool:
+        states = [cluster.by_id(b).storage.get(lh.ledger_id) for b in lh.metadata.ensemble]
+        return all(s is not None and s.last_add_synced >= last for s in states)
+
+    await wait_until(synced, every=0.01, timeout=10, what=f"entry {last} synced on every copy")
 
 
 @pytest.mark.timeout(60)
@@ -154,7 +169,7 @@ async def test_an_open_ledger_waits_its_grace_then_is_recovered_and_repaired(
     lh = await writer.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
     for i in range(10):
         await lh.append(b"open %d" % i)
-    await asyncio.sleep(0.3)  # the third copy's ack too (append returns at two of three)
+    await _every_copy_synced(cluster, lh)  # the third copy too (append returns at two of three)
     victim = lh.metadata.fragments[-1].ensemble[2]
     await _lose(cluster, cluster.by_id(victim))
     since = int(time.time() * 1000)
@@ -165,9 +180,8 @@ async def test_an_open_ledger_waits_its_grace_then_is_recovered_and_repaired(
     # The grace is counted on the worker's clock, the wall clock (a mark's `since` is written by
     # another process), which runs slower than the loop's while NTP slews it back: a CI run slept
     # the grace on the loop's clock and the worker found it not yet over.
-    async with asyncio.timeout(10):
-        while time.time() < since / 1000 + CONFIG.open_ledger_rereplication_grace_period:
-            await asyncio.sleep(0.05)
+    grace_over = since / 1000 + CONFIG.open_ledger_rereplication_grace_period
+    await wait_until(lambda: time.time() >= grace_over, timeout=10, what="the grace is over")
     assert await worker.repair(mark) is Outcome.REPAIRED, caplog.text
     closed = await bk.store.read_ledger(lh.ledger_id)
     assert closed.is_closed
@@ -218,10 +232,8 @@ async def test_a_cancelled_repair_stops_noting_its_attempt(
         return [t for t in asyncio.all_tasks() if t.get_name() == "attempt-notes" and not t.done()]
 
     repair = asyncio.create_task(worker.run_once())
-    async with asyncio.timeout(10):
-        while not noting():
-            await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)  # copying, under its throttle
+    await wait_until(lambda: bool(noting()), every=0.01, timeout=10, what="an attempt noted")
+    await asyncio.sleep(0.2)  # an absence window: still copying, under its throttle
     assert not repair.done()
     repair.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -274,7 +286,7 @@ async def test_a_mac_ledger_is_copied_but_an_open_one_needs_its_writer(
         ensemble_size=3, write_quorum=3, ack_quorum=2, password=b"pw", digest_type=DigestType.MAC
     )
     await lh.append(b"open")
-    await asyncio.sleep(0.3)  # the third copy's ack too
+    await _every_copy_synced(cluster, lh)  # the third copy too
     victims = set((await bk.store.read_ledger(closed_id)).fragments[0].ensemble) & set(
         lh.metadata.fragments[0].ensemble
     )

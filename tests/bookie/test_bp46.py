@@ -111,7 +111,7 @@ async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_p
             async def write_until_fenced() -> None:
                 for i in range(5, 200):
                     await lh.append(b"%d" % i)
-                    await asyncio.sleep(0.005)
+                    await asyncio.sleep(0.005)  # pacing: the writer's adds spread over time
 
             with pytest.raises((LedgerFencedError, NotEnoughBookiesError)):
                 await write_until_fenced()

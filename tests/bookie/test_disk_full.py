@@ -35,6 +35,7 @@ from aiobk.protocol import (
 from tests.bookie.helpers import KEY, add, add_request, append_records, read
 from tests.support.faulty_disk import FaultyDisk
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 GIB = 1 << 30
 
@@ -157,14 +158,21 @@ async def _state(conn: BookieConnection, change: StateChange = StateChange.QUERY
 
 async def _registered_state(uri: str, bookie: Bookie) -> str:
     store = open_store(uri)
+    infos: dict[str, str] = {}
+
+    async def agrees() -> bool:
+        infos.clear()
+        infos.update({b.bookie_id: b.state for b in await store.list_bookies()})
+        wanted = WRITABLE if bookie.write_state.writable else READ_ONLY
+        return infos.get(bookie.bookie_id) == wanted
+
     try:
-        for _ in range(200):
-            infos = {b.bookie_id: b.state for b in await store.list_bookies()}
-            state = infos.get(bookie.bookie_id)
-            if state == (WRITABLE if bookie.write_state.writable else READ_ONLY):
-                return state
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"registry says {infos}, bookie says {bookie.write_state.reasons}")
+        await wait_until(agrees, every=0.02, timeout=10, what="the registry agrees")
+        return infos[bookie.bookie_id]
+    except AssertionError:
+        raise AssertionError(
+            f"registry says {infos}, bookie says {bookie.write_state.reasons}"
+        ) from None
     finally:
         await store.close()
 
@@ -205,10 +213,9 @@ async def test_usage_over_the_threshold_makes_the_bookie_read_only_then_writable
         ledger, later = await _ledger(uri), await _ledger(uri)
         assert (await add(conn, ledger, 0, b"before")).status is StatusCode.EOK
         disk.free = int(0.04 * (1 << 40))  # 96% used
-        for _ in range(200):
-            if not bookie.write_state.writable:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(
+            lambda: not bookie.write_state.writable, every=0.02, timeout=10, what="read-only"
+        )
         assert await _registered_state(uri, bookie) == READ_ONLY
         assert (await add(conn, ledger, 1, b"refused")).status is StatusCode.EREADONLY
         # Reads, fencing and recovery adds are still served.
@@ -228,10 +235,9 @@ async def test_usage_over_the_threshold_makes_the_bookie_read_only_then_writable
         refused = await add(conn, ledger, 2, b"no room", recovery=True)
         assert refused.status is StatusCode.EREADONLY
         disk.free = int(0.5 * (1 << 40))
-        for _ in range(200):
-            if bookie.write_state.writable:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until(
+            lambda: bookie.write_state.writable, every=0.02, timeout=10, what="writable again"
+        )
         assert await _registered_state(uri, bookie) == WRITABLE
         assert (await add(conn, later, 0, b"after")).status is StatusCode.EOK
     finally:
@@ -313,18 +319,18 @@ async def test_a_failing_checkpoint_is_counted_shown_and_retried(
 
     monkeypatch.setattr(bookie.storage, "checkpoint", checkpoint)
     try:
-        for _ in range(200):
-            if bookie.stats.checkpoint_failures >= 2:
-                break
-            await asyncio.sleep(0.02)
-        assert bookie.stats.checkpoint_failures >= 2  # retried, and counted each time
+        await wait_until(
+            lambda: bookie.stats.checkpoint_failures >= 2,  # retried, and counted each time
+            every=0.02,
+            timeout=10,
+            what="two checkpoint failures",
+        )
         state = await _state(conn)
         assert "struct.error" in state.checkpoint_error
         broken = False
-        for _ in range(200):  # retried within CHECKPOINT_RETRY, and the error is gone
-            if bookie.checkpoint_error is None:
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(  # retried within CHECKPOINT_RETRY, and the error is gone
+            lambda: bookie.checkpoint_error is None, timeout=10, what="the checkpoint error gone"
+        )
         assert (await _state(conn)).checkpoint_error == ""
     finally:
         conn.close()

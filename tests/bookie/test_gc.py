@@ -23,6 +23,7 @@ from aiobk.client import BookKeeper, LedgerHandle
 from aiobk.metadata import EtcdProcess
 from aiobk.protocol.errors import MetadataStoreError
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 # Small logs, gc on demand only, compaction off unless a test turns it on.
 SMALL_LOGS = {
@@ -151,16 +152,22 @@ async def test_gc_then_a_crash_brings_nothing_back(tmp_path: Path) -> None:
         await _check(keep.ledger_id, bk, 40, b"k")
 
 
+async def _collected(bookie: Bookie, ledger_id: int) -> None:
+    """A periodic pass dropped ``ledger_id`` and removed a log."""
+    await wait_until(
+        lambda: ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed > 0,
+        every=0.1,
+        timeout=10,
+        what=f"ledger {ledger_id} collected",
+    )
+
+
 async def test_periodic_gc_runs_on_its_own(tmp_path: Path) -> None:
     async with _one_bookie(tmp_path, **{**SMALL_LOGS, "gc_interval": 0.1}) as (cluster, bk):
         keep, doomed = await _two_ledgers(bk)
         bookie = cluster.bookies[0]
         await bk.delete_ledger(doomed.ledger_id)
-        for _ in range(100):
-            if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
-                break
-            await asyncio.sleep(0.1)
-        assert doomed.ledger_id not in bookie.storage.ledgers
+        await _collected(bookie, doomed.ledger_id)
         assert bookie.stats.gc_logs_removed >= 4
         await _check(keep.ledger_id, bk, 40, b"k")
 
@@ -184,12 +191,8 @@ async def test_a_pass_that_fails_unexpectedly_does_not_end_periodic_gc(
 
         monkeypatch.setattr(type(bookie.gc), "collect", failing_once)
         await bk.delete_ledger(doomed.ledger_id)
-        for _ in range(100):
-            if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:
-                break
-            await asyncio.sleep(0.1)
+        await _collected(bookie, doomed.ledger_id)
         assert failures == [1]
-        assert doomed.ledger_id not in bookie.storage.ledgers
         await _check(keep.ledger_id, bk, 40, b"k")
 
 
@@ -213,11 +216,15 @@ async def test_gc_with_etcd_down_deletes_nothing_then_resumes(tmp_path: Path) ->
         assert doomed.ledger_id in bookie.storage.ledgers
         assert _log_bytes(bookie) == before
         etcd.start()
-        for _ in range(20):  # the store's connection comes back within a few passes
-            result = await asyncio.wait_for(bookie.collect_garbage(), 60)
-            if not result.skipped:
-                break
-            await asyncio.sleep(0.5)
+        results = [result]
+
+        async def not_skipped() -> bool:
+            results.append(await asyncio.wait_for(bookie.collect_garbage(), 60))
+            return not results[-1].skipped
+
+        # The store's connection comes back within a few passes.
+        await wait_until(not_skipped, every=0.5, timeout=60, what="a GC pass not skipped")
+        result = results[-1]
         assert result.ledgers_deleted == [doomed.ledger_id], result.skipped
         assert result.logs_removed
         async with await BookKeeper.connect(cluster.uri) as bk:
@@ -319,16 +326,17 @@ async def test_each_gc_pass_compacts_the_metadata_history(tmp_path: Path) -> Non
         first = await store.allocate_ledger_id()
         for _ in range(10):
             await store.allocate_ledger_id()
-        deadline = asyncio.get_running_loop().time() + 10
-        while True:  # until a pass has compacted past the first revision
+
+        async def compacted() -> bool:  # past the first revision
             watch = await store.kv.watch(store.keys.idgen, prefix=False, start_revision=first)
             try:
                 await watch.next(0.05)
             except MetadataStoreError:
-                break  # compacted: a watch from there cannot start
+                return True  # compacted: a watch from there cannot start
             except TimeoutError:
                 pass
             finally:
                 await watch.close()
-            assert asyncio.get_running_loop().time() < deadline, "no GC pass compacted"
-            await asyncio.sleep(0.05)
+            return False
+
+        await wait_until(compacted, timeout=10, what="a GC pass compacted the history")

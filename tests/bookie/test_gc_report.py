@@ -40,6 +40,7 @@ from aiobk.runner import start_http_admin
 from tests.bookie.test_gc import SMALL_LOGS, _aiobk, _check, _interleaved, _one_bookie
 from tests.support.cluster import start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -308,15 +309,15 @@ async def test_http_gc_details_shows_compaction_progress_while_it_runs(
             assert 0 < running["compacting_bytes_scanned"] < running["compacting_log_bytes"]
             release.set()
 
-            async def ended() -> dict[str, Any]:
-                while True:
-                    async with session.get(f"{http.url}/api/v1/bookie/gc_details") as response:
-                        document: dict[str, Any] = await response.json()
-                    if document["report"]["running"] is None:
-                        return document
-                    await asyncio.sleep(0.05)
+            documents: list[dict[str, Any]] = []
 
-            done = await asyncio.wait_for(ended(), 20)
+            async def ended() -> bool:
+                async with session.get(f"{http.url}/api/v1/bookie/gc_details") as response:
+                    documents.append(await response.json())
+                return documents[-1]["report"]["running"] is None
+
+            await wait_until(ended, timeout=20, what="the GC pass ended")
+            done = documents[-1]
             assert done["report"]["last_pass"]["logs_compacted"] == 8
             assert done["last_requested_pass"]["logs_compacted"] == 8
             await _check(keep.ledger_id, bk, 30, b"k")

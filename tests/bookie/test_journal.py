@@ -14,6 +14,7 @@ from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.stats import BookieStats
 from tests.bookie.helpers import append_records
+from tests.support.wait import wait_until
 
 
 def _journal(path: Path, disk: OsDisk, **kw: object) -> Journal:
@@ -89,8 +90,7 @@ async def test_volatile_records_wait_for_a_shared_fdatasync(tmp_path: Path) -> N
     assert written == list(range(20))
     assert synced == []  # written, not yet synced: no fdatasync per add
     syncs = stats.journal_syncs
-    while not synced and loop.time() - started < 5:
-        await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(synced), every=0.01, timeout=10, what="the delayed sync")
     assert synced == list(range(20))
     assert loop.time() - started >= 0.29  # the delay ran out: one fdatasync for the twenty
     assert stats.journal_syncs == syncs + 1

@@ -26,6 +26,7 @@ from aiobk.protocol.keys import (
     stand_in_key,
 )
 from aiobk.protocol.roles import BOOKIE, CLIENT
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -193,7 +194,7 @@ async def test_cached_answers_expire() -> None:
     answers = Answers()
     check.admit(_ctx(fake), SALTED, KEY, object(), frozenset(), answers.then("a"))
     await _settle(check)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the cache's TTL must pass: time is what expires an answer
     check.admit(_ctx(fake), SALTED, KEY, object(), frozenset(), answers.then("b"))
     await _settle(check)
     assert store.reads == [SALTED, SALTED]
@@ -261,15 +262,12 @@ async def test_a_store_that_fails_or_hangs_gives_eio() -> None:
     answers = Answers()
     store.failure = MetadataStoreError("etcd is down")
     check.admit(_ctx(fake), SALTED, KEY, object(), frozenset(), answers.then("failed"))
-    async with asyncio.timeout(5):  # asked again and again until the timeout
-        while len(answers.told) < 1:
-            await asyncio.sleep(0.01)
+    # Asked again and again until the timeout.
+    await wait_until(lambda: len(answers.told) >= 1, every=0.01, timeout=5, what="told EIO")
     store.failure = None
     store.gate = asyncio.Event()  # never set: the store does not answer
     check.admit(_ctx(fake), SALTED, KEY, object(), frozenset(), answers.then("hung"))
-    async with asyncio.timeout(5):
-        while len(answers.told) < 2:
-            await asyncio.sleep(0.01)
+    await wait_until(lambda: len(answers.told) >= 2, every=0.01, timeout=5, what="told EIO")
     assert answers.told == [("failed", StatusCode.EIO), ("hung", StatusCode.EIO)]
     assert check.stats.lookup_failures == 2
     assert check.lookups_pending == 0
@@ -286,12 +284,10 @@ async def test_a_store_that_comes_back_within_the_timeout_answers() -> None:
     answers = Answers()
     store.failure = MetadataStoreError("etcd is restarting")
     check.admit(_ctx(fake), SALTED, KEY, object(), frozenset(), answers.then("retried"))
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: len(store.reads) >= 2, every=0.01, timeout=10, what="asked again")
     assert answers.told == []  # still asking
     store.failure = None
-    async with asyncio.timeout(5):
-        while not answers.told:
-            await asyncio.sleep(0.01)
+    await wait_until(lambda: bool(answers.told), every=0.01, timeout=5, what="admitted")
     assert answers.told == [("retried", StatusCode.EOK)]
     assert check.stats.lookup_failures == 0
 

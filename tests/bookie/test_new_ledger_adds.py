@@ -20,6 +20,7 @@ from aiobk.protocol import StatusCode
 from aiobk.protocol.keys import key_digest
 from tests.bookie.helpers import KEY, TIMEOUT, add_request
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,11 +70,9 @@ async def test_adds_waiting_on_a_lookup_do_not_each_look_the_ledger_up(tmp_path:
             for entry in range(ADDS)
         ]
         keys = bookie.context.keys
-        for _ in range(500):
-            if keys.waiting == ADDS:
-                break
-            await asyncio.sleep(0.01)
-        assert keys.waiting == ADDS, keys.waiting
+        await wait_until(
+            lambda: keys.waiting == ADDS, every=0.01, timeout=10, what=f"{ADDS} adds waiting"
+        )
         assert keys.looking_up(LEDGER)
         assert state_lookups == 1  # the first add's, which started the lookup
         gate.set()

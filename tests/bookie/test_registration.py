@@ -11,6 +11,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import open_store
 from aiobk.protocol.errors import CookieError
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 
 @pytest.mark.parametrize("kind", ["memory", "etcd"])
@@ -55,19 +56,19 @@ async def test_crashed_bookie_vanishes_after_its_ttl_and_lost_lease_reregisters(
     registration = bookie.registration
     assert registration is not None
     await store.kv.revoke_lease(registration.lease)  # the lease is lost behind its back
-    for _ in range(100):
+
+    def registered_again() -> bool:
         current = bookie.registration
-        if current is not None and current is not registration and not current.lost.is_set():
-            break
-        await asyncio.sleep(0.05)
-    assert bookie.registration is not registration
+        return current is not None and current is not registration and not current.lost.is_set()
+
+    await wait_until(registered_again, timeout=10, what="registered again")
     assert [b.bookie_id for b in await store.list_bookies()] == [bookie.bookie_id]
     await bookie.crash()
-    for _ in range(100):
-        if not await store.list_bookies():
-            break
-        await asyncio.sleep(0.05)
-    assert await store.list_bookies() == []
+
+    async def vanished() -> bool:
+        return await store.list_bookies() == []
+
+    await wait_until(vanished, timeout=10, what="the crashed bookie's lease expired")
     await store.close()
 
 
@@ -91,12 +92,14 @@ async def test_a_bookie_whose_cookie_went_while_its_lease_was_lost_stays_out(
         registration = bookie.registration
         assert registration is not None
         await store.kv.revoke_lease(registration.lease)
-        for _ in range(200):
-            if any("not registering again" in r.getMessage() for r in caplog.records):
-                break
-            await asyncio.sleep(0.02)
-        assert any("not registering again" in r.getMessage() for r in caplog.records)
-        await asyncio.sleep(0.2)  # a re-registration would have happened by now
+        await wait_until(
+            lambda: any("not registering again" in r.getMessage() for r in caplog.records),
+            every=0.02,
+            timeout=10,
+            what="the bookie gave up registering again",
+        )
+        # An absence window: a registration under way when the error was logged is done by now.
+        await asyncio.sleep(0.2)
         assert await store.list_bookies() == []
     finally:
         await bookie.stop()

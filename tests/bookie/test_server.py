@@ -156,11 +156,9 @@ async def test_long_poll_waiter_released_when_client_leaves(start_bookie, connec
     ).add_done_callback(lambda f: f.exception())
     await wait_until(lambda: len(bookie.storage.ledgers[6].waiters) == 1, what="poll waiting")
     conn.close()
-    for _ in range(100):
-        if not bookie.storage.ledgers[6].waiters:
-            break
-        await asyncio.sleep(0.01)
-    assert bookie.storage.ledgers[6].waiters == set()
+    await wait_until(
+        lambda: not bookie.storage.ledgers[6].waiters, every=0.01, what="the poll released"
+    )
 
 
 def _long_poll_request(conn, ledger):

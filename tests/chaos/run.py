@@ -250,7 +250,7 @@ async def _writer(
         try:
             lh = await bk.create_ledger(3, 3, 2)
         except BKError as exc:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # a backoff before the next try, against real processes
             if callable(note):
                 note(f"{name}: create failed: {exc!r}")
             continue
@@ -355,7 +355,7 @@ class _Budget:
                 if await _repaired(self.store, {bookie_id}):
                     note(f"wipe of {bookie_id} repaired {loop.time() - start:.1f}s after it")
                     return
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.5)  # a watcher's pace: it notes a repair, nothing waits on it
 
         self.watchers.append(asyncio.get_running_loop().create_task(poll()))
 

@@ -12,6 +12,7 @@ from aiobk.client.errors import BKError, LedgerFencedError
 from tests.support.cluster import start_cluster
 from tests.support.names import unique_name
 from tests.support.procs import BookieProcess
+from tests.support.wait import wait_until
 
 
 @pytest.mark.timeout(180)
@@ -53,8 +54,9 @@ async def test_sigkill_an_ensemble_bookie_mid_stream(etcd_server, tmp_path: Path
                     acked.append(await lh.append(b"v%d" % i))
 
             tasks = [asyncio.ensure_future(append(i)) for i in range(3000)]
-            while len(acked) < 1000:
-                await asyncio.sleep(0.001)
+            await wait_until(
+                lambda: len(acked) >= 1000, every=0.001, timeout=60, what="1000 adds acked"
+            )
             victim.kill()  # mid-stream: ~1000 acknowledged, more in flight
             await asyncio.gather(*tasks)
             assert sorted(acked) == list(range(3000))  # writes went on through the change
@@ -88,8 +90,7 @@ async def test_writer_fenced_by_a_concurrent_open(cluster) -> None:
                     return
 
         writing = asyncio.ensure_future(keep_writing())
-        while len(acked) < 50:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: len(acked) >= 50, every=0.01, timeout=30, what="50 adds acked")
         async with await BookKeeper.connect(cluster.uri) as reader_bk:
             rh = await reader_bk.open_ledger(lh.ledger_id)
             await asyncio.wait_for(writing, 30)
@@ -112,7 +113,11 @@ async def test_long_poll_wakes_on_a_new_add(cluster) -> None:
         assert rh.last_add_confirmed == 0
         loop = asyncio.get_running_loop()
         waiting = asyncio.ensure_future(rh.wait_for_lac(0, timeout=20))
-        await asyncio.sleep(0.1)
+        await wait_until(
+            lambda: sum(b.stats.long_polls for b in cluster.bookies) >= 1,
+            every=0.01,
+            what="the long poll waits at a bookie",
+        )
         assert not waiting.done()
         started = loop.time()
         await lh.append(b"c")  # carries LAC 1

@@ -20,6 +20,7 @@ from aiobk.metadata import LogMetadata
 from aiobk.metadata.etcd_process import EtcdProcess
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ async def test_retention_truncating_during_rolls_never_fails_the_writer(cluster:
                 record = await retention.store.read_log("kept")
                 before = LogPosition(record.ledgers[-1], 0)
                 truncations += bool(await retention.truncate_log("kept", before=before))
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # pacing: truncations keep coming while appends run
 
         truncating = asyncio.create_task(truncate_forever())
         try:
@@ -206,8 +207,9 @@ async def test_an_append_called_during_a_roll_waits_behind_earlier_calls(cluster
         waiting = [asyncio.create_task(writer.append(b"w%d" % i)) for i in range(5)]
         await asyncio.sleep(0)
         ledger = writer.ledger_id
-        while writer.ledger_id == ledger:  # the roll finishes ...
-            await asyncio.sleep(0.0005)
+        await wait_until(  # the roll finishes ...
+            lambda: writer.ledger_id != ledger, every=0, what="the roll finished"
+        )
         late = await writer.append(b"late")  # ... and a call right after it
         positions = [first, *await asyncio.gather(*waiting), late]
         assert out_of_order(positions) == []

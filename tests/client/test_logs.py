@@ -12,6 +12,7 @@ import pytest
 from aiobk.client import BookKeeper, Durability, LogPosition, LogReader, LogRecord
 from aiobk.client.errors import LedgerFencedError, LogFencedError, NoSuchLogError
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ async def test_reader_tails_across_rolls(logs_cluster: Cluster) -> None:
         for i in range(120):
             positions.append(await writer.append(b"record-%04d" % i))  # 11 bytes
             if i % 10 == 0:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # pacing: the reader interleaves with the writer
         records = await reading
         assert [r.data for r in records] == [b"record-%04d" % i for i in range(120)]
         assert [r.position for r in records] == positions
@@ -165,8 +166,7 @@ async def test_a_killed_writer_is_taken_over_without_losing_acked_records(
                 acked.append(await writer.append(b"a%05d" % i))
 
         task = asyncio.ensure_future(write())
-        while len(acked) < 200:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: len(acked) >= 200, every=0.01, timeout=30, what="200 acked")
         task.cancel()  # the process dies: no close, connections just drop
         await doomed.pool.close()
         successor = await bk.open_log_writer("takeover")
@@ -237,7 +237,7 @@ async def test_the_writer_rolls_by_age(logs_cluster: Cluster) -> None:
     async with await BookKeeper.connect(logs_cluster.uri) as bk:
         writer = await bk.open_log_writer("aged", roll_seconds=0.2)
         first = await writer.append(b"old")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # roll_seconds must pass: age is time
         await writer.append(b"due")  # this append finds the ledger too old: a roll starts
         later = await writer.append(b"new")
         assert later.ledger_id > first.ledger_id
@@ -249,9 +249,11 @@ async def test_the_writer_rolls_by_age(logs_cluster: Cluster) -> None:
 async def wait_until_readable(bk: BookKeeper, name: str, last: LogPosition) -> None:
     """Until the bookies report ``last`` confirmed (a quiet writer sends its LAC explicitly)."""
     handle = await bk.open_ledger(last.ledger_id, recovery=False)
-    async with asyncio.timeout(10):
-        while await handle.read_last_add_confirmed() < last.entry_id:
-            await asyncio.sleep(0.02)
+
+    async def confirmed() -> bool:
+        return await handle.read_last_add_confirmed() >= last.entry_id
+
+    await wait_until(confirmed, every=0.02, timeout=10, what=f"{last} confirmed")
 
 
 async def test_a_reader_that_does_not_follow_stops_at_the_end_it_saw(

@@ -215,11 +215,9 @@ async def test_etcd_down_then_a_bookie_dies_then_etcd_returns(own_etcd, tmp_path
             # once instead, a loaded machine could let the live bookies acknowledge them all
             # before the failure was seen.
             pending = [asyncio.ensure_future(lh.append(b"b0"))]
-            for _ in range(200):
-                if lh._pipeline.changing:
-                    break
-                await asyncio.sleep(0.05)
-            assert lh._pipeline.changing
+            await wait_until(
+                lambda: lh._pipeline.changing, timeout=10, what="an ensemble change under way"
+            )
             pending += [asyncio.ensure_future(lh.append(b"b%d" % i)) for i in range(1, 50)]
             await asyncio.sleep(3.0)  # the change keeps failing to reach etcd meanwhile
             # Those acknowledged before the failure was known are done; the rest are held.

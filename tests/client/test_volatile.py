@@ -8,6 +8,7 @@ import pytest
 
 from aiobk.client import BookKeeper, Durability
 from aiobk.client.errors import BKError, BookieUnavailableError, NoSuchEntryError
+from tests.support.wait import wait_until
 
 
 async def test_appends_leave_the_lac_behind_until_force(cluster) -> None:
@@ -56,14 +57,15 @@ async def test_force_fails_with_a_bookie_down_and_works_once_it_is_back(cluster)
         assert isinstance(info.value, BookieUnavailableError)
         await cluster.restart(victim)
         assert cluster.by_id(lh.metadata.ensemble[0]).address.port == port
-        for _ in range(100):  # the client's reconnect backoff passes
+
+        async def forced() -> bool:  # once the client's reconnect backoff passes
             try:
                 assert await lh.force() == 4
-                break
             except BookieUnavailableError:
-                await asyncio.sleep(0.05)
-        else:
-            pytest.fail("force() never succeeded after the bookie came back")
+                return False
+            return True
+
+        await wait_until(forced, timeout=10, what="force() succeeds after the bookie came back")
         await lh.close()
 
 

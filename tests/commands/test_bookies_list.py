@@ -15,6 +15,7 @@ import pytest
 from aiobk.bookie import Bookie, BookieConfig
 from tests.support.cli import aiobk_sync
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 TTL = 9.0  # a refresh every 3 s: late after 4.5 s silent, gone after 9 s
 
@@ -54,17 +55,21 @@ async def test_a_killed_bookie_is_late_then_lost_in_bookies_list(
         await victim.crash()  # as SIGKILL: the lease is no longer refreshed, nor revoked
         crashed = time.monotonic()
         seen_late = False
-        async with asyncio.timeout(60):
-            while True:
-                row = (await _listed(uri))[victim.bookie_id]
-                if row["registered"]:
-                    # Still registered in its last state, but no longer looking healthy once
-                    # it has missed a refresh.
-                    assert row["state"] == "writable"
-                    seen_late |= row["late"]
-                    await asyncio.sleep(0.3)
-                    continue
-                break
+        listed: list[dict[str, Any]] = []
+
+        async def unregistered() -> bool:
+            nonlocal seen_late
+            listed.append((await _listed(uri))[victim.bookie_id])
+            if not listed[-1]["registered"]:
+                return True
+            # Still registered in its last state, but no longer looking healthy once it has
+            # missed a refresh.
+            assert listed[-1]["state"] == "writable"
+            seen_late |= listed[-1]["late"]
+            return False
+
+        await wait_until(unregistered, every=0.3, timeout=60, what="its registration expired")
+        row = listed[-1]
         assert seen_late, "never listed late while its registration lived on"
         assert time.monotonic() - crashed >= TTL / 3
         assert row["state"] == "lost"

@@ -36,6 +36,7 @@ from tests.hostile.harness import BookieUnderTest, MiB
 from tests.hostile.small_disk import SmallDisk, small_disk
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +59,16 @@ SETTINGS: dict[str, Any] = {
 
 async def _registry_state(uri: str, bookie_id: str, want: str, timeout: float = 20.0) -> None:
     store = open_store(uri)
-    seen = None
+    seen: list[str | None] = [None]
+
+    async def registered() -> bool:
+        seen[0] = {b.bookie_id: b.state for b in await store.list_bookies()}.get(bookie_id)
+        return seen[0] == want
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                seen = {b.bookie_id: b.state for b in await store.list_bookies()}.get(bookie_id)
-                if seen == want:
-                    return
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"{bookie_id} is registered {seen!r}, not {want!r}") from None
+        await wait_until(registered, every=0.1, timeout=timeout, what=f"{bookie_id} {want}")
+    except AssertionError:
+        raise AssertionError(f"{bookie_id} is registered {seen[0]!r}, not {want!r}") from None
     finally:
         await store.close()
 
@@ -75,17 +76,17 @@ async def _registry_state(uri: str, bookie_id: str, want: str, timeout: float = 
 async def _bookie_state(port: int, writable: bool, timeout: float = 20.0) -> None:
     """Wait until the bookie itself says it is (not) writable."""
     conn = await BookieConnection.open("127.0.0.1", port)
-    answer = None
+    answers: list[object] = [None]
+
+    async def says() -> bool:
+        answer = answers[0] = await conn.send(BookieStateRequest(conn.next_txn_id()), 10)
+        assert isinstance(answer, BookieStateResponse)
+        return bool(answer.writable) == writable
+
     try:
-        async with asyncio.timeout(timeout):
-            while True:
-                answer = await conn.send(BookieStateRequest(conn.next_txn_id()), 10)
-                assert isinstance(answer, BookieStateResponse)
-                if bool(answer.writable) == writable:
-                    return
-                await asyncio.sleep(0.1)
-    except TimeoutError:
-        raise AssertionError(f"bookie {port} still says {answer}") from None
+        await wait_until(says, every=0.1, timeout=timeout, what=f"writable={writable}")
+    except AssertionError:
+        raise AssertionError(f"bookie {port} still says {answers[0]}") from None
     finally:
         conn.close()
 

@@ -10,9 +10,6 @@ journal written by the old code replays with the records storage cannot keep lef
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from aiobk.bookie.journal.format import (
@@ -40,21 +37,26 @@ from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import BookieUnderTest
 from tests.hostile.honest import KEY, add_request, entry_body
 from tests.hostile.rawclient import RawConnection
+from tests.support.wait import wait_until
 
 INT64_MAX = 2**63 - 1
 LONG_KEY = b"k" * 300  # the index kept a u8 key length
 FAR_ENTRY = 2**44  # the index kept u32 page numbers (entry id >> 12)
-CHECKPOINT_WAIT = 15.0  # seconds: bounded polling for a checkpoint
+CHECKPOINT_WAIT = 30.0  # seconds: bounded polling for a checkpoint
 
 
 async def _checkpoints_after(bookie: BookieUnderTest, count: int) -> dict[str, int]:
     """Poll the counters until more than ``count`` checkpoints succeeded (bounded)."""
-    deadline = time.monotonic() + CHECKPOINT_WAIT
-    while True:
-        stats = await bookie.stats()
-        if stats["checkpoints"] > count or time.monotonic() > deadline:
-            return stats
-        await asyncio.sleep(0.1)
+    seen: list[dict[str, int]] = []
+
+    async def checkpointed() -> bool:
+        seen.append(await bookie.stats())
+        return seen[-1]["checkpoints"] > count
+
+    await wait_until(
+        checkpointed, every=0.1, timeout=CHECKPOINT_WAIT, what=f"checkpoint {count + 1}"
+    )
+    return seen[-1]
 
 
 def _poison(conn: RawConnection) -> dict[int, str]:

@@ -22,6 +22,7 @@ from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB, summary
 from tests.hostile.honest import HONEST_LEDGER, HonestClient
 from tests.hostile.rawclient import RawConnection
+from tests.support.wait import wait_until
 
 FRAME = 1 * MiB  # max_frame_size in these tests (the default is 5 MiB)
 MEMORY = 8 * MiB  # max_connection_memory: eight partial frames
@@ -64,7 +65,7 @@ async def test_unfinished_frames_and_silent_peers_are_closed(
     )
     honest = HonestClient(bookie.host, bookie.port)
     async with honest.running():
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # warm-up: the honest client's first requests stay out
         honest.latencies.clear()
         # Bound: MEMORY of partial frames, the frame that crossed it (each in a bytearray that
         # over-allocates by up to an eighth), and 8 MiB of allocator slack.
@@ -128,7 +129,7 @@ async def test_at_max_connections_the_longest_idle_makes_room_then_new_ones_are_
         watching = honest.conn.send(watch, 60.0)
         oldest = await connect(bookie)
         await _handshake(oldest)
-        await asyncio.sleep(0.3)  # idle longest by far
+        await asyncio.sleep(0.3)  # idle longest by far: idleness is time
         others = [await connect(bookie) for _ in range(cap - 2)]
         for conn in others:
             await _handshake(conn)
@@ -144,7 +145,12 @@ async def test_at_max_connections_the_longest_idle_makes_room_then_new_ones_are_
                     conn.next_txn_id(), HONEST_LEDGER, 1, ReadFlag.LONG_POLL, b"", 1_000, 30_000
                 )
             )
-        await asyncio.sleep(0.3)  # let the polls be registered
+
+        async def registered() -> bool:  # asked on a busy connection: no room for another
+            waiting = (await busy[-1].stats())["long_polls_waiting"]
+            return waiting >= len(busy) + 1  # and the honest client's watch
+
+        await wait_until(registered, timeout=10, what="every long poll waiting")
         refused = await connect(bookie)
         refused.send(HandshakeRequest(refused.next_txn_id(), client_name="one too many"))
         assert await refused.closed_by_peer(2.0), "a connection past the cap was served"
@@ -157,14 +163,16 @@ async def test_at_max_connections_the_longest_idle_makes_room_then_new_ones_are_
         watching.cancel()
     for conn in busy:
         conn.abort()
-    deadline = time.monotonic() + 5
-    while True:  # room again once they are gone
+    stats: dict[str, int] = {}
+
+    async def room() -> bool:  # room again once they are gone
         try:
-            stats = await bookie.stats()
-            break
+            stats.update(await bookie.stats())
         except ConnectionError:
-            assert time.monotonic() < deadline, "no room after the busy peers left"
-            await asyncio.sleep(0.1)
+            return False
+        return True
+
+    await wait_until(room, every=0.1, timeout=10, what="room after the busy peers left")
     assert stats["connections_evicted"] >= 1, stats
     assert stats["connections_refused"] >= 1, stats
     assert bookie.terminate() == 0, bookie.log_text()

@@ -9,9 +9,7 @@ turns dense once it holds ``SPARSE_MAX`` entries, and segments write sparse page
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 
 import pytest
 
@@ -20,6 +18,7 @@ from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import MiB
 from tests.hostile.honest import add_request, entry_body
 from tests.hostile.rawclient import RawConnection
+from tests.support.wait import wait_until
 
 LEDGER = 70
 ADDS = 3_000
@@ -38,12 +37,14 @@ def _entries() -> list[int]:
 
 
 async def _checkpointed(conn: RawConnection, after: int) -> dict[str, int]:
-    deadline = time.monotonic() + 15
-    while True:
-        stats = await conn.stats()
-        if stats["checkpoints"] > after or time.monotonic() > deadline:
-            return stats
-        await asyncio.sleep(0.1)
+    seen: list[dict[str, int]] = []
+
+    async def checkpointed() -> bool:
+        seen.append(await conn.stats())
+        return seen[-1]["checkpoints"] > after
+
+    await wait_until(checkpointed, every=0.1, timeout=30, what=f"checkpoint {after + 1}")
+    return seen[-1]
 
 
 @pytest.mark.timeout(60)

@@ -36,6 +36,7 @@ from aiobk.protocol import (
 )
 from tests.bookie.helpers import KEY, body
 from tests.support.faulty_disk import FaultyDisk
+from tests.support.wait import wait_until
 
 CAP = 4 << 20
 PEERS, ADDS = 12, 10_000  # over the per-connection in-flight cap (10,000) all together
@@ -72,12 +73,13 @@ async def test_a_flood_of_tiny_adds_holds_about_the_cap(tmp_path: Path) -> None:
                 writer.write(flood)
                 peers.append((reader, writer))
             flow = bookie.context.flow
-            received = -1
-            for _ in range(200):  # until the bookie stops taking adds
-                await asyncio.sleep(0.05)
-                if flow.adds_paused and bookie.stats.adds == received:
-                    break
-                received = bookie.stats.adds
+            received = [-1]
+
+            def stopped() -> bool:  # paused, and no add taken since the last look
+                adds, received[0] = received[0], bookie.stats.adds
+                return flow.adds_paused and bookie.stats.adds == adds
+
+            await wait_until(stopped, timeout=20, what="the bookie stopped taking adds")
             gc.collect()
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:

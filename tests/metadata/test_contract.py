@@ -24,6 +24,7 @@ from aiobk.protocol.errors import (
     NoSuchLedgerError,
     NoSuchLogError,
 )
+from tests.support.wait import wait_until
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 
@@ -181,11 +182,11 @@ async def test_watch_bookies(store: MetadataStore) -> None:
 async def test_dead_bookie_disappears_when_its_lease_expires(store: MetadataStore) -> None:
     registration = await store.register_bookie(_info("127.0.0.1:4200"), ttl=2)
     await registration.abandon()  # the process died: nobody refreshes the lease
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while await store.list_bookies() and loop.time() < deadline:
-        await asyncio.sleep(0.2)
-    assert await store.list_bookies() == []
+
+    async def gone() -> bool:
+        return await store.list_bookies() == []
+
+    await wait_until(gone, every=0.2, timeout=20, what="the bookie's lease expired")
 
 
 @pytest.mark.timeout(60)

@@ -10,6 +10,7 @@ from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, free_port, ope
 from aiobk.metadata.kv_etcd import EtcdKV
 from aiobk.protocol.errors import MetadataStoreError, MetadataVersionError
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 ENSEMBLE = ("a:1", "b:2", "c:3")
 
@@ -97,13 +98,18 @@ async def test_etcd_restart_errors_then_reconnects_and_watches_resume(tmp_path) 
         assert loop.time() - started < 3.0, "an outage must be reported, not hang"
 
         await asyncio.to_thread(server.start)
-        current = None
-        for _ in range(100):  # gRPC reconnects on its own; give it a moment
+        current: LedgerMetadata | None = None
+
+        async def answers() -> bool:
+            nonlocal current
             try:
                 current = await store.read_ledger(ledger_id)
-                break
             except MetadataStoreError:
-                await asyncio.sleep(0.1)
+                return False
+            return True
+
+        # gRPC reconnects on its own; give it a moment.
+        await wait_until(answers, every=0.1, timeout=60, what="the restarted etcd answers")
         assert current == created
         await store.write_ledger(ledger_id, current.in_recovery())
         seen = await asyncio.wait_for(anext(updates), 20)
@@ -152,7 +158,7 @@ async def test_a_call_whose_client_is_closed_under_it_is_tried_again_not_cancell
         lease, _ttl = await kv.grant_lease(30)
         for turn in range(20):
             calls = [asyncio.ensure_future(kv.keep_alive(lease)) for _ in range(4)]
-            await asyncio.sleep(0.0005 * (turn % 5))  # some sent, some not yet
+            await asyncio.sleep(0.0005 * (turn % 5))  # deliberate jitter: some sent, some not yet
             client = kv._clients._client
             if turn % 2:
                 await kv._clients.rotate()  # as a failed call does: to the next endpoint

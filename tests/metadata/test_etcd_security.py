@@ -42,6 +42,7 @@ from tests.metadata.conftest import (
 from tests.support.certs import CertAuthority
 from tests.support.names import unique_name
 from tests.support.procs import BookieProcess
+from tests.support.wait import wait_until
 
 WRONG_PASSWORD = "not-the-Password-42"
 METADATA = LedgerMetadata(1, 1, 1, (Fragment(0, ("127.0.0.1:1",)),))
@@ -299,16 +300,17 @@ async def test_a_secured_etcd_restarts_and_the_store_carries_on(tmp_path: Path) 
             first = await store.allocate_ledger_id()
             await asyncio.to_thread(etcd.restart)
             assert etcd.status() is not None
-            for _ in range(100):  # until the restarted etcd answers
+
+            async def answers() -> bool:
                 try:
                     assert await store.allocate_ledger_id() > first
-                    break
                 except MetadataAuthError:
                     raise
                 except MetadataStoreError:  # unreachable while it restarts
-                    await asyncio.sleep(0.1)
-            else:
-                pytest.fail("the store never came back")
+                    return False
+                return True
+
+            await wait_until(answers, every=0.1, timeout=60, what="the restarted etcd answers")
     finally:
         etcd.stop()
 

@@ -20,6 +20,7 @@ from aiobk.metadata import EtcdProcess, Fragment, LedgerMetadata, MetadataURIErr
 from aiobk.metadata.uri import EtcdCredentials, parse_etcd_uri, redact_uri
 from aiobk.protocol.errors import MetadataStoreError
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 SECRET = "s3cr3t-pw"
 ROOT_PASSWORD = "r@@t:pa/ss%w?rd#1"  # every character a URI gives a meaning to
@@ -184,13 +185,17 @@ async def test_calls_and_watches_survive_an_etcd_restart_with_auth(auth_store) -
         assert await asyncio.wait_for(anext(updates), 10) == created
         await asyncio.to_thread(etcd.restart)
         async with open_store(uri, timeout=2.0) as writer:
-            current = None
-            for _ in range(100):  # until the restarted etcd answers
+            current: LedgerMetadata | None = None
+
+            async def answers() -> bool:
+                nonlocal current
                 try:
                     current = await writer.read_ledger(ledger_id)
-                    break
                 except MetadataStoreError:
-                    await asyncio.sleep(0.1)
+                    return False
+                return True
+
+            await wait_until(answers, every=0.1, timeout=60, what="the restarted etcd answers")
             assert current == created
             await writer.write_ledger(ledger_id, current.in_recovery())
         seen = await asyncio.wait_for(anext(updates), 20)

@@ -37,6 +37,7 @@ from aiobk.metadata.kv import WatchCompactedError
 from tests.chaos.proxy import Proxy
 from tests.support.cluster import start_cluster
 from tests.support.names import unique_name
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -169,11 +170,12 @@ async def test_a_ledger_watch_cut_off_while_etcd_compacts_past_the_close_still_s
         created = await writer.create_ledger(ledger_id, METADATA)
         updates = watcher.watch_ledger(ledger_id)
         assert await asyncio.wait_for(anext(updates), 10) == created
-        await asyncio.sleep(0.2)  # the watch's stream is up
+        probed = await writer.write_ledger(ledger_id, created)
+        assert await asyncio.wait_for(anext(updates), 10) == probed  # the watch's stream is up
 
         proxy.hold()
         proxy.reset()  # the stream breaks; it retries into the held proxy
-        closed = await writer.write_ledger(ledger_id, created.closed(41, 4200))
+        closed = await writer.write_ledger(ledger_id, probed.closed(41, 4200))
         for _ in range(3):
             await writer.allocate_ledger_id()
         assert await writer.compact_history(keep=1) > closed.version
@@ -225,11 +227,13 @@ async def test_a_tailing_log_reader_cut_off_while_etcd_compacts_past_the_roll_ca
             reader = await tailing.open_log_reader(name)
             taken: list[LogRecord] = []
             reading = asyncio.ensure_future(_take(reader, 6, taken))
-            for _ in range(200):  # until it has read the closed ledger
-                await asyncio.sleep(0.05)
-                if len(taken) == 3 or reading.done():
-                    break
-            await asyncio.sleep(0.3)  # and waits on its watch of the log for more
+            await wait_until(
+                lambda: len(taken) == 3 or reading.done(),
+                timeout=20,
+                what="the closed ledger read",
+            )
+            # An absence window: it waits on its watch of the log, and nothing more arrives.
+            await asyncio.sleep(0.3)
             assert len(taken) == 3
             assert not reading.done()
 
