@@ -96,7 +96,7 @@ async def relocate(
                 continue  # dead: deleted, or written again elsewhere
             if not held(index, ledger_id):
                 continue
-            index.put_location(ledger_id, entry_id, logger.append(ledger_id, entry_id, body))
+            index.cache.put_location(ledger_id, entry_id, logger.append(ledger_id, entry_id, body))
             result.moved += 1
             result.bytes += len(body)
             if progress is not None:

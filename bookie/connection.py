@@ -5,7 +5,9 @@ handler. Handlers answer through ``reply``; responses queue up and go out in one
 event-loop turn, so the acks of a whole journal batch leave in one syscall. A connection that
 sends a frame over the limit, or bytes that are not a message, is closed; a request that parses
 far enough to have a txn_id but is invalid gets EBADREQ and the connection carries on. Either
-way only this peer is hit.
+way only this peer is hit. START_TLS, and the checks a guarded connection's requests pass
+first, are ``StartTls``'s (``bookie.starttls``); the replies queued and their writes are
+``_Replies``'s.
 
 Backpressure (``bookie.flow``): the connection stops reading from its peer while it has
 ``max_inflight_per_connection`` unanswered requests, while its unsent responses are above the
@@ -20,30 +22,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from aiobk.bookie.access import OPEN, Policy, Refusal, check, roles_of, subject_name
+from aiobk.bookie.access import OPEN, Policy
 from aiobk.bookie.context import BookieContext, Handler, Poll
 from aiobk.bookie.flow import FRAMES_PER_TURN, READS_PER_CONNECTION, FifoGate
 from aiobk.bookie.index.engine import IndexCorruptError
-from aiobk.bookie.tls import TLS_HANDSHAKE_TIMEOUT, BookieTls
+from aiobk.bookie.starttls import StartTls
+from aiobk.bookie.tls import BookieTls
 from aiobk.protocol import (
-    MIN_PROTOCOL_VERSION,
-    NO_ROLES,
-    PROTOCOL_VERSION,
     ErrorResponse,
     FrameDecoder,
     FrameError,
-    HandshakeRequest,
     MalformedMessageError,
     OpCode,
-    Request,
     Response,
-    StartTlsResponse,
     StatusCode,
     check_request,
     decode_request,
@@ -68,6 +65,64 @@ class ConnectionHooks:
     policy: Policy = OPEN
 
 
+class _Replies:
+    """A connection's answers not written yet: queued and written in one write when the loop
+    turn ends, at once when the journal asks (an idle add) or when they reach the write
+    buffer's high-water mark."""
+
+    def __init__(
+        self,
+        conn: ServerConnection,
+        high_water: int,
+        answer_at_once: Callable[[], bool],
+    ) -> None:
+        # Weak, as ``StartTls``'s: a cycle would keep a dropped connection and what it holds
+        # until the garbage collector runs.
+        self._conn = weakref.ref(conn)
+        self._high_water = high_water
+        self._answer_at_once = answer_at_once
+        self._loop = asyncio.get_running_loop()
+        self.out: list[bytes] = []
+        self.out_bytes = 0
+        self._flush_scheduled = False
+
+    def send(self, response: Response) -> None:
+        conn = self._conn()
+        if conn is None or conn.closed:
+            return
+        if not self.out and self._answer_at_once() and conn.transport is not None:
+            conn.transport.write(encode(response))  # an idle add: no need to wait a loop turn
+            return
+        frame = encode(response)
+        self.out.append(frame)
+        self.out_bytes += len(frame)
+        if self.out_bytes >= self._high_water:
+            # Hand them to the transport now, not next turn: reads that need no I/O (an entry
+            # still in the entry log's write buffer) all answer within one turn, and queued
+            # here they are out of the high-water mark's sight -- 1,000 pipelined reads of a
+            # 1 MiB entry held 1 GiB before the first flush. Written, they pause this peer's
+            # reads (``pause_writing``) once above the mark.
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        conn = self._conn()
+        if conn is None or conn.closed or not self.out or conn.transport is None:
+            return
+        out, self.out = self.out, []
+        self.out_bytes = 0
+        conn.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        conn.measure()
+
+    def clear(self) -> None:
+        """The connection is gone: what was not written never will be."""
+        self.out.clear()
+        self.out_bytes = 0
+
+
 class ServerConnection(asyncio.Protocol):
     def __init__(
         self, ctx: BookieContext, handlers: Mapping[OpCode, Handler], hooks: ConnectionHooks
@@ -76,29 +131,19 @@ class ServerConnection(asyncio.Protocol):
         self.flow = ctx.flow
         self._handlers = handlers
         self._batch_done = hooks.batch_done
-        self._answer_at_once = hooks.answer_at_once
-        self._tls = hooks.tls
-        self._policy = hooks.policy
-        self._guarded = hooks.policy.guarded
-        self.tls_active = False  # upgraded by START_TLS
-        self._upgrading = False  # START_TLS answered, the TLS handshake not done yet
-        self.handshaken = False  # a HANDSHAKE with our protocol version was read
-        self.identity = ""  # the verified client certificate's common name
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         config = ctx.config
         self._decoder = FrameDecoder(config.max_frame_size)
         self._max_frame = config.max_frame_size
         self._max_inflight = config.max_inflight_per_connection
-        self._high_water = config.server_write_buffer_high_water_mark
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._flush_scheduled = False
+        self._replies = _Replies(
+            self, config.server_write_buffer_high_water_mark, hooks.answer_at_once
+        )
         self._inflight = 0
-        self._read_paused = False
+        self.read_paused = False
         self._write_paused = False
         self.closed = False
-        self.roles: frozenset[str] = NO_ROLES  # set by the TLS handshake (client certificate)
         # Ordered (a TaskKeeper, dicts), not sets, here and wherever the bookie or client
         # iterates what it keeps: a set of objects iterates in the order of their addresses,
         # which differ from run to run, and the order of cancels and wake-ups is the order of
@@ -114,6 +159,16 @@ class ServerConnection(asyncio.Protocol):
         self._backlog: deque[bytes] = deque()  # requests read, not handled yet
         self._backlog_bytes = 0
         self._drain_scheduled = False
+        # What the peer proved (handshake, TLS, certificate) and the checks that read it.
+        self.starttls = StartTls(
+            self,
+            hooks.tls,
+            hooks.policy,
+            decoder=self._decoder,
+            backlog=self._backlog,
+            send=self._replies.send,
+            flush=self._replies.flush,
+        )
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -134,15 +189,15 @@ class ServerConnection(asyncio.Protocol):
         self.ctx.stats.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._upgrading:  # the TLS handshake failed (the upgrade task is cancelled below)
-            self._upgrade_failed(exc)
+        # The TLS handshake failed (the upgrade task is cancelled below).
+        if self.starttls.upgrading:
+            self.starttls.upgrade_failed(exc)
         self.closed = True
         self.flow.forget(self)
         self.tasks.cancel()
         for poll in list(self.polls):
             poll.cancel()
-        self._out.clear()
-        self._out_bytes = 0
+        self._replies.clear()
         self._backlog.clear()
         self._backlog_bytes = 0
 
@@ -165,7 +220,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             frames = self._decoder.feed(data)
         except FrameError as exc:
-            self._reject(f"broken framing ({exc})")
+            self.reject(f"broken framing ({exc})")
             return
         if not self._decoder.buffered:
             self.frame_started = None
@@ -187,6 +242,7 @@ class ServerConnection(asyncio.Protocol):
         self._drain_scheduled = False
         backlog = self._backlog
         handlers = self._handlers
+        starttls = self.starttls
         ctx = self.ctx
         budget = FRAMES_PER_TURN  # requests; an ADD_BATCH counts each of its entries
         while backlog and budget > 0:
@@ -203,13 +259,13 @@ class ServerConnection(asyncio.Protocol):
             except MalformedMessageError as exc:
                 self.ctx.stats.bad_requests += 1
                 if exc.txn_id is None:
-                    self._reject(f"undecodable request ({exc.reason})")
+                    self.reject(f"undecodable request ({exc.reason})")
                     return
                 log.debug("bad request from %s: %s", self.peer, exc.reason)
-                self._send(ErrorResponse(exc.txn_id, StatusCode.EBADREQ, exc.op or 0))
+                self._replies.send(ErrorResponse(exc.txn_id, StatusCode.EBADREQ, exc.op or 0))
                 continue
-            if (self._guarded or request.op is OpCode.START_TLS) and not self._admit(request):
-                if self.closed or self._upgrading:
+            if (starttls.guarded or request.op is OpCode.START_TLS) and not starttls.admit(request):
+                if self.closed or starttls.upgrading:
                     return
                 continue
             self._inflight += 1
@@ -228,7 +284,7 @@ class ServerConnection(asyncio.Protocol):
         if backlog and not self._drain_scheduled and not self._stalled():
             self._drain_scheduled = True
             self._loop.call_soon(self._handle_backlog)
-        if backlog or self._read_paused or self._busy() or self.flow.adds_paused:
+        if backlog or self.read_paused or self._busy() or self.flow.adds_paused:
             self.update_reading()
 
     def _stalled(self) -> bool:
@@ -238,99 +294,12 @@ class ServerConnection(asyncio.Protocol):
         few dozen, and one read from the socket can bring thousands of small adds."""
         return self.flow.adds_paused or self._busy()
 
-    # -------------------------------------------------------------- TLS and access
-
-    def _admit(self, request: Request) -> bool:
-        """Whether ``request`` goes on to its handler: START_TLS is handled here, and a guarded
-        connection's requests are checked first (``bookie.access``)."""
-        op = request.op
-        if op is OpCode.START_TLS:
-            self._start_tls(request.txn_id)
-            return False
-        refusal = check(
-            self._policy, op, tls=self.tls_active, handshaken=self.handshaken, roles=self.roles
-        )
-        if refusal is not None:
-            self._refuse(request, refusal)
-            return False
-        if op is OpCode.HANDSHAKE:
-            assert isinstance(request, HandshakeRequest)
-            self.handshaken = MIN_PROTOCOL_VERSION <= request.protocol_version <= PROTOCOL_VERSION
-        return True
-
-    def _refuse(self, request: Request, refusal: Refusal) -> None:
-        self.ctx.stats.permission_denials += 1
-        who = f"{self.peer} ({self.identity})" if self.identity else self.peer
-        (log.warning if refusal.close else log.debug)(
-            "refused %s from %s: %s", request.op.name, who, refusal.why
-        )
-        self._send(ErrorResponse(request.txn_id, StatusCode.EPERM, request.op))
-        if refusal.close:
-            self.close()
-
-    def _start_tls(self, txn_id: int) -> None:
-        """Answer START_TLS and upgrade: the answer goes out in plaintext, behind every earlier
-        answer, then the socket is handed to TLS (the peer starts its handshake on reading it)."""
-        tls, transport = self._tls, self.transport
-        if tls is None or self.tls_active or transport is None:
-            self._send(StartTlsResponse(txn_id, StatusCode.EBADREQ))
-            return
-        if self._backlog or self._decoder.buffered:
-            self._reject("bytes sent behind START_TLS before its answer")
-            return
-        self._upgrading = True
-        self._flush()
-        transport.pause_reading()  # nothing more is read in plaintext
-        self._read_paused = True
-        transport.write(encode(StartTlsResponse(txn_id, StatusCode.EOK)))
-        self.spawn(self._upgrade(transport, tls.server))
-
-    async def _upgrade(self, raw: asyncio.Transport, context: ssl.SSLContext) -> None:
-        try:
-            upgraded = await self._loop.start_tls(
-                raw,
-                self,
-                context,
-                server_side=True,
-                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
-            )
-            if upgraded is None:
-                raise ConnectionError("the connection closed during the TLS handshake")
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raw.abort()
-            if not self.closed:  # the TLS layer never told us it was up: it may not tell
-                self.connection_lost(exc)  # us it went down either
-        except asyncio.CancelledError:
-            raw.abort()
-            raise
-        else:
-            # start_tls does not call connection_made: the upgraded transport is ours to take.
-            self._upgraded(upgraded)
-
-    def _upgrade_failed(self, exc: BaseException | None) -> None:
-        self._upgrading = False
-        self.ctx.stats.tls_handshake_failures += 1
-        log.warning("TLS handshake with %s failed: %s", self.peer, exc or "connection closed")
-
-    def _upgraded(self, transport: asyncio.Transport) -> None:
-        """The TLS handshake is done: requests now come and go through ``transport``."""
-        self._upgrading = False
-        self.transport = transport
-        self.tls_active = True
-        self.ctx.stats.tls_handshakes += 1
-        cert = transport.get_extra_info("peercert")
-        self.identity = subject_name(cert)
-        if self._policy.client_auth:
-            self.roles = roles_of(cert)
-        config = self.ctx.config
-        transport.set_write_buffer_limits(
-            high=config.server_write_buffer_high_water_mark,
-            low=config.server_write_buffer_low_water_mark,
-        )
-        self._read_paused = False  # the TLS transport reads from the start
-        self.update_reading()
-
     # -------------------------------------------------------------- for handlers
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """The peer's roles, from its verified client certificate (``StartTls``)."""
+        return self.starttls.roles
 
     @property
     def origin(self) -> object:
@@ -339,9 +308,9 @@ class ServerConnection(asyncio.Protocol):
     def reply(self, response: Response) -> None:
         """Answer one request (every handled request gets exactly one reply)."""
         self._inflight -= 1
-        if self._read_paused and self._inflight - len(self.polls) < self._max_inflight // 2:
+        if self.read_paused and self._inflight - len(self.polls) < self._max_inflight // 2:
             self.update_reading()
-        self._send(response)
+        self._replies.send(response)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run an asynchronous handler; it is cancelled if the connection goes away."""
@@ -372,12 +341,12 @@ class ServerConnection(asyncio.Protocol):
         # read -- were answered a whole poll timeout late (50,000 polls of 8 s on one
         # connection came back 24 s late).
         self.polls[poll] = None
-        if self._read_paused:
+        if self.read_paused:
             self.update_reading()
 
     def poll_ended(self, poll: Poll) -> None:
         self.polls.pop(poll, None)
-        if self._read_paused:
+        if self.read_paused:
             self.update_reading()
 
     def _busy(self) -> bool:
@@ -396,7 +365,7 @@ class ServerConnection(asyncio.Protocol):
         return (
             self._decoder.buffered
             + self._backlog_bytes
-            + self._out_bytes
+            + self._replies.out_bytes
             + self.transport.get_write_buffer_size()
         )
 
@@ -413,35 +382,6 @@ class ServerConnection(asyncio.Protocol):
 
     # -------------------------------------------------------------- internals
 
-    def _send(self, response: Response) -> None:
-        if self.closed:
-            return
-        if not self._out and self._answer_at_once() and self.transport is not None:
-            self.transport.write(encode(response))  # an idle add: no need to wait a loop turn
-            return
-        frame = encode(response)
-        self._out.append(frame)
-        self._out_bytes += len(frame)
-        if self._out_bytes >= self._high_water:
-            # Hand them to the transport now, not next turn: reads that need no I/O (an entry
-            # still in the entry log's write buffer) all answer within one turn, and queued
-            # here they are out of the high-water mark's sight -- 1,000 pipelined reads of a
-            # 1 MiB entry held 1 GiB before the first flush. Written, they pause this peer's
-            # reads (``pause_writing``) once above the mark.
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        if self.closed or not self._out or self.transport is None:
-            return
-        out, self._out = self._out, []
-        self._out_bytes = 0
-        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
-        self.measure()
-
     def update_reading(self) -> None:
         transport = self.transport
         if transport is None or self.closed:
@@ -449,24 +389,24 @@ class ServerConnection(asyncio.Protocol):
         want_pause = (
             self._write_paused or self._busy() or self.flow.adds_paused or bool(self._backlog)
         )
-        if want_pause and not self._read_paused:
+        if want_pause and not self.read_paused:
             transport.pause_reading()
-            self._read_paused = True
-        elif not want_pause and self._read_paused:
+            self.read_paused = True
+        elif not want_pause and self.read_paused:
             transport.resume_reading()
-            self._read_paused = False
+            self.read_paused = False
         if self._backlog and not self._drain_scheduled and not self._stalled():
             self._drain_scheduled = True  # frames held while stalled: their turn comes again
             self._loop.call_soon(self._handle_backlog)
 
-    def _reject(self, why: str) -> None:
+    def reject(self, why: str) -> None:
         self.ctx.stats.bad_requests += 1
         log.warning("closing connection from %s: %s", self.peer, why)
         self.close()
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:
-            self._flush()
+            self._replies.flush()
             self.transport.close()
         self.closed = True
         self.flow.forget(self)

@@ -117,13 +117,13 @@ class LedgerState:
         return self.index.location(self.ledger_id, entry_id)
 
     def set_location(self, entry_id: int, location: int) -> None:
-        self.index.put_location(self.ledger_id, entry_id, location)
+        self.index.cache.put_location(self.ledger_id, entry_id, location)
         self.max_entry = max(self.max_entry, entry_id)
         self.meta_dirty = True
 
     def set_locations(self, entry_ids: Sequence[int], locations: Sequence[int]) -> None:
         """``set_location`` of each of the entries, given in increasing order."""
-        self.index.put_locations(self.ledger_id, entry_ids, locations)
+        self.index.cache.put_locations(self.ledger_id, entry_ids, locations)
         self.max_entry = max(self.max_entry, entry_ids[-1])
         self.meta_dirty = True
 

@@ -221,7 +221,7 @@ class LedgerStorage:
         state = self._active.pop(ledger_id, None)
         if state is None and self.index.state(ledger_id) is None:
             return False
-        self.index.delete_ledger(ledger_id)
+        self.index.cache.delete_ledger(ledger_id)
         self.held -= 1
         if state is not None:
             waiters, state.waiters = state.waiters, set()
@@ -242,7 +242,7 @@ class LedgerStorage:
 
     @property
     def write_cache_bytes(self) -> int:
-        return 0 if self._index is None else self._index.cache_bytes
+        return 0 if self._index is None else self._index.cache.memory
 
     @property
     def states_in_use(self) -> int:
@@ -252,14 +252,14 @@ class LedgerStorage:
 
     def add_entry(self, state: LedgerState, entry_id: int, body: bytes) -> None:
         state.set_location(entry_id, self.entry_logger.append(state.ledger_id, entry_id, body))
-        if self.index.full:
+        if self.index.cache.full:
             self._cache_full()
 
     def add_entries(self, state: LedgerState, entries: Sequence[tuple[int, bytes]]) -> None:
         """``add_entry`` of each (entry id, body) of one ledger, ids increasing."""
         locations = self.entry_logger.append_many(state.ledger_id, entries)
         state.set_locations([entry_id for entry_id, _body in entries], locations)
-        if self.index.full:
+        if self.index.cache.full:
             self._cache_full()
 
     async def read_entry(
@@ -297,9 +297,9 @@ class LedgerStorage:
         index = self.index
         for state in self._active.values():
             if state.meta_dirty:
-                index.put_state(state.ledger_id, state.record())
+                index.cache.put_state(state.ledger_id, state.record())
                 state.meta_dirty = False
-        index.set_held(self.held)
+        index.cache.set_held(self.held)
         sealed = index.seal(mark_lsn, start)
         try:
             await self.entry_logger.sync()

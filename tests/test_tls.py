@@ -279,7 +279,7 @@ async def test_bytes_behind_start_tls_close_the_connection(cluster: Cluster) -> 
 async def test_a_stalled_tls_handshake_is_dropped(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("aiobk.bookie.connection.TLS_HANDSHAKE_TIMEOUT", 0.5)
+    monkeypatch.setattr("aiobk.bookie.starttls.TLS_HANDSHAKE_TIMEOUT", 0.5)
     bookie = cluster.bookies[0]
     host, port = bookie.address
     reader, writer = await asyncio.open_connection(host, port)

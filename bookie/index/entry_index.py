@@ -34,8 +34,8 @@ The ``G`` keys are what garbage collection needs without reading every location 
 keeps the same per-log ledger map, EntryLogMetadata): an entry log can go once every ledger it
 names is deleted, and its live share is the sum of the counts of the ledgers still held.
 
-Memory is the write cache (bounded: ``full`` tells the caller to checkpoint now) plus the
-engine's own caches, whatever the index holds on disk.
+Memory is the write cache (``WriteCache``, bounded: ``full`` tells the caller to checkpoint
+now) plus the engine's own caches, whatever the index holds on disk.
 """
 
 from __future__ import annotations
@@ -156,15 +156,16 @@ class Sealed:
         self.batch = batch
 
 
-class EntryIndex:
-    def __init__(self, db: IndexDb, max_cache_bytes: int = 64 << 20) -> None:
-        self.db = db
+class WriteCache:
+    """What changed since the last checkpoint, in memory (BookKeeper's WriteCache): the
+    changes gathered now and, while a checkpoint writes them, the generation it sealed, which
+    lookups still see (``generations``). Bounded: ``full`` tells the caller to checkpoint."""
+
+    def __init__(self, max_cache_bytes: int) -> None:
         self.max_cache_bytes = max_cache_bytes
         self._cache = _Changes()
         self._flushing: _Changes | None = None  # being written: still what lookups see
         self._cached = 0
-
-    # ------------------------------------------------------------------ writing
 
     def put_location(self, ledger_id: int, entry_id: int, location: int) -> None:
         """A new place for the entry: appended (add, copy, replay) or moved (compaction)."""
@@ -215,7 +216,8 @@ class EntryIndex:
         self._cache.dropped_logs.add(log_id)
 
     @property
-    def cache_bytes(self) -> int:
+    def memory(self) -> int:
+        """Bytes the cached locations cost, roughly (``CACHED_BYTES`` each)."""
         return self._cached
 
     @property
@@ -223,17 +225,75 @@ class EntryIndex:
         """The write cache reached its bound: checkpoint now."""
         return self._cached >= self.max_cache_bytes
 
+    def take(self, mark: int) -> _Changes:
+        """Every change so far, as of ``mark``, out of the cache into the generation being
+        written; lookups keep seeing it until ``written`` or ``abandon``."""
+        assert self._flushing is None, "one checkpoint at a time"
+        changes, self._cache = self._cache, _Changes()
+        changes.mark = mark
+        self._cached = 0
+        self._flushing = changes
+        return changes
+
+    def written(self) -> None:
+        """The generation being written is in the engine now."""
+        self._flushing = None
+
+    def abandon(self, changes: _Changes) -> None:
+        """``changes`` will not be written now: back into the cache (under newer ones)."""
+        if self._flushing is changes:
+            self._flushing = None
+            self._merge_back(changes)
+
+    def _merge_back(self, failed: _Changes) -> None:
+        newer = self._cache
+        for ledger_id, entries in failed.locations.items():
+            if ledger_id in newer.deleted:
+                continue
+            newer.locations[ledger_id] = {**entries, **newer.locations.get(ledger_id, {})}
+        for ledger_id, record in failed.states.items():
+            if ledger_id not in newer.deleted:
+                newer.states.setdefault(ledger_id, record)
+        for pair, count in failed.log_counts.items():
+            newer.log_counts[pair] = newer.log_counts.get(pair, 0) + count
+        newer.deleted |= failed.deleted - set(newer.locations) - set(newer.states)
+        newer.dropped_logs |= failed.dropped_logs
+        if newer.held is None:
+            newer.held = failed.held
+        self._cached = CACHED_BYTES * sum(len(e) for e in newer.locations.values())
+
+    def generations(self) -> list[_Changes]:
+        """Newest first: the cache, then a sealed batch being written."""
+        if self._flushing is None:
+            return [self._cache]
+        return [self._cache, self._flushing]
+
+    def cached_state(self, ledger_id: int) -> LedgerRecord | None:
+        for changes in self.generations():
+            record = changes.states.get(ledger_id)
+            if record is not None or ledger_id in changes.deleted:
+                return record
+        return None
+
+
+class EntryIndex:
+    """The index: the engine's keys, the write cache in front of them (``cache``: changes go
+    there), the checkpoints that move the cache into the engine, and the lookups that read
+    both."""
+
+    def __init__(self, db: IndexDb, max_cache_bytes: int = 64 << 20) -> None:
+        self.db = db
+        self.cache = WriteCache(max_cache_bytes)
+
+    # ------------------------------------------------------------------ checkpoints
+
     def seal(self, mark: int, start: tuple[int, int] | None = None) -> Sealed:
         """Take every change so far out of the cache, as of ``mark`` (the journal LSN they
         cover), into a batch; lookups keep seeing them until ``commit`` or ``abandon``. Only
         one sealed batch at a time (checkpoints run one after the other). ``start``: where
         the journal's next replay may begin reading (``Journal.position``, taken before the
         mark), kept with it."""
-        assert self._flushing is None, "one checkpoint at a time"
-        changes, self._cache = self._cache, _Changes()
-        changes.mark = mark
-        self._cached = 0
-        self._flushing = changes
+        changes = self.cache.take(mark)
         batch = IndexBatch()
         db = self.db
         for ledger_id in sorted(changes.deleted):
@@ -271,46 +331,25 @@ class EntryIndex:
         except BaseException:
             self.abandon(sealed)
             raise
-        self._flushing = None
+        self.cache.written()
 
     def abandon(self, sealed: Sealed) -> None:
         """The sealed changes will not be written now: back into the cache (under newer ones)."""
-        if self._flushing is sealed.changes:
-            self._flushing = None
-            self._merge_back(sealed.changes)
+        self.cache.abandon(sealed.changes)
+
+    def drop_log(self, log_id: int) -> None:
+        """An entry log was removed: forget which ledgers it held (``WriteCache.drop_log``)."""
+        self.cache.drop_log(log_id)
 
     async def flush(self, mark: int, start: tuple[int, int] | None = None) -> None:
         """``seal`` and ``commit`` in one step (for callers with nothing to sync between)."""
         await self.commit(self.seal(mark, start))
 
-    def _merge_back(self, failed: _Changes) -> None:
-        newer = self._cache
-        for ledger_id, entries in failed.locations.items():
-            if ledger_id in newer.deleted:
-                continue
-            newer.locations[ledger_id] = {**entries, **newer.locations.get(ledger_id, {})}
-        for ledger_id, record in failed.states.items():
-            if ledger_id not in newer.deleted:
-                newer.states.setdefault(ledger_id, record)
-        for pair, count in failed.log_counts.items():
-            newer.log_counts[pair] = newer.log_counts.get(pair, 0) + count
-        newer.deleted |= failed.deleted - set(newer.locations) - set(newer.states)
-        newer.dropped_logs |= failed.dropped_logs
-        if newer.held is None:
-            newer.held = failed.held
-        self._cached = CACHED_BYTES * sum(len(e) for e in newer.locations.values())
-
     # ------------------------------------------------------------------ reading
-
-    def _generations(self) -> list[_Changes]:
-        """Newest first: the cache, then a sealed batch being written."""
-        if self._flushing is None:
-            return [self._cache]
-        return [self._cache, self._flushing]
 
     def location(self, ledger_id: int, entry_id: int) -> int:
         """Where the entry is, or -1."""
-        for changes in self._generations():
+        for changes in self.cache.generations():
             entries = changes.locations.get(ledger_id)
             if entries is not None and entry_id in entries:
                 return entries[entry_id]
@@ -320,7 +359,7 @@ class EntryIndex:
         return -1 if found is None else VALUE.unpack(found)[0]
 
     def state(self, ledger_id: int) -> LedgerRecord | None:
-        for changes in self._generations():
+        for changes in self.cache.generations():
             record = changes.states.get(ledger_id)
             if record is not None:
                 return record
@@ -331,14 +370,14 @@ class EntryIndex:
 
     def is_deleted(self, ledger_id: int) -> bool:
         """Garbage collection dropped the ledger (and it must never come back)."""
-        if any(ledger_id in changes.deleted for changes in self._generations()):
+        if any(ledger_id in changes.deleted for changes in self.cache.generations()):
             return True
         return self.db.get(deleted_key(ledger_id)) is not None
 
     def entries(self, ledger_id: int) -> Iterator[tuple[int, int]]:
         """(entry, location) of every entry the ledger has, ascending."""
         merged: dict[int, int] = {}
-        generations = self._generations()
+        generations = self.cache.generations()
         if not any(ledger_id in g.deleted for g in generations):
             start, end = location_key(ledger_id, 0), state_key(ledger_id + 1)
             for key, value in self.db.scan(start, end):
@@ -352,10 +391,10 @@ class EntryIndex:
     def ledgers(self) -> Iterator[int]:
         """Every ledger with a state, ascending (flushed and cached), streamed from the engine:
         nothing is held per ledger. Ledgers cached after the call starts may be missed."""
-        generations = self._generations()
+        generations = self.cache.generations()
         cached = sorted({i for g in generations for i in g.states})
         gone = {i for g in generations for i in g.deleted} - {
-            i for i in cached if self._cached_state(i) is not None
+            i for i in cached if self.cache.cached_state(i) is not None
         }
         flushed = (STATE_KEY.unpack(key)[1] for key, _value in self.db.scan(b"H", b"I"))
         last = -1
@@ -364,13 +403,6 @@ class EntryIndex:
                 continue
             last = ledger_id
             yield ledger_id
-
-    def _cached_state(self, ledger_id: int) -> LedgerRecord | None:
-        for changes in self._generations():
-            record = changes.states.get(ledger_id)
-            if record is not None or ledger_id in changes.deleted:
-                return record
-        return None
 
     def log_ledgers(self, log_id: int) -> Iterator[tuple[int, int]]:
         """(ledger, entries appended) for every ledger an entry log holds, flushed ones only
@@ -382,7 +414,7 @@ class EntryIndex:
         """log -> ledger -> entries appended since the last commit (``log_ledgers`` does not
         count them yet): what a report adds to see the logs as the next checkpoint will."""
         out: dict[int, dict[int, int]] = {}
-        for changes in self._generations():
+        for changes in self.cache.generations():
             for (log_id, ledger_id), count in changes.log_counts.items():
                 if log_id not in changes.dropped_logs:
                     ledgers = out.setdefault(log_id, {})
@@ -414,6 +446,7 @@ __all__ = [
     "EntryIndex",
     "LedgerRecord",
     "Sealed",
+    "WriteCache",
     "check_layout",
     "deleted_key",
     "held_key",

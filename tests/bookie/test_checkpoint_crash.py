@@ -84,7 +84,7 @@ async def child(data: str, engine: str, step: int) -> None:
         index = storage.index
         if step >= 1:
             for state in storage.ledgers.values():
-                index.put_state(state.ledger_id, state.record())
+                index.cache.put_state(state.ledger_id, state.record())
             sealed = index.seal(mark)
         if step >= 2:
             await storage.entry_logger.sync()

@@ -41,13 +41,13 @@ async def test_cached_then_flushed_with_the_mark_and_durable(
 ) -> None:
     record = LedgerRecord(b"k" * 20, fenced=True, lac=4, max_entry=5)
     for entry in range(6):
-        index.put_location(7, entry, 1000 + entry)
-    index.put_state(7, record)
+        index.cache.put_location(7, entry, 1000 + entry)
+    index.cache.put_state(7, record)
     assert index.location(7, 3) == 1003  # from the cache
     assert index.mark() == -1
-    assert index.full  # six cached locations pass this index's bound
+    assert index.cache.full  # six cached locations pass this index's bound
     await index.flush(mark=42)
-    assert index.cache_bytes == 0
+    assert index.cache.memory == 0
     again = await _reopened(index, tmp_path)
     assert again.mark() == 42
     assert again.location(7, 5) == 1005
@@ -61,14 +61,14 @@ async def test_cached_then_flushed_with_the_mark_and_durable(
 async def test_newer_changes_win_and_a_deleted_ledger_is_gone_everywhere(
     index: EntryIndex,
 ) -> None:
-    index.put_location(1, 0, 10)
-    index.put_location(2, 0, 20)
-    index.put_state(1, LedgerRecord(b"a"))
-    index.put_state(2, LedgerRecord(b"b"))
+    index.cache.put_location(1, 0, 10)
+    index.cache.put_location(2, 0, 20)
+    index.cache.put_state(1, LedgerRecord(b"a"))
+    index.cache.put_state(2, LedgerRecord(b"b"))
     await index.flush(mark=1)
-    index.put_location(1, 0, 11)  # compaction moved it: the cached one wins
-    index.put_location(1, 1, 12)
-    index.delete_ledger(2)
+    index.cache.put_location(1, 0, 11)  # compaction moved it: the cached one wins
+    index.cache.put_location(1, 1, 12)
+    index.cache.delete_ledger(2)
     assert index.location(1, 0) == 11
     assert index.location(2, 0) == -1
     assert index.state(2) is None
@@ -81,15 +81,15 @@ async def test_newer_changes_win_and_a_deleted_ledger_is_gone_everywhere(
 
 
 async def test_a_flush_being_written_is_still_seen(index: EntryIndex) -> None:
-    index.put_location(3, 0, 30)
+    index.cache.put_location(3, 0, 30)
     flushing = asyncio.ensure_future(index.flush(mark=5))
     await asyncio.sleep(0)  # the cache is set aside, the write under way
-    index.put_location(3, 1, 31)  # goes to a fresh cache
+    index.cache.put_location(3, 1, 31)  # goes to a fresh cache
     assert index.location(3, 0) == 30
     assert list(index.entries(3)) == [(0, 30), (1, 31)]
     await flushing
     assert index.location(3, 0) == 30
-    assert index.cache_bytes > 0  # entry 1 waits for the next flush
+    assert index.cache.memory > 0  # entry 1 waits for the next flush
 
 
 class _FailingDb(LogIndexDb):
@@ -105,11 +105,11 @@ async def test_a_failed_flush_keeps_its_changes_for_the_next(tmp_path: Path) -> 
     db = await _FailingDb.open(OsDisk(), str(tmp_path / "index"))
     assert isinstance(db, _FailingDb)
     index = EntryIndex(db)
-    index.put_location(4, 0, 40)
-    index.put_state(4, LedgerRecord(b"k"))
+    index.cache.put_location(4, 0, 40)
+    index.cache.put_state(4, LedgerRecord(b"k"))
     with pytest.raises(OSError, match="No space"):
         await index.flush(mark=9)
-    index.put_location(4, 1, 41)
+    index.cache.put_location(4, 1, 41)
     assert index.location(4, 0) == 40
     db.fail = False
     await index.flush(mark=10)
@@ -142,10 +142,10 @@ async def test_ledgers_and_entries_stay_apart_with_records_beside_entries(
 ) -> None:
     for ledger_id in (3, 4, 5):
         for entry in range(3):
-            index.put_location(ledger_id, entry, 100 * ledger_id + entry)
-        index.put_state(ledger_id, LedgerRecord(b"k", max_entry=2))
+            index.cache.put_location(ledger_id, entry, 100 * ledger_id + entry)
+        index.cache.put_state(ledger_id, LedgerRecord(b"k", max_entry=2))
     await index.flush(mark=1)
-    index.delete_ledger(4)
+    index.cache.delete_ledger(4)
     await index.flush(mark=2)
     assert list(index.ledgers()) == [3, 5]
     assert list(index.entries(3)) == [(0, 300), (1, 301), (2, 302)]  # not ledger 4's record
