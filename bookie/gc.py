@@ -266,7 +266,7 @@ class GarbageCollector:
             except OSError as exc:
                 log.warning("cannot remove entry log %x: %s", log_id, exc)
                 continue
-            self.storage.index.drop_log(log_id)
+            self.storage.index.cache.drop_log(log_id)
             self.stuck.discard(log_id)
             result.logs_removed.append(log_id)
             if self.progress is not None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 
 from aiobk.bookie.access import Policy, Refusal, check, roles_of, subject_name
 from aiobk.bookie.context import BookieContext
-from aiobk.bookie.tls import TLS_HANDSHAKE_TIMEOUT, BookieTls
+from aiobk.bookie.tls import BookieTls
 from aiobk.protocol import (
     MIN_PROTOCOL_VERSION,
     NO_ROLES,
@@ -37,6 +37,8 @@ from aiobk.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a peer has to finish the TLS handshake
 
 
 class Upgradable(Protocol):

@@ -16,8 +16,6 @@ from aiobk.bookie.config import BookieConfig, ConfigError
 
 log = logging.getLogger(__name__)
 
-TLS_HANDSHAKE_TIMEOUT = 10.0  # seconds a peer has to finish the TLS handshake
-
 
 def server_context(config: BookieConfig) -> ssl.SSLContext:
     """The context the bookie's port upgrades connections with (TLS 1.2 or later)."""

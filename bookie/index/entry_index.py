@@ -337,10 +337,6 @@ class EntryIndex:
         """The sealed changes will not be written now: back into the cache (under newer ones)."""
         self.cache.abandon(sealed.changes)
 
-    def drop_log(self, log_id: int) -> None:
-        """An entry log was removed: forget which ledgers it held (``WriteCache.drop_log``)."""
-        self.cache.drop_log(log_id)
-
     async def flush(self, mark: int, start: tuple[int, int] | None = None) -> None:
         """``seal`` and ``commit`` in one step (for callers with nothing to sync between)."""
         await self.commit(self.seal(mark, start))
