@@ -19,7 +19,7 @@ import importlib.metadata
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
@@ -383,11 +383,6 @@ class Bookie:
         await self.storage.close()
         if self._owns_disk:
             await self._disk.close()
-
-    @property
-    def connections(self) -> list[ServerConnection]:
-        """The client connections open now."""
-        return [cast(ServerConnection, conn) for conn in self.flow.connections]
 
     async def _close_server(self, abort: bool) -> None:
         self.flow.stop()
