@@ -37,7 +37,7 @@ async def test_a_stall_shows_in_every_append_it_delays_and_the_cut_off_are_count
     a closed loop would record 20 ms each; the open loop sees the queue grow."""
 
     async def append(_payload: bytes) -> None:
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the append's service time: the latencies are durations
 
     result = await open_loop(append, b"x", rate=200, seconds=0.1, cap=1, drain=0.05)
     assert result.unfinished > 0
@@ -106,18 +106,20 @@ async def test_a_cancel_while_the_closed_loop_winds_down_is_not_swallowed() -> N
     loop waits for its cancelled workers must still end the benchmark (it once returned a
     result instead, and `bench peers` went on to exit 0 after a SIGINT)."""
     winding_down = asyncio.Event()
+    cancelled = asyncio.Event()
 
     async def append(_payload: bytes) -> None:
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             winding_down.set()
-            await asyncio.sleep(0.2)  # a worker slow to stop
+            await cancelled.wait()  # a worker slow to stop: still stopping when the cancel lands
             raise
 
     task = asyncio.ensure_future(closed_loop(append, b"x", in_flight=2, seconds=0.02, grace=0.02))
     await asyncio.wait_for(winding_down.wait(), 5)
     task.cancel()
+    cancelled.set()
     done, _pending = await asyncio.wait([task], timeout=5)
     assert done
     assert task.cancelled()

@@ -77,6 +77,7 @@ from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, free_port, open_store
 from aiobk.metadata.processes import dying_with_parent
 from tests.support.procs import HOST_DISK_SETTINGS
+from tests.support.wait import wait_until_sync
 from tests.test_deploy_files import dockerfile, parse_yaml, unit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -668,23 +669,29 @@ class Proc:
         """The first line of the current run's stdout holding ``marker``; an exit before it
         restarts the process as its restart policy says (docker's delay: 100 ms, doubling)."""
         assert self.process is not None
-        deadline = time.monotonic() + timeout
+        found: list[str] = []
         delay = 0.1
-        while True:
-            for line in self.output().splitlines():
-                if marker in line:
-                    return line
+
+        def printed() -> bool:
+            nonlocal delay
+            found.extend(line for line in self.output().splitlines() if marker in line)
+            if found:
+                return True
+            assert self.process is not None
             code = self.process.poll()
             if code is not None:
                 if not self._restarts_on(code) or self.starts >= MAX_STARTS:
                     pytest.fail(f"{self.name} exited with {code} before {marker!r}:\n{self.tail()}")
                 self.exits.append(code)
-                time.sleep(delay)
+                time.sleep(delay)  # the restart policy's backoff: a pause it takes on purpose
                 delay *= 2
                 self.start()
-            if time.monotonic() > deadline:
-                pytest.fail(f"{self.name}: no {marker!r} within {timeout:g}s:\n{self.tail()}")
-            time.sleep(0.05)
+            return False
+
+        wait_until_sync(
+            printed, timeout=timeout, what=lambda: f"{self.name}: {marker!r}\n{self.tail()}"
+        )
+        return found[0]
 
     def wait(self, timeout: float) -> int:
         assert self.process is not None

@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from aiobk.metadata.etcd_process import free_port, port_in_use
+from tests.support.wait import wait_until_sync
 
 BOOKIES = 2
 
@@ -71,11 +71,12 @@ def test_standalone_http_port_serves_each_bookies_admin_api_and_metrics(tmp_path
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 60
-        while not any("cluster ready" in line for line in output):
+
+        def ready() -> bool:
             assert proc.poll() is None, "".join(output)
-            assert time.monotonic() < deadline, "".join(output)
-            time.sleep(0.1)
+            return any("cluster ready" in line for line in output)
+
+        wait_until_sync(ready, timeout=60, every=0.1, what=lambda: "".join(output))
         ids = [m.group(1) for line in output if (m := re.match(r"bookie (\S+) serving on", line))]
         assert len(ids) == BOOKIES, output
         for index, bookie_id in enumerate(ids):
@@ -92,18 +93,24 @@ def test_standalone_http_port_serves_each_bookies_admin_api_and_metrics(tmp_path
             assert _sample(text, "aiobk_autorecovery_ledgers_marked_total", **both) == 0
             assert "aiobk_event_loop_lag_seconds_bucket" in text
         # The lag is measured (every 0.5 s), and the auditor counts the live bookies.
-        deadline = time.monotonic() + 30
-        while True:
-            texts = [_get(f"http://127.0.0.1:{http_base + i}/metrics")[1] for i in range(BOOKIES)]
+        texts: list[str] = []
+        seen: list[object] = []
+
+        def measured_and_counted() -> bool:
+            texts[:] = [
+                _get(f"http://127.0.0.1:{http_base + i}/metrics")[1] for i in range(BOOKIES)
+            ]
             lags = _sample(texts[0], "aiobk_event_loop_lag_seconds_count") or 0
             counted = [
                 _sample(text, "aiobk_autorecovery_bookies_registered", bookie=bookie_id)
                 for text, bookie_id in zip(texts, ids, strict=True)
             ]
-            if lags >= 2 and BOOKIES in counted:
-                break
-            assert time.monotonic() < deadline, (lags, counted)
-            time.sleep(0.5)
+            seen[:] = [lags, counted]
+            return lags >= 2 and BOOKIES in counted
+
+        wait_until_sync(
+            measured_and_counted, timeout=30, every=0.5, what=lambda: f"lags, counted: {seen}"
+        )
         assert (
             max(
                 _sample(t, "aiobk_autorecovery_bookies_writable", bookie=b) or 0

@@ -22,6 +22,7 @@ from aiobk.protocol import ADMIN, BOOKIE, CLIENT
 from tests.support.certs import CertAuthority, Issued
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -100,14 +101,18 @@ def aiobk(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 
 
 async def _wait_not_named(store: MetadataStore, ledger_id: int, victim: str) -> float:
+    """Seconds until the ledger's metadata names ``victim`` nowhere."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    while loop.time() - start < REPAIR_BOUND:
+
+    async def not_named() -> bool:
         metadata = await store.read_ledger(ledger_id)
-        if all(victim not in f.ensemble for f in metadata.fragments):
-            return loop.time() - start
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"ledger {ledger_id} still names {victim} after {REPAIR_BOUND} s")
+        return all(victim not in f.ensemble for f in metadata.fragments)
+
+    await wait_until(
+        not_named, timeout=REPAIR_BOUND, every=0.2, what=f"ledger {ledger_id} naming no {victim}"
+    )
+    return loop.time() - start
 
 
 async def test_tls_cluster_serves_clients_operators_and_repairs_itself(

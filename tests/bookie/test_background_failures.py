@@ -25,6 +25,7 @@ from tests.bookie.helpers import KEY
 from tests.support.faulty_disk import FaultyDisk
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS
+from tests.support.wait import wait_until
 
 BOOKIE = "10.0.0.1:3181"
 
@@ -46,7 +47,9 @@ class _NoPeers:
 
 
 @pytest.mark.timeout(60)
-async def test_the_boot_repair_waits_out_a_failed_journal(tmp_path: Path) -> None:
+async def test_the_boot_repair_waits_out_a_failed_journal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     disk = FaultyDisk()
     config = BookieConfig(data_dir=str(tmp_path), disk_reserved_space=0)
     stats = BookieStats()
@@ -68,9 +71,15 @@ async def test_the_boot_repair_waits_out_a_failed_journal(tmp_path: Path) -> Non
         ledgers.set_limbo(state, True)
         await ledgers.durable()
         disk.sync_error = errno.EIO  # every fdatasync fails from here: the journal fails
-        task = asyncio.create_task(repair(ledgers, store, _NoPeers(), [7], BOOKIE, 0.01))
-        await asyncio.sleep(0.3)
-        assert journal.failed is not None
+        with caplog.at_level(logging.WARNING, logger="aiobk.bookie.repair"):
+            task = asyncio.create_task(repair(ledgers, store, _NoPeers(), [7], BOOKIE, 0.01))
+            await wait_until(
+                lambda: (
+                    journal.failed is not None
+                    and any("ledger 7: repair postponed" in r.getMessage() for r in caplog.records)
+                ),
+                what="the journal failed and the repair postponed",
+            )
         assert not task.done(), task  # postponed, not ended with the ledger in limbo
         disk.sync_error = 0
         assert await journal.recover()
@@ -97,8 +106,11 @@ async def test_a_failed_background_task_is_said_and_does_not_cut_a_stop_short(
 
     with caplog.at_level(logging.ERROR, logger="aiobk.bookie.background"):
         bookie.background.spawn("doomed", fails())
-        await asyncio.sleep(0.05)
-    assert any("bookie-doomed failed" in r.getMessage() for r in caplog.records), caplog.text
+        await wait_until(
+            lambda: any("bookie-doomed failed" in r.getMessage() for r in caplog.records),
+            every=0,
+            what=lambda: f"the doomed task's failure said: {caplog.text}",
+        )
     await bookie.stop()  # raised the task's OSError before, leaving the journal running
     assert bookie.journal.failed is None
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("journal-")]

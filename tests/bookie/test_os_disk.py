@@ -6,11 +6,11 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import time
 from pathlib import Path
 
 from aiobk.bookie import OsDisk
 from aiobk.bookie.disk import _cached_pread
+from tests.support.wait import wait_until_sync
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 
@@ -61,12 +61,12 @@ def _evict(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        for _ in range(200):
+
+        def evicted() -> bool:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if _cached_pages(fd, size) == 0:
-                return
-            time.sleep(0.005)
-        raise AssertionError(f"{path} stays in the page cache")
+            return _cached_pages(fd, size) == 0
+
+        wait_until_sync(evicted, timeout=5.0, every=0.005, what=f"{path} out of the page cache")
     finally:
         os.close(fd)
 

@@ -17,6 +17,7 @@ from aiobk.bench import add as bench_add
 from aiobk.bench.add import Floors, Level
 from aiobk.bench.targets import summary
 from aiobk.cli import main as aiobk_main
+from tests.support.wait import wait_until_sync
 
 EXPECTED_OPTIONS = {
     "add": {
@@ -271,12 +272,14 @@ def test_peers_stops_every_server_on_ctrl_c_and_sigterm(tmp_path: Path, signum: 
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
         servers: set[int] = set()
-        while len(servers) < 4 and time.monotonic() < deadline:  # etcd and 3 bookies
-            servers = {pid for pid in _children(proc.pid) if _alive(pid)}
-            time.sleep(0.2)
-        assert len(servers) >= 4, servers
+
+        def all_up() -> bool:
+            servers.clear()
+            servers.update(pid for pid in _children(proc.pid) if _alive(pid))
+            return len(servers) >= 4  # etcd and 3 bookies
+
+        wait_until_sync(all_up, timeout=60, every=0.2, what=lambda: f"4 servers: {servers}")
         time.sleep(4)  # the last bookie serving, the warm-up done: in the measured level
         ignored = _ignored_signals(proc.pid)
         proc.send_signal(signum)

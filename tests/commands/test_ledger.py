@@ -15,14 +15,17 @@ from aiobk.client import BookKeeper, ClientConfig, Durability
 from aiobk.protocol.errors import NoSuchLedgerError
 from tests.support.cli import aiobk, aiobk_on_terminal
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until
 
 
 async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac: int) -> None:
     """Wait until the bookies report ``lac`` (the writer sends its last one explicitly)."""
     rh = await bk.open_ledger(ledger_id, password, recovery=False)
-    async with asyncio.timeout(10):
-        while await rh.read_last_add_confirmed() < lac:
-            await asyncio.sleep(0.02)
+
+    async def reported() -> bool:
+        return await rh.read_last_add_confirmed() >= lac
+
+    await wait_until(reported, every=0.02, what=f"the bookies reporting LAC {lac}")
 
 
 async def test_ledger_read_leaves_a_live_writer_writing(etcd_cluster: Cluster) -> None:

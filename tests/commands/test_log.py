@@ -15,14 +15,17 @@ import pytest
 from aiobk.client import BookKeeper, LogPosition
 from tests.support.cli import aiobk
 from tests.support.cluster import Cluster
+from tests.support.wait import wait_until
 
 
 async def confirmed(bk: BookKeeper, last: LogPosition) -> None:
     """Until the bookies report ``last`` confirmed (a quiet writer sends its LAC explicitly)."""
     handle = await bk.open_ledger(last.ledger_id, recovery=False)
-    async with asyncio.timeout(10):
-        while await handle.read_last_add_confirmed() < last.entry_id:
-            await asyncio.sleep(0.02)
+
+    async def reported() -> bool:
+        return await handle.read_last_add_confirmed() >= last.entry_id
+
+    await wait_until(reported, every=0.02, what=f"the bookies confirming {last}")
 
 
 async def test_log_commands(etcd_cluster: Cluster) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from aiobk.metadata import EtcdProcess, open_store
 from aiobk.metadata.etcd_process import EtcdCluster
 from aiobk.metadata.processes import cmdline
 from aiobk.metadata.uri import parse_etcd_uri
+from tests.support.wait import wait_until_sync
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
@@ -45,10 +45,11 @@ def local_revision(member: EtcdProcess, key: bytes) -> int:
 
 def caught_up(member: EtcdProcess, key: bytes, revision: int) -> None:
     """Until ``member`` holds ``key`` at ``revision`` or later (bounded: 10 s)."""
-    deadline = time.monotonic() + 10.0
-    while local_revision(member, key) < revision:
-        assert time.monotonic() < deadline, f"{member.name} did not catch up to {revision}"
-        time.sleep(0.05)
+    wait_until_sync(
+        lambda: local_revision(member, key) >= revision,
+        timeout=10.0,
+        what=f"{member.name} caught up to {revision}",
+    )
 
 
 def member_ids(cluster: EtcdCluster) -> list[str]:

@@ -16,6 +16,7 @@ import pytest
 from aiobk.metadata import EtcdProcess, etcd_process
 from aiobk.metadata.etcd_process import EtcdInUseError, exited, free_port
 from aiobk.metadata.etcd_security import EtcdGateway, EtcdGatewayError
+from tests.support.wait import wait_until_sync
 
 
 @pytest.mark.timeout(60)
@@ -79,13 +80,13 @@ def test_an_orphaned_etcd_on_the_data_dir_is_stopped_at_start(tmp_path: Path) ->
         # from (seen once in CI: the next start waited for a leader that could never exist).
         # A real orphan is an etcd that served its cluster.
         gateway = EtcdGateway(f"127.0.0.1:{client}")
-        deadline = time.monotonic() + 20
-        serving = False
-        while not serving and time.monotonic() < deadline:
+
+        def serving() -> bool:
             with contextlib.suppress(OSError, ValueError, EtcdGatewayError):
-                serving = bool(gateway.post("/v3/cluster/member/list", {}).get("members"))
-            time.sleep(0.05)
-        assert serving
+                return bool(gateway.post("/v3/cluster/member/list", {}).get("members"))
+            return False
+
+        wait_until_sync(serving, timeout=20, what="the orphan etcd serving its cluster")
         second = EtcdProcess(client_port=client, peer_port=peer, data_dir=str(data_dir))
         second.start()
         try:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from aiobk.metadata import free_port
+from tests.support.wait import wait_until
 
 # Bookies in tests that are not about disks ignore how full this shared host's disk is (other
 # tenants fill it: it has been seen with 287 MiB free, and at 87% used a low-water mark of 80%
@@ -34,19 +35,19 @@ def bookie_module(src: str | Path | None) -> str:
 async def stopped(pid: int) -> None:
     """Until every thread of ``pid`` has stopped: a SIGSTOP takes effect a little later, and
     etcd's threads that were running meanwhile have been seen to answer two more requests."""
-    async with asyncio.timeout(5):
-        while True:
-            states = set()
-            for task in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{task}/stat") as handle:
-                        stat = handle.read()
-                except OSError:
-                    continue
-                states.add(stat[stat.rfind(")") + 2])
-            if states <= {"T", "t"}:
-                return
-            await asyncio.sleep(0.01)
+
+    def all_stopped() -> bool:
+        states = set()
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            states.add(stat[stat.rfind(")") + 2])
+        return states <= {"T", "t"}
+
+    await wait_until(all_stopped, timeout=5, every=0.01, what=f"every thread of {pid} stopped")
 
 
 class BookieProcess:

@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from aiobk.metadata.etcd_process import free_port, port_in_use
+from tests.support.wait import wait_until_sync
 
 
 def free_pair() -> int:
@@ -24,17 +23,6 @@ def free_pair() -> int:
         if port < 65535 and not port_in_use("127.0.0.1", port + 1):
             return port
     raise RuntimeError("no two consecutive free ports after 50 tries")
-
-
-def holds_within(condition: Callable[[], bool], seconds: float) -> bool:
-    """Whether ``condition()`` holds within ``seconds``, polled from a thread with no event
-    loop (the processes here are watched from plain test functions)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def child_etcd(parent: int) -> int:
@@ -81,8 +69,11 @@ class StandaloneProcess:
             self.output.append(line)
 
     def wait_for(self, text: str, seconds: float = 60.0) -> None:
-        found = holds_within(lambda: any(text in line for line in self.output), seconds)
-        assert found, f"no {text!r} in {self.output} (exit status {self.proc.poll()})"
+        wait_until_sync(
+            lambda: any(text in line for line in self.output),
+            timeout=seconds,
+            what=lambda: f"{text!r} in {self.output} (exit status {self.proc.poll()})",
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:
