@@ -43,6 +43,7 @@ from aiobk.protocol import (
 from aiobk.protocol.errors import BKError
 from tests.support.certs import CertAuthority, Issued
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,8 +196,7 @@ async def test_a_certificate_from_another_ca_is_refused(cluster: Cluster, certs:
     # No certificate at all: refused the same way (tls_client_auth).
     with pytest.raises(BookieUnavailableError):
         await open_conn(bookie, certs.context())
-    await asyncio.sleep(0.1)
-    assert bookie.stats.tls_handshake_failures >= 1
+    await wait_until(lambda: bookie.stats.tls_handshake_failures >= 1, what="a failed handshake")
     async with BookKeeper(cluster.uri, tls=certs.context(certs.stranger)) as bk:
         try:
             handle = await bk.create_ledger(3, 3, 2)
@@ -289,9 +289,10 @@ async def test_a_stalled_tls_handshake_is_dropped(
     # ... and never starts TLS: closed after the handshake timeout.
     assert await asyncio.wait_for(reader.read(4096), 5) == b""
     writer.close()
-    await asyncio.sleep(0.1)
-    assert bookie.stats.tls_handshake_failures >= 1
-    assert len(bookie.flow.connections) == 0
+    await wait_until(
+        lambda: bookie.stats.tls_handshake_failures >= 1 and not bookie.flow.connections,
+        what="the stalled handshake counted and its connection gone",
+    )
 
 
 async def test_renewed_certificates_are_used_without_a_restart(
@@ -319,17 +320,14 @@ async def test_renewed_certificates_are_used_without_a_restart(
     assert await served_name() == "bookie-a"
     # A broken renewal is ignored (the old pair stays in use) ...
     served.cert.write_text("not a certificate")
-    await asyncio.sleep(0.5)
+    tls = bookie.tls
+    assert tls is not None
+    await wait_until(lambda: bool(tls.reload_error), what="the broken renewal noticed")
     assert await served_name() == "bookie-a"
-    assert bookie.tls is not None
-    assert bookie.tls.reload_error
     # ... and a good one is picked up.
     certs.ca.issue("bookie-b", roles=(BOOKIE,), file_stem="served")
     os.utime(served.cert)
-    for _ in range(50):
-        await asyncio.sleep(0.1)
-        if bookie.tls.reloads:
-            break
+    await wait_until(lambda: bool(tls.reloads), what="the good renewal loaded")
     assert await served_name() == "bookie-b"
 
 
