@@ -408,7 +408,7 @@ class HttpAdmin:
             "duration": round(finished - self._gc_started, 6),
         }
         error = task.exception()
-        document = {"error": str(error)} if error is not None else _gc_figures(task.result())
+        document = {"error": str(error)} if error is not None else task.result().figures()
         self._gc_record = (task, {**document, **when})
         return self._gc_record[1]
 
@@ -496,18 +496,6 @@ class HttpAdmin:
         document: dict[str, Any] = json.loads(found.to_json())
         document.pop("password_digest", None)
         return web.json_response({"ledger_id": ledger_id, "version": found.version, **document})
-
-
-def _gc_figures(result: GcResult) -> dict[str, Any]:
-    """``aiobk bookie gc --json``'s figures (counts, not the ids: a pass may drop thousands)."""
-    return {
-        "ledgers_deleted": len(result.ledgers_deleted),
-        "logs_removed": len(result.logs_removed),
-        "logs_compacted": len(result.logs_compacted),
-        "entries_moved": result.entries_moved,
-        "bytes_freed": result.bytes_freed,
-        "skipped": result.skipped or None,
-    }
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:

@@ -63,6 +63,7 @@ from aiobk.bench.targets import (
     fail_on_miss_option,
     json_option,
     module_main,
+    positive_numbers,
     report_checks,
     write_report,
 )
@@ -162,26 +163,8 @@ def print_table(console: Console, runs: list[Run]) -> None:
         )
 
 
-def _ints(_ctx: click.Context | None, _param: click.Parameter | None, value: str) -> list[int]:
-    try:
-        found = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected a comma list of integers, got {value!r}") from None
-    if not found or any(v < 1 for v in found):
-        raise click.BadParameter(f"expected positive integers, got {value!r}")
-    return found
-
-
-def _floats(
-    _ctx: click.Context | None, _param: click.Parameter | None, value: str
-) -> list[float]:  # fmt: skip
-    try:
-        found = [float(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected a comma list of numbers, got {value!r}") from None
-    if not found or any(not v > 0 for v in found):
-        raise click.BadParameter(f"expected positive numbers, got {value!r}")
-    return found
+_MEGABYTES = positive_numbers(float, "numbers", required=True)
+_SIZES = positive_numbers(int, "integers", required=True)
 
 
 @click.command(
@@ -189,12 +172,12 @@ def _floats(
     short_help="Re-replication of a lost bookie, against the disk copy floor.",
 )  # fmt: skip
 @click.option(
-    "--megabytes", default="512,32", show_default=True, callback=_floats,
+    "--megabytes", default="512,32", show_default=True, callback=_MEGABYTES,
     help="Payload MB (10^6 bytes) loaded per entry size: a comma list paired with "
     "--entry-size, or one value for every size.",
 )  # fmt: skip
 @click.option(
-    "--entry-size", "entry_sizes", default="65536,1024", show_default=True, callback=_ints,
+    "--entry-size", "entry_sizes", default="65536,1024", show_default=True, callback=_SIZES,
     help="Comma list of entry payload sizes in bytes; each runs on a fresh cluster.",
 )  # fmt: skip
 @click.option(

@@ -76,15 +76,22 @@ def start_bookies(
     return procs
 
 
-def stop_bookies(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every one, wait up to 30 s each, then SIGKILL what is left."""
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM each one still running, wait up to ``grace`` seconds for each, then SIGKILL
+    what is left; close their output pipes."""
     for proc in procs:
-        proc.terminate()
+        if proc.poll() is None:
+            proc.terminate()
     for proc in procs:
         try:
-            proc.wait(30)
+            proc.wait(grace)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def stop_bookies(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """Bookies get 30 s each to stop cleanly (a checkpoint on the way out)."""
+    stop_processes(procs, 30.0)

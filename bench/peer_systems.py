@@ -45,7 +45,7 @@ import nats
 import redis.asyncio as aioredis
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-from aiobk.bench.cluster import start_bookies, stop_bookies
+from aiobk.bench.cluster import start_bookies, stop_bookies, stop_processes
 from aiobk.bench.loops import Append
 from aiobk.client import BookKeeper, ClientConfig, Durability
 from aiobk.metadata import EtcdProcess, free_port
@@ -125,19 +125,6 @@ def launch(command: list[str], log_path: str) -> subprocess.Popen[bytes]:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
-
-
-def stop_processes(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each, up to 10 s for each to exit, then SIGKILL."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def wait_listening(proc: subprocess.Popen[bytes], port: int, log_path: str) -> None:

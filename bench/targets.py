@@ -28,23 +28,11 @@ MISSED_EXIT_CODE = 1  # with --fail-on-miss
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def parse_levels(
-    _ctx: click.Context | None, _param: click.Parameter | None, value: str
-) -> list[int]:
-    """``--in-flight 1,64,512`` as a list of positive ints (a click callback)."""
-    try:
-        levels = [int(part) for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected a comma list of integers, got {value!r}") from None
-    if not levels or any(level < 1 for level in levels):
-        raise click.BadParameter(f"expected in-flight levels of at least 1, got {value!r}")
-    return levels
-
-
 def positive_numbers(
-    kind: Callable[[str], float], what: str
+    kind: Callable[[str], float], what: str, *, required: bool = False
 ) -> Callable[[click.Context | None, click.Parameter | None, str], list[float]]:
-    """A click callback: ``--rates 400,2000`` as a list of positive numbers ('' for none)."""
+    """A click callback: ``--rates 400,2000`` as a list of positive numbers ('' for none,
+    unless ``required``)."""
 
     def parse(
         _ctx: click.Context | None, _param: click.Parameter | None, value: str
@@ -53,11 +41,15 @@ def positive_numbers(
             numbers = [kind(part) for part in value.split(",") if part.strip()]
         except ValueError:
             raise click.BadParameter(f"expected a comma list of {what}, got {value!r}") from None
-        if any(number <= 0 for number in numbers):
+        if (required and not numbers) or any(not number > 0 for number in numbers):
             raise click.BadParameter(f"expected positive {what}, got {value!r}")
         return numbers
 
     return parse
+
+
+# ``--in-flight 1,64,512``: positive ints (a click callback).
+parse_levels = positive_numbers(int, "integers", required=True)
 
 
 def load_options(levels: str, what: str) -> Callable[[F], F]:

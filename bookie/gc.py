@@ -83,6 +83,18 @@ class GcResult:
     bytes_freed: int = 0
     skipped: str = ""  # why the pass stopped early, if it did
 
+    def figures(self) -> dict[str, Any]:
+        """What it did in counts, not ids (a pass may drop thousands): the last pass of the
+        GC report, and HTTP ``gc``'s answer."""
+        return {
+            "ledgers_deleted": len(self.ledgers_deleted),
+            "logs_removed": len(self.logs_removed),
+            "logs_compacted": len(self.logs_compacted),
+            "entries_moved": self.entries_moved,
+            "bytes_freed": self.bytes_freed,
+            "skipped": self.skipped or None,
+        }
+
 
 def garbage_candidates(held: Iterable[int], listed: Iterable[int]) -> set[int]:
     """Ledgers held here that the (later) listing of the metadata store did not name."""
@@ -166,16 +178,7 @@ class GarbageCollector:
             finally:
                 self.progress = None
         finished = self.wall_clock()
-        self.last_pass = {
-            "started": progress.started,
-            "finished": finished,
-            "ledgers_deleted": len(result.ledgers_deleted),
-            "logs_removed": len(result.logs_removed),
-            "logs_compacted": len(result.logs_compacted),
-            "entries_moved": result.entries_moved,
-            "bytes_freed": result.bytes_freed,
-            "skipped": result.skipped or None,
-        }
+        self.last_pass = {"started": progress.started, "finished": finished, **result.figures()}
         stats = self.stats
         stats.gc_ledgers_deleted += len(result.ledgers_deleted)
         stats.gc_logs_removed += len(result.logs_removed)

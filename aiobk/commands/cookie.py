@@ -12,7 +12,7 @@ import click
 from aiobk.bookie.config import BookieConfig
 from aiobk.bookie.cookies import COOKIE_FILE, directories, fix_cookies, marker_present
 from aiobk.bookie.disk import OsDisk
-from aiobk.commands.common import run_loop
+from aiobk.commands.common import metadata_option, run_loop
 from aiobk.metadata import MetadataURIError, open_store
 from aiobk.protocol.errors import BKError
 
@@ -30,12 +30,7 @@ def _cookie_config(data_dir: str, journal_dir: str | None) -> BookieConfig:
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True)
 @click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--bookie-id", default=None, help="Also show the store's cookie for this id.")
-@click.option(
-    "--metadata",
-    envvar="AIOBK_METADATA",
-    default=None,
-    help="Metadata service URI (etcd://HOST:PORT/PREFIX); or set AIOBK_METADATA.",
-)
+@metadata_option
 def cookie_show(
     data_dir: str, journal_dir: str | None, bookie_id: str | None, metadata: str | None
 ) -> None:
@@ -83,12 +78,7 @@ def cookie_show(
 @click.option("--data-dir", type=click.Path(file_okay=False), required=True)
 @click.option("--journal-dir", type=click.Path(file_okay=False), default=None)
 @click.option("--bookie-id", required=True, help="The bookie's id (its host:port by default).")
-@click.option(
-    "--metadata",
-    envvar="AIOBK_METADATA",
-    default=None,
-    help="Metadata service URI (etcd://HOST:PORT/PREFIX); or set AIOBK_METADATA.",
-)
+@metadata_option
 def cookie_fix(
     data_dir: str, journal_dir: str | None, bookie_id: str, metadata: str | None
 ) -> None:
