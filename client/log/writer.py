@@ -131,6 +131,7 @@ class LogWriter:
         self.last_sequence = -1  # the producer's last sequence durably in the log
         self._accepted = -1  # ... and the last one an append was accepted with
         self._in_flight: dict[int, asyncio.Future[LogPosition]] = {}  # sequence: its append
+        self._deduplicate = bk.config.switches.deduplicate_producers
         self._ownership = LogOwnership(bk, name, settings)  # the log record, its ledgers
         self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
         self._opened_at = 0.0
@@ -151,7 +152,7 @@ class LogWriter:
 
     async def _open(self) -> None:
         handle, self.record_format = await self._ownership.take()
-        if self._settings.producer_id is not None:
+        if self._settings.producer_id is not None and self._deduplicate:
             self.last_sequence = self._ownership.producers_last(self._settings.producer_id)
             self._accepted = self.last_sequence
         self._started(handle)
@@ -222,7 +223,7 @@ class LogWriter:
         if producer is not None:
             if sequence is None:
                 sequence = self._accepted + 1
-            elif sequence <= self._accepted:
+            elif sequence <= self._accepted and self._deduplicate:
                 await self._duplicate(sequence)
                 return None
         elif sequence is not None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aiobk.client import BookKeeper, LogPosition, LogRecord
+from aiobk.client import BookKeeper, ClientConfig, LogPosition, LogRecord
+from aiobk.client.config import ProtocolSwitches
 from aiobk.client.log.append import append_ledgers_to_log
 from aiobk.client.log.format import (
     RecordFormatError,
@@ -229,3 +230,20 @@ async def test_a_producer_silent_past_its_retention_is_forgotten(cluster: Cluste
         assert set(record.producers.last) == {"live"}
         async with await bk.open_log_writer("quiet", producer_id="gone") as back:
             assert back.last_sequence == -1
+
+
+@pytest.mark.timeout(60)
+async def test_with_deduplication_switched_off_a_resent_sequence_lands_twice(
+    cluster: Cluster,
+) -> None:
+    """The protection the simulator's producer campaign switches off, shown once directly."""
+    off = ClientConfig(switches=ProtocolSwitches(deduplicate_producers=False))
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        writer = await bk.open_log_writer("twice", producer_id="svc")
+        await writer.append(b"0", sequence=0)
+        await writer.close()
+    async with await BookKeeper.connect(cluster.uri, off) as bk:
+        async with await bk.open_log_writer("twice", producer_id="svc") as writer:
+            assert writer.last_sequence == -1
+            assert isinstance(await writer.append(b"0", sequence=0), LogPosition)
+        assert sequences(await read_all(bk, "twice"), "svc") == [0, 0]
