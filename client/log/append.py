@@ -99,10 +99,10 @@ async def append_ledgers_to_log(
         producers = None
         if record.producers is not None:
             # The appended ledgers hold no producer's records: what the log knows of its
-            # producers moves past them, so a producer's next writer reads none of them.
-            # Nobody is seen now, so nothing is forgotten (now=0 keeps every producer).
-            table = await learn(bk, record, password, 0)
-            producers = table.state(ids[0], 0, 0)
+            # producers moves past them, so a producer's next writer reads none of them. A
+            # commit sees no producer, so it forgets none either.
+            table = await learn(bk, record, password, 2**62)
+            producers = table.state(ids[0], 0, None)
         try:
             # Committing ledgers is writing to the log: the sink takes it, as a writer opening
             # would, and a live writer finds itself taken over (docs/design/logs.md).

@@ -120,7 +120,15 @@ def split_at(sent: deque[_Append], last: int) -> tuple[list[_Append], list[_Appe
 class LogWriter:
     """The one writer of a log: appends records in call order, rolling to a new ledger by size
     or age and moving on from failed ledgers by itself. Made by
-    ``BookKeeper.open_log_writer``; an async context manager that closes on exit."""
+    ``BookKeeper.open_log_writer``; an async context manager that closes on exit.
+
+    Attributes:
+        name: The log.
+        record_format: The log's record format (``"envelope"`` or ``"raw"``).
+        last_sequence: A writer opened with a ``producer_id``: the producer's highest sequence
+            durably in the log (learnt from the log when the writer opened, then its own
+            appends'); -1 when there is none. Resume a producer at ``last_sequence + 1``.
+    """
 
     def __init__(self, bk: LedgerClient, name: str, settings: LogWriterSettings) -> None:
         self.name = name
