@@ -46,12 +46,16 @@ class ProducerTable:
         old_sequence, old_seen = self._last.get(producer, (-1, seen))
         self._last[producer] = (max(sequence, old_sequence), max(seen, old_seen))
 
-    def state(self, as_of: int, now: int, retention: int, keep: str | None = None) -> ProducerState:
+    def state(
+        self, as_of: int, now: int, retention: int | None, keep: str | None = None
+    ) -> ProducerState:
         """What the log record keeps as of ledger ``as_of``: producers not seen for longer
-        than ``retention`` ms before ``now`` are forgotten, and past ``MAX_PRODUCERS`` those
-        seen longest ago; ``keep`` (the writer's own) never is."""
-        since = now - retention
-        kept = {p: v for p, v in self._last.items() if v[1] >= since or p == keep}
+        than ``retention`` ms before ``now`` are forgotten (None: none is), and past
+        ``MAX_PRODUCERS`` those seen longest ago; ``keep`` (the writer's own) never is."""
+        kept = dict(self._last)
+        if retention is not None:
+            since = now - retention
+            kept = {p: v for p, v in kept.items() if v[1] >= since or p == keep}
         if len(kept) > MAX_PRODUCERS:
             newest = sorted(kept, key=lambda p: (p != keep, -kept[p][1], p))[:MAX_PRODUCERS]
             kept = {p: kept[p] for p in newest}
