@@ -5,6 +5,7 @@ pure parts (the envelope's version 2, the producer table, the log record's field
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +21,9 @@ from aiobk.client.log.format import (
     encode,
     timestamp_of,
 )
+from aiobk.client.log.position import log_record
 from aiobk.client.log.producers import MAX_PRODUCERS, ProducerTable
+from aiobk.commands.records import entry_line, record_line
 from aiobk.metadata import LogMetadata, ProducerState
 from tests.support.cluster import Cluster, start_cluster
 
@@ -247,3 +250,13 @@ async def test_with_deduplication_switched_off_a_resent_sequence_lands_twice(
             assert writer.last_sequence == -1
             assert isinstance(await writer.append(b"0", sequence=0), LogPosition)
         assert sequences(await read_all(bk, "twice"), "svc") == [0, 0]
+
+
+def test_the_json_lines_of_log_tail_and_ledger_read_name_the_producer() -> None:
+    body = encode(b"d", 0, None, None, b"svc", 4)
+    line = json.loads(record_line(log_record(LogPosition(3, 1), body, "envelope"), as_json=True))
+    assert (line["producer_id"], line["sequence"]) == ("svc", 4)
+    entry = json.loads(entry_line(1, body, True, decode(body)))
+    assert (entry["record"]["producer_id"], entry["record"]["sequence"]) == ("svc", 4)
+    plain = encode(b"d", 0)
+    assert "producer_id" not in record_line(log_record(LogPosition(3, 1), plain, "envelope"), True)
