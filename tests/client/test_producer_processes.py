@@ -15,6 +15,7 @@ import pytest
 
 from aiobk.client import BookKeeper, LogRecord
 from aiobk.metadata import EtcdProcess
+from aiobk.protocol.errors import LogFencedError
 from tests.support.names import unique_name
 from tests.support.procs import BookieProcess
 from tests.support.producer import ProducerProcess, payload
@@ -87,3 +88,34 @@ async def test_a_producer_killed_mid_stream_is_resumed_by_another_process_exactl
     at = {(r.position.ledger_id, r.position.entry_id): r.sequence for r in records}
     for acked in (first.acked, second.acked):
         assert all(at.get(position) == sequence for sequence, position in acked.items())
+
+
+@pytest.mark.timeout(90)
+async def test_a_producer_whose_writer_is_taken_opens_another_and_sends_again_what_it_was_unsure_of(
+    metadata: str,
+) -> None:
+    """A second writer of the same producer takes the log mid-stream (as one started while the
+    first seemed dead): the process's writer is fenced, it opens another with the same id and
+    sends again from its first unacknowledged sequence; nothing lands twice."""
+    process = ProducerProcess(metadata, "taken", "svc", end=FINAL, roll_bytes=ROLL_BYTES)
+    await process.launch()
+    try:
+        await process.until(lambda: len(process.acked) >= 300, timeout=40)
+        async with await BookKeeper.connect(metadata) as bk:
+            usurper = await bk.open_log_writer("taken", producer_id="svc")
+            assert max(process.acked) <= usurper.last_sequence <= process.sent[-1]
+            await process.until(lambda: bool(process.reopened), timeout=40)
+            with pytest.raises(LogFencedError):
+                await usurper.append(b"late", sequence=usurper.last_sequence + 1)
+        async with asyncio.timeout(40):
+            assert await process.wait() == 0
+    finally:
+        process.kill()
+    assert process.done
+    assert len(process.reopened) == 1
+    records = await read_log(metadata, "taken")
+    assert [r.sequence for r in records] == list(range(FINAL)), "each once, in order"
+    assert all(r.data == payload(s) for s, r in enumerate(records))
+    at = {(r.position.ledger_id, r.position.entry_id): r.sequence for r in records}
+    assert all(at.get(position) == sequence for sequence, position in process.acked.items())
+    assert set(process.acked) | set(process.dups) == set(range(FINAL))

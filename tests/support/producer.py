@@ -7,8 +7,8 @@ keeps that record, which is all a test may know of a producer it killed.
 The program is the retrying producer an application would write: when its writer fails (the
 faults took every ledger it could move to), it opens another with the same producer id and
 sends again from the first sequence it is unsure of; the writer's ``last_sequence`` makes the
-ones already durable no-ops (``dup``). SIGTERM ends it cleanly: nothing new is sent, the ones in
-flight settle, the writer closes, and it prints ``done``.
+ones already durable no-ops (``dup``). Given an end, it closes its writer once every sequence
+before it is durable and prints ``done``; without one it runs until it is killed.
 
 Lines: ``last_sequence L`` (the first writer opened), ``sent S``, ``ack S LEDGER ENTRY``,
 ``dup S`` (not appended again), ``reopened L`` (a later writer, after a failure), ``done``.
@@ -59,16 +59,13 @@ async def open_writer(bk: BookKeeper, args: argparse.Namespace) -> LogWriter:
 
 
 async def produce(args: argparse.Namespace) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
     config = ClientConfig(add_timeout=args.timeout, read_timeout=args.timeout)
     async with await BookKeeper.connect(args.metadata, config) as bk:
         writer = await open_writer(bk, args)
         emit(f"last_sequence {writer.last_sequence}")
         following = args.start
         while True:
-            following = await send(writer, following, args, stop)
+            following = await send(writer, following, args)
             if following < 0:
                 break
             with contextlib.suppress(BKError):
@@ -79,11 +76,9 @@ async def produce(args: argparse.Namespace) -> None:
     emit("done")
 
 
-async def send(
-    writer: LogWriter, sequence: int, args: argparse.Namespace, stop: asyncio.Event
-) -> int:
-    """Send ``sequence`` on until ``args.end`` or SIGTERM (-1 once all settled), or until the
-    writer fails: then the first sequence whose append is not known to be durable."""
+async def send(writer: LogWriter, sequence: int, args: argparse.Namespace) -> int:
+    """Send ``sequence`` on until ``args.end`` (-1 once all settled), or until the writer
+    fails: then the first sequence whose append is not known to be durable."""
     window = asyncio.Semaphore(args.window)
     unsure: set[int] = set()
     failed = asyncio.Event()
@@ -103,7 +98,7 @@ async def send(
             emit(f"dup {number}")
 
     tasks: set[asyncio.Task[None]] = set()
-    while (args.end < 0 or sequence < args.end) and not stop.is_set() and not failed.is_set():
+    while (args.end < 0 or sequence < args.end) and not failed.is_set():
         await window.acquire()
         if failed.is_set():
             break
@@ -125,7 +120,7 @@ def main() -> None:
     parser.add_argument("--log", required=True)
     parser.add_argument("--producer", required=True)
     parser.add_argument("--start", type=int, default=0, help="the first sequence to send")
-    parser.add_argument("--end", type=int, default=-1, help="stop before it (-1: at SIGTERM)")
+    parser.add_argument("--end", type=int, default=-1, help="stop before it (-1: never)")
     parser.add_argument("--window", type=int, default=32, help="appends in flight")
     parser.add_argument("--roll-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--size", type=int, default=64, help="payload bytes")
@@ -149,6 +144,7 @@ class ProducerProcess:
     window: int = 32
     roll_bytes: int = 256 * 1024 * 1024
     timeout: float = 30.0
+    stderr: Path | None = None  # where its warnings go (None: the parent's stderr)
     last_sequence: int | None = None  # as the first writer learnt it
     sent: list[int] = field(default_factory=list)
     acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # sequence: its position
@@ -169,9 +165,12 @@ class ProducerProcess:
             "--end", str(self.end), "--window", str(self.window),
             "--roll-bytes", str(self.roll_bytes), "--timeout", str(self.timeout),
         ]  # fmt: skip
-        self._process = await asyncio.create_subprocess_exec(
-            *argv, cwd=REPO, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE
-        )
+        with contextlib.ExitStack() as stack:
+            errors = None if self.stderr is None else stack.enter_context(self.stderr.open("ab"))
+            self._process = await asyncio.create_subprocess_exec(
+                *argv, cwd=REPO, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=errors,
+            )  # fmt: skip
         self._reading = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
@@ -211,11 +210,6 @@ class ProducerProcess:
         with contextlib.suppress(ProcessLookupError):
             self._process.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        assert self._process is not None
-        with contextlib.suppress(ProcessLookupError):
-            self._process.send_signal(signal.SIGTERM)
-
     async def wait(self) -> int:
         """Its exit code, once it has exited and every line it printed has been read."""
         assert self._process is not None
@@ -223,6 +217,10 @@ class ProducerProcess:
         self.returncode = await self._process.wait()
         await self._reading
         return self.returncode
+
+    def opened(self) -> bool:
+        """Its first writer is open (it said ``last_sequence``)."""
+        return self.last_sequence is not None
 
     @property
     def running(self) -> bool:
