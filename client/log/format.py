@@ -9,7 +9,8 @@ entry format is:
 ====================  =====================================================================
 bytes                 field
 ====================  =====================================================================
-1                     ``0xE1``: envelope version 1 (any other first byte: not an envelope)
+1                     ``0xE1``: envelope version 1 (``0xE2``: version 2, below; any other
+                      first byte: not an envelope)
 8                     timestamp, signed milliseconds since the Unix epoch
 4                     key length, signed; -1: no key (an empty key is 0)
 key length            key
