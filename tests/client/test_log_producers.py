@@ -260,3 +260,20 @@ def test_the_json_lines_of_log_tail_and_ledger_read_name_the_producer() -> None:
     assert (entry["record"]["producer_id"], entry["record"]["sequence"]) == ("svc", 4)
     plain = encode(b"d", 0)
     assert "producer_id" not in record_line(log_record(LogPosition(3, 1), plain, "envelope"), True)
+
+
+@pytest.mark.timeout(60)
+async def test_opening_reads_a_bounded_amount_whatever_the_log_length(cluster: Cluster) -> None:
+    """Thirty ledgers of a producer's records, then a crash (no close): the next writer of the
+    producer reads one entry -- the last of the ledger the crashed writer was writing."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        first = await bk.open_log_writer("long", producer_id="svc", roll_bytes=256)
+        for _ in range(300):
+            await first.append(b"x" * 30)
+        assert len((await bk.store.read_log("long")).ledgers) >= 30
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        before = bk.stats.entries_read
+        second = await bk.open_log_writer("long", producer_id="svc")
+        assert second.last_sequence == 299
+        assert bk.stats.entries_read - before <= 1
+        await second.close()
