@@ -1,7 +1,8 @@
 """The end of a run: heal every fault, bring every bookie back (but those lost for good),
 recover and read every ledger with a client that follows every rule, then check I1-I14 against
 the history, the bookies' stored copies and the metadata's whole version history -- and, when
-autorecovery runs in the bookies (the loss profiles), I15 once it has nothing left to do.
+autorecovery runs in the bookies (the loss profiles), I15 once it has nothing left to do; over
+the logs of the producers profile, I17 (tests.sim.sequences).
 """
 
 from __future__ import annotations
@@ -334,6 +335,26 @@ async def _close_log_ledgers(world: World, history: History, bk: BookKeeper) -> 
             continue
         for ledger_id in record.ledgers:
             await _recover(world, bk, ledger_id)
+    if history.producer_logs:
+        await _close_orphans(world, history, bk)
+
+
+async def _close_orphans(world: World, history: History, bk: BookKeeper) -> None:
+    """Recover the ledgers made for a producer log that never joined it: a producer killed
+    between creating its next ledger and putting it in the log leaves it open, and nobody
+    else knows it (an operator's sweep of ledgers that name a log which lacks them)."""
+    names = {name.encode() for name in history.producer_logs}
+    orphans = []
+    async for ledger_id in bk.store.list_ledgers():
+        try:
+            metadata = await bk.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if not metadata.is_closed and metadata.custom_metadata.get("log") in names:
+            orphans.append(ledger_id)
+    for ledger_id in orphans:
+        world.trace(f"checker: recovering ledger {ledger_id}, made for a log it never joined")
+        await _recover(world, bk, ledger_id)
 
 
 async def _read_log(
