@@ -13,6 +13,7 @@ from tests.sim.history import History
 
 
 def spans(entries: list[int]) -> str:
+    """Ascending numbers as ranges: ``0-3,7``."""
     out: list[tuple[int, int]] = []
     for entry in entries:
         if out and out[-1][1] + 1 == entry:
