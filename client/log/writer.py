@@ -269,6 +269,9 @@ class LogWriter:
         else:
             self._queue.append(append)
             self._start_pump()
+        if append.sequence >= 0:
+            # A caller cancelled leaves the future to a later duplicate that waits on it.
+            return await asyncio.shield(append.done)
         return await append.done
 
     async def _duplicate(self, sequence: int) -> None:

@@ -277,3 +277,19 @@ async def test_opening_reads_a_bounded_amount_whatever_the_log_length(cluster: C
         assert second.last_sequence == 299
         assert bk.stats.entries_read - before <= 1
         await second.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_duplicate_of_a_cancelled_call_waits_for_the_record_it_left(
+    cluster: Cluster,
+) -> None:
+    """Cancelling a caller cancels only its wait: the record is still appended, and the same
+    sequence sent again on the same writer is a duplicate that returns None once it is in."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        async with await bk.open_log_writer("cancel", producer_id="svc") as writer:
+            call = asyncio.create_task(writer.append(b"x", sequence=0))
+            await asyncio.sleep(0)
+            call.cancel()
+            assert await writer.append(b"x", sequence=0) is None
+            assert writer.last_sequence == 0
+        assert sequences(await read_all(bk, "cancel"), "svc") == [0]
