@@ -15,6 +15,7 @@ from aiobk.client.digest import Digester
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log.by_time import position_at_time
 from aiobk.client.log.position import LogPosition
+from aiobk.client.log.producers import DEFAULT_RETENTION
 from aiobk.client.log.reader import LogReader, check_deletes, truncate_log
 from aiobk.client.log.writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
@@ -360,6 +361,8 @@ class BookKeeper:
         roll_seconds: float | None = None,
         create: bool = True,
         record_format: str | None = None,
+        producer_id: str | None = None,
+        producer_retention: float = DEFAULT_RETENTION,
     ) -> LogWriter:
         """Become the log's writer: fence the previous one and start a new ledger
         (docs/design/logs.md).
@@ -378,18 +381,27 @@ class BookKeeper:
                 records with a key, headers and a timestamp, stamped with the client's wall
                 clock unless ``append`` is given one) or ``"raw"`` (the payload alone). An
                 existing log keeps its own.
+            producer_id: Append as this producer (1 to 255 bytes of UTF-8): each record
+                carries it and a sequence, the writer learns the producer's last sequence in
+                the log (``LogWriter.last_sequence``), and an append of a sequence not above
+                it is not appended again -- exactly once across crashes and takeovers. Needs
+                an envelope log.
+            producer_retention: Seconds a producer that appends nothing is remembered by
+                the log (default 7 days); at most 1,000 producers are kept per log.
 
         Returns:
             The writer. Close it when done.
 
         Raises:
             NoSuchLogError: No such log and ``create`` is false.
-            ValueError: ``record_format`` differs from the existing log's.
+            ValueError: ``record_format`` differs from the existing log's; a
+                ``producer_id`` that is empty or too long, or on a raw log.
             LogFencedError: Another writer took the log while this one was opening.
         """
         settings = LogWriterSettings(
             ensemble_size, write_quorum, ack_quorum, password, durability, roll_bytes,
-            roll_seconds, create, record_format, self._wall_clock,
+            roll_seconds, create, record_format, self._wall_clock, producer_id,
+            producer_retention,
         )  # fmt: skip
         return await open_log_writer(self, name, settings)
 

@@ -24,6 +24,11 @@ class ProtocolSwitches:
     # the change's latency would); the hold above then is all that keeps such an ack from
     # acknowledging an entry that recovery, reading the old ensemble, can find absent.
     replace_after_cas: bool = True
+    # A producer's writer learns the producer's last sequence from the log and does not append
+    # a sequence at or below the last accepted again (exactly-once appends). Off, every
+    # sequence is appended, as a log without producers would: a producer that re-sends what it
+    # was unsure of after a crash writes duplicates.
+    deduplicate_producers: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from aiobk.metadata.records import (
     ClusterRecord,
     Cookie,
     LogMetadata,
+    ProducerState,
 )
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
@@ -68,6 +69,7 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "LogMetadata",
+    "ProducerState",
     "MemoryKV",
     "MetadataAuthError",
     "MetadataFormatError",

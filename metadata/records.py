@@ -162,6 +162,40 @@ class Cookie:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerState:
+    """What a log knows of its producers (idempotent writers, docs/design/logs.md): each
+    producer's last sequence number durably in the log, and when it was last seen (milliseconds
+    since the epoch, by the clock of the writers that held the log), for every record in the
+    log's ledgers before ledger ``as_of``. A writer taking the log learns the rest from the last
+    entry of each producer's ledger from ``as_of`` on, so what it reads is bounded whatever the
+    log's length; every roll moves ``as_of`` to the new ledger."""
+
+    as_of: int
+    last: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # id: (sequence, seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"as_of": self.as_of, "last": {p: list(v) for p, v in self.last.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ProducerState:
+        if not isinstance(d, dict) or not isinstance(d.get("last"), dict):
+            raise TypeError("producers must be an object with 'as_of' and 'last'")
+        as_of = d.get("as_of")
+        if not isinstance(as_of, int) or isinstance(as_of, bool):
+            raise TypeError("producers.as_of must be a ledger id")
+        last: dict[str, tuple[int, int]] = {}
+        for producer, value in d["last"].items():
+            if (
+                not isinstance(value, list)
+                or len(value) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+            ):
+                raise TypeError(f"producer {producer!r}: [sequence, seen] expected")
+            last[producer] = (value[0], value[1])
+        return cls(as_of, last)
+
+
+@dataclass(frozen=True, slots=True)
 class LogMetadata:
     """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
     records (``record_format``: ``"raw"``, what a record without the field means, or
@@ -185,6 +219,7 @@ class LogMetadata:
     record_format: str = "raw"
     writer: int = -1
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    producers: ProducerState | None = None  # None: no producer has written to the log
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {**self.extra, "name": self.name, "ledgers": list(self.ledgers)}
@@ -192,6 +227,8 @@ class LogMetadata:
             fields["record_format"] = self.record_format
         if self.writer >= 0:
             fields["writer"] = self.writer
+        if self.producers is not None:
+            fields["producers"] = self.producers.to_dict()
         return _dump(fields)
 
     @classmethod
@@ -207,8 +244,11 @@ class LogMetadata:
             writer = d.get("writer", -1)
             if not isinstance(writer, int) or isinstance(writer, bool):
                 raise TypeError("the writer must be a ledger id")
+            producers = d.get("producers")
+            if producers is not None:
+                producers = ProducerState.from_dict(producers)
             extra = {k: v for k, v in d.items() if k not in _LOG_FIELDS}
-            return cls(str(d["name"]), ledgers, version, record_format, writer, extra)
+            return cls(str(d["name"]), ledgers, version, record_format, writer, extra, producers)
         except (KeyError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 
@@ -216,9 +256,18 @@ class LogMetadata:
         """The same log, writer and version with another ledger list (a roll, a truncation)."""
         return dataclasses.replace(self, ledgers=ledgers)
 
-    def taken(self, ledgers: tuple[int, ...], writer: int) -> LogMetadata:
-        """The log taken by a new writer, named by the ledger ``writer`` it takes it with."""
-        return dataclasses.replace(self, ledgers=ledgers, writer=writer)
+    def taken(
+        self, ledgers: tuple[int, ...], writer: int, producers: ProducerState | None = None
+    ) -> LogMetadata:
+        """The log taken by a new writer, named by the ledger ``writer`` it takes it with; with
+        ``producers``, what the writer learnt of them (else they are kept as they are)."""
+        return dataclasses.replace(
+            self, ledgers=ledgers, writer=writer, producers=producers or self.producers
+        )
+
+    def with_producers(self, producers: ProducerState | None) -> LogMetadata:
+        """The same log with what is known of its producers replaced (a roll)."""
+        return dataclasses.replace(self, producers=producers)
 
 
-_LOG_FIELDS = frozenset({"format", "name", "ledgers", "record_format", "writer"})
+_LOG_FIELDS = frozenset({"format", "name", "ledgers", "record_format", "writer", "producers"})

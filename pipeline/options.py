@@ -17,9 +17,12 @@ from aiobk.client import BookKeeper, LogPosition
 from aiobk.client.log.format import ENVELOPE, RAW
 from aiobk.client.tls_files import TlsFilesError, client_context, from_environment
 
+# A new column goes at the end (producer_id and sequence follow position), so code that takes
+# a row's fields or the columns by index keeps working.
 SCHEMA = (
     "log string, ledger_id long, entry_id long, data binary, key binary, "
-    "headers map<string,binary>, timestamp timestamp, position string"
+    "headers map<string,binary>, timestamp timestamp, position string, "
+    "producer_id string, sequence long"
 )
 DEFAULT_SPLIT = 100_000
 DEFAULT_MAX_TRIGGER_DELAY = 15 * 60.0  # seconds, as Spark's Kafka source

@@ -4,10 +4,13 @@ Reading never fences or recovers anything: an open ledger is read up to its LAC,
 read sees exactly what was acknowledged when it was planned. Which logs, from where and to
 where: ``aiobk.pipeline.positions``.
 
-A row: ``log, ledger_id, entry_id, data, key, headers, timestamp, position``. In a log of
-envelope records ``key``, ``headers`` and ``timestamp`` are the writer's (``timestamp`` as a
-Spark timestamp, from the record's milliseconds; null outside the years 1-9999 Spark holds);
-in a raw log, and in ledgers read by id, they are null. Tasks hand Spark Arrow batches.
+A row: ``log, ledger_id, entry_id, data, key, headers, timestamp, position, producer_id,
+sequence``. In a log of envelope records ``key``, ``headers`` and ``timestamp`` are the
+writer's (``timestamp`` as a Spark timestamp, from the record's milliseconds; null outside the
+years 1-9999 Spark holds), and ``producer_id`` and ``sequence`` those of the producer that
+appended it (docs/design/logs.md, "Producers and exactly-once appends"), null for a plain
+record; in a raw log, and in ledgers read by id, all of them are null. Tasks hand Spark Arrow
+batches.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ ARROW_SCHEMA = pa.schema(
         ("log", pa.string()), ("ledger_id", pa.int64()), ("entry_id", pa.int64()),
         ("data", pa.binary()), ("key", pa.binary()), ("headers", HEADERS),
         ("timestamp", TIMESTAMP), ("position", pa.string()),
+        ("producer_id", pa.string()), ("sequence", pa.int64()),
     ]
 )  # fmt: skip
 
@@ -62,6 +66,8 @@ def batch_of(part: LedgerRange, entries: Sequence[Any]) -> pa.RecordBatch:
         keys = pa.nulls(count, pa.binary())
         headers = pa.nulls(count, HEADERS)
         stamps = pa.nulls(count, TIMESTAMP)
+        producers = pa.nulls(count, pa.string())
+        sequences = pa.nulls(count, pa.int64())
     else:
         assert part.record_format == ENVELOPE
         records = []
@@ -76,6 +82,8 @@ def batch_of(part: LedgerRange, entries: Sequence[Any]) -> pa.RecordBatch:
         keys = pa.array([r.key for r in records], pa.binary())
         headers = pa.array([list(r.headers.items()) for r in records], HEADERS)
         stamps = pa.array([_micros(r.timestamp) for r in records], TIMESTAMP)
+        producers = pa.array([r.producer_id for r in records], pa.string())
+        sequences = pa.array([r.sequence for r in records], pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             pa.array([part.log] * count, pa.string()),
@@ -86,6 +94,8 @@ def batch_of(part: LedgerRange, entries: Sequence[Any]) -> pa.RecordBatch:
             headers,
             stamps,
             pa.array(positions, pa.string()),
+            producers,
+            sequences,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -44,7 +44,7 @@ class AiobkDataSource(DataSource):
 
     def schema(self) -> str:
         """The columns read: log, ledger_id, entry_id, data, key, headers, timestamp,
-        position."""
+        position, producer_id, sequence (new columns go at the end)."""
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:

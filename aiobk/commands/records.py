@@ -9,7 +9,8 @@ and every control character backslash-escaped, so a record never spans two lines
 LABEL is a log position (``LEDGER:ENTRY``) or an entry id; TIME is the record's timestamp in
 UTC, ISO 8601 with milliseconds; KEY is ``-`` when the record has none; HEADERS is
 ``NAME=VALUE`` pairs joined by ``,``, or ``-`` when there are none. With ``--json`` each line
-is a JSON object instead, every byte string in base64.
+is a JSON object instead, every byte string in base64; a record a producer appended also has
+its ``producer_id`` and ``sequence`` there.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def record_line(record: LogRecord, as_json: bool) -> str:
         }
         if record.timestamp is not None:
             document.update(_fields_json(record.key, record.headers, record.timestamp))
+        if record.producer_id is not None:
+            document.update(producer_id=record.producer_id, sequence=record.sequence)
         return json.dumps(document)
     if record.timestamp is None:
         return f"{position}\t{printable(record.data)}"
@@ -90,6 +93,8 @@ def entry_line(entry_id: int, data: bytes, as_json: bool, record: Envelope | Non
                 "data_base64": _b64(record.data),
                 **_fields_json(record.key, record.headers, record.timestamp),
             }
+            if record.producer_id is not None:
+                document["record"].update(producer_id=record.producer_id, sequence=record.sequence)
         return json.dumps(document)
     if record is None:
         return f"{entry_id}\t{printable(data)}"

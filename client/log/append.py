@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from aiobk.client.log.format import ENVELOPE, check_format
 from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.producers import learn
 from aiobk.metadata import LogMetadata
 from aiobk.protocol.errors import (
     LogExistsError,
@@ -95,10 +96,17 @@ async def append_ledgers_to_log(
                 f"log {name!r}: it ends with ledger {record.ledgers[-1]}, and ledger {ids[0]} "
                 "cannot follow it (positions follow ledger order); write them again"
             )
+        producers = None
+        if record.producers is not None:
+            # The appended ledgers hold no producer's records: what the log knows of its
+            # producers moves past them, so a producer's next writer reads none of them. A
+            # commit sees no producer, so it forgets none either.
+            table = await learn(bk, record, password, 2**62)
+            producers = table.state(ids[0], 0, None)
         try:
             # Committing ledgers is writing to the log: the sink takes it, as a writer opening
             # would, and a live writer finds itself taken over (docs/design/logs.md).
-            return await store.write_log(record.taken((*record.ledgers, *ids), ids[0]))
+            return await store.write_log(record.taken((*record.ledgers, *ids), ids[0], producers))
         except MetadataVersionError:
             continue
     raise MetadataVersionError(f"log {name!r}: could not append ledgers {ids}")

@@ -9,7 +9,8 @@ entry format is:
 ====================  =====================================================================
 bytes                 field
 ====================  =====================================================================
-1                     ``0xE1``: envelope version 1 (any other first byte: not an envelope)
+1                     ``0xE1``: envelope version 1 (``0xE2``: version 2, below; any other
+                      first byte: not an envelope)
 8                     timestamp, signed milliseconds since the Unix epoch
 4                     key length, signed; -1: no key (an empty key is 0)
 key length            key
@@ -22,6 +23,19 @@ the rest              the record's data
 Header names are unique (a map, as Spark's ``map<string,binary>`` column reads them). The data
 is the entry's tail, so an envelope costs 15 bytes plus its key and headers. The codec is pure:
 no clock here, the writer stamps the time.
+
+A record appended by a producer (an idempotent writer, docs/design/logs.md) is in envelope
+version 2: first byte ``0xE2``, the fields above up to the headers, then
+
+====================  =====================================================================
+1                     producer id length (1 to 255)
+producer id length    the producer id, UTF-8
+8                     the record's sequence number, signed, at least 0
+the rest              the record's data
+====================  =====================================================================
+
+Version 1 stays what every record without a producer is written in, so logs written before
+producers existed read unchanged, and a plain append costs nothing more.
 """
 
 from __future__ import annotations
@@ -36,11 +50,15 @@ ENVELOPE: Final = "envelope"
 FORMATS: Final = (RAW, ENVELOPE)
 
 VERSION_1: Final = 0xE1
+VERSION_2: Final = 0xE2  # version 1 and a producer id and sequence before the data
 _HEAD = struct.Struct(">BqiH")  # the smallest envelope: version, timestamp, key length, count
 _KEY = struct.Struct(">Bqi")
 _COUNT = struct.Struct(">H")
 _NAME = struct.Struct(">H")
 _VALUE = struct.Struct(">I")
+_PRODUCER = struct.Struct(">B")
+_SEQUENCE = struct.Struct(">q")
+MAX_PRODUCER_ID: Final = 0xFF  # bytes of UTF-8
 _EMPTY: Final[Mapping[str, bytes]] = {}
 MAX_HEADERS: Final = 0xFFFF
 MAX_NAME: Final = 0xFFFF
@@ -61,6 +79,19 @@ class Envelope:
     timestamp: int
     key: bytes | None = None
     headers: Mapping[str, bytes] = field(default_factory=dict)
+    producer_id: str | None = None  # version 2: the producer that appended it
+    sequence: int | None = None  # ... and its sequence number there
+
+
+def check_producer_id(producer_id: str) -> bytes:
+    """The UTF-8 of a producer id; ValueError when it is empty or longer than 255 bytes."""
+    encoded = producer_id.encode()
+    if not encoded or len(encoded) > MAX_PRODUCER_ID:
+        raise ValueError(
+            f"producer id {producer_id!r}: 1 to {MAX_PRODUCER_ID} bytes of UTF-8, "
+            f"not {len(encoded)}"
+        )
+    return encoded
 
 
 def check_format(name: str) -> str:
@@ -75,11 +106,16 @@ def encode(
     timestamp: int,
     key: bytes | None = None,
     headers: Mapping[str, bytes] | None = None,
+    producer: bytes | None = None,
+    sequence: int = 0,
 ) -> bytes:
-    """The envelope of one record."""
+    """The envelope of one record; with ``producer`` (a checked, encoded producer id) and its
+    ``sequence``, in version 2."""
     if not MIN_TIMESTAMP <= timestamp <= MAX_TIMESTAMP:
         raise RecordFormatError(f"timestamp {timestamp} does not fit in 64 bits")
     headers = headers or _EMPTY
+    if producer is not None:
+        return _encode_produced(data, timestamp, key, headers, producer, sequence)
     if not headers:
         if key is None:
             return b"".join((_KEY.pack(VERSION_1, timestamp, -1), b"\0\0", data))
@@ -99,6 +135,29 @@ def encode(
     return b"".join(parts)
 
 
+def _encode_produced(
+    data: bytes,
+    timestamp: int,
+    key: bytes | None,
+    headers: Mapping[str, bytes],
+    producer: bytes,
+    sequence: int,
+) -> bytes:
+    if not 0 <= sequence <= MAX_TIMESTAMP:
+        raise RecordFormatError(f"sequence {sequence}: from 0 to {MAX_TIMESTAMP}")
+    head = encode(b"", timestamp, key, headers)
+    return b"".join(
+        (
+            bytes((VERSION_2,)),
+            head[1:],
+            _PRODUCER.pack(len(producer)),
+            producer,
+            _SEQUENCE.pack(sequence),
+            data,
+        )
+    )
+
+
 def decode(body: bytes) -> Envelope:
     """The record in ``body``; RecordFormatError naming what is wrong when it is not an
     envelope (truncated, a bad version, lengths past the end, a name that is not UTF-8)."""
@@ -106,8 +165,10 @@ def decode(body: bytes) -> Envelope:
     if size < _HEAD.size:
         raise RecordFormatError(f"{size} bytes: shorter than an envelope's {_HEAD.size}")
     version, timestamp, key_length = _KEY.unpack_from(body)
-    if version != VERSION_1:
-        raise RecordFormatError(f"envelope version byte {version:#04x}, not {VERSION_1:#04x}")
+    if version not in (VERSION_1, VERSION_2):
+        raise RecordFormatError(
+            f"envelope version byte {version:#04x}, not {VERSION_1:#04x} or {VERSION_2:#04x}"
+        )
     offset = _KEY.size
     key: bytes | None = None
     if key_length >= 0:
@@ -119,7 +180,7 @@ def decode(body: bytes) -> Envelope:
         raise RecordFormatError(f"key length {key_length}")
     (count,) = _COUNT.unpack_from(body, offset)
     offset += _COUNT.size
-    if not count:
+    if not count and version == VERSION_1:
         return Envelope(body[offset:], timestamp, key, _EMPTY)
     headers: dict[str, bytes] = {}
     try:
@@ -142,12 +203,36 @@ def decode(body: bytes) -> Envelope:
         raise RecordFormatError("a header name is not UTF-8") from None
     if len(headers) != count:
         raise RecordFormatError("a header name appears twice")
-    return Envelope(body[offset:], timestamp, key, headers)
+    if version == VERSION_1:
+        return Envelope(body[offset:], timestamp, key, headers)
+    return _decode_producer(body, offset, timestamp, key, headers or _EMPTY)
+
+
+def _decode_producer(
+    body: bytes, offset: int, timestamp: int, key: bytes | None, headers: Mapping[str, bytes]
+) -> Envelope:
+    size = len(body)
+    if offset + _PRODUCER.size > size:
+        raise RecordFormatError("the producer id runs past the record's end")
+    (length,) = _PRODUCER.unpack_from(body, offset)
+    offset += _PRODUCER.size
+    if not length or offset + length + _SEQUENCE.size > size:
+        raise RecordFormatError(f"producer id of {length} bytes in a record of {size}")
+    try:
+        producer = body[offset : offset + length].decode()
+    except UnicodeDecodeError:
+        raise RecordFormatError("the producer id is not UTF-8") from None
+    offset += length
+    (sequence,) = _SEQUENCE.unpack_from(body, offset)
+    if sequence < 0:
+        raise RecordFormatError(f"sequence {sequence}")
+    offset += _SEQUENCE.size
+    return Envelope(body[offset:], timestamp, key, headers, producer, sequence)
 
 
 def timestamp_of(body: bytes) -> int:
     """Only the timestamp of an envelope (the time search reads nothing else)."""
-    if len(body) < _HEAD.size or body[0] != VERSION_1:
+    if len(body) < _HEAD.size or body[0] not in (VERSION_1, VERSION_2):
         raise RecordFormatError("not a record envelope")
     return int(_KEY.unpack_from(body)[1])
 
@@ -159,6 +244,7 @@ __all__ = [
     "Envelope",
     "RecordFormatError",
     "check_format",
+    "check_producer_id",
     "decode",
     "encode",
     "timestamp_of",

@@ -14,13 +14,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from aiobk.client.ledger_handle import LedgerHandle
 from aiobk.client.log.append import take_log
+from aiobk.client.log.format import RAW
 from aiobk.client.log.ledger_client import LedgerClient
+from aiobk.client.log.producers import PRODUCER_KEY, ProducerTable, learn
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.metadata import LogMetadata
+from aiobk.metadata import LogMetadata, ProducerState
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import BKError, LogFencedError, MetadataVersionError
 
@@ -44,6 +47,12 @@ class LedgerSettings(Protocol):
     def create(self) -> bool: ...
     @property
     def record_format(self) -> str | None: ...
+    @property
+    def producer_id(self) -> str | None: ...
+    @property
+    def producer_retention(self) -> float: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
 
 class LogOwnership:
@@ -55,17 +64,47 @@ class LogOwnership:
         self.name = name
         self._settings = settings
         self._taken_with = -1  # the ledger this writer took the log with: its name there
+        # The log's producers, when it has any or this writer is one (producers.py).
+        self.producers: ProducerTable | None = None
+
+    def _now(self) -> int:
+        return int(self._settings.clock() * 1000)
+
+    def _producer_state(self, as_of: int, last_sequence: int) -> ProducerState | None:
+        """What the log record keeps of its producers as of ledger ``as_of``, this writer's
+        producer seen now with ``last_sequence``."""
+        table = self.producers
+        if table is None:
+            return None
+        s = self._settings
+        now = self._now()
+        if s.producer_id is not None:
+            table.saw(s.producer_id, last_sequence, now)
+        return table.state(as_of, now, int(s.producer_retention * 1000), s.producer_id)
 
     async def take(self) -> tuple[LedgerHandle, str]:
-        """Take the log with a new ledger; return it and the log's record format."""
+        """Take the log with a new ledger; return it and the log's record format. A writer
+        with a producer id also learns every producer's last sequence (``producers``)."""
         s = self._settings
         retry = MetadataRetry(self._bk.config, f"log {self.name}: taking it")
         for _attempt in range(self._bk.config.metadata_retries):
             record = await take_log(
                 self._bk, self.name, s.password, create=s.create, record_format=s.record_format
             )
+            if s.producer_id is not None and record.record_format == RAW:
+                raise ValueError(
+                    f"log {self.name!r} holds raw records: a producer id needs a log created "
+                    "with record_format='envelope'"
+                )
+            if record.producers is not None or s.producer_id is not None:
+                self.producers = await learn(self._bk, record, s.password, self._now())
             handle = await self._create_ledger()
-            wanted = record.taken((*record.ledgers, handle.ledger_id), handle.ledger_id)
+            mine = -1 if s.producer_id is None else self.producers_last(s.producer_id)
+            wanted = record.taken(
+                (*record.ledgers, handle.ledger_id),
+                handle.ledger_id,
+                self._producer_state(handle.ledger_id, mine),
+            )
             try:
                 await retry.call(
                     "taking the log", functools.partial(self._bk.store.write_log, wanted)
@@ -88,15 +127,22 @@ class LogOwnership:
             return handle, record.record_format
         raise MetadataVersionError(f"log {self.name!r}: taking it kept losing races")
 
+    def producers_last(self, producer: str) -> int:
+        """The producer's last sequence in the log as this writer knows it; -1: none."""
+        return -1 if self.producers is None else self.producers.last_sequence(producer)
+
     async def _create_ledger(self) -> LedgerHandle:
         s = self._settings
+        custom = {"log": self.name.encode()}
+        if s.producer_id is not None:
+            custom[PRODUCER_KEY] = s.producer_id.encode()  # its last entry holds one's sequence
         return await self._bk.create_ledger(
             s.ensemble_size,
             s.write_quorum,
             s.ack_quorum,
             password=s.password,
             durability=s.durability,
-            custom_metadata={"log": self.name.encode()},
+            custom_metadata=custom,
         )
 
     async def _read_record(self, retry: MetadataRetry) -> LogMetadata:
@@ -142,10 +188,12 @@ class LogOwnership:
             await reader.close()
         return reader.last_add_confirmed
 
-    async def add_ledger(self) -> LedgerHandle:
+    async def add_ledger(self, last_sequence: int = -1) -> LedgerHandle:
         """Create the next ledger and put it at the end of the log, as long as the log is still
-        this writer's; a routine change of the record (a truncation) just means trying again."""
+        this writer's; a routine change of the record (a truncation) just means trying again.
+        ``last_sequence``: this writer's producer's last durable one, kept in the record."""
         handle = await self._create_ledger()
+        producers = self._producer_state(handle.ledger_id, last_sequence)
         retry = MetadataRetry(self._bk.config, f"log {self.name}: adding a ledger")
         try:
             for _attempt in range(self._bk.config.metadata_retries):
@@ -161,6 +209,8 @@ class LogOwnership:
                         f"this writer's new ledger {handle.ledger_id}"
                     )
                 wanted = record.with_ledgers((*record.ledgers, handle.ledger_id))
+                if producers is not None:
+                    wanted = wanted.with_producers(producers)
                 try:
                     await retry.call(
                         "updating the log", functools.partial(self._bk.store.write_log, wanted)

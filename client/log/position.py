@@ -86,6 +86,8 @@ class LogRecord:
         key: The key its writer gave (envelope logs), else None.
         headers: Its headers, name to bytes (envelope logs), else empty.
         timestamp: Milliseconds since the epoch (envelope logs), else None.
+        producer_id: The producer that appended it (a writer opened with one), else None.
+        sequence: Its sequence number from that producer, else None.
     """
 
     position: LogPosition
@@ -93,6 +95,8 @@ class LogRecord:
     key: bytes | None = None
     headers: Mapping[str, bytes] = field(default_factory=dict)
     timestamp: int | None = None
+    producer_id: str | None = None
+    sequence: int | None = None
 
 
 # The former name of LogRecord, kept so that code written against it still runs; ``aiobk.client``
@@ -109,4 +113,12 @@ def log_record(position: LogPosition, body: bytes, record_format: str) -> LogRec
         record = decode(body)
     except RecordFormatError as exc:
         raise RecordFormatError(f"the record at {position}: {exc}") from None
-    return LogRecord(position, record.data, record.key, record.headers, record.timestamp)
+    return LogRecord(
+        position,
+        record.data,
+        record.key,
+        record.headers,
+        record.timestamp,
+        record.producer_id,
+        record.sequence,
+    )

@@ -31,6 +31,14 @@ log and resolve to their positions there; the ones after it are not, and go back
 of the queue, in their order, ahead of everything called later. No record is lost or written
 twice, and the appender sees nothing of it but the positions.
 
+*Producers.* A writer opened with a ``producer_id`` numbers its records: each carries the
+producer id and a sequence that only goes up (its own, or the next after the last). Taking the
+log, the writer learns the producer's last sequence durably in the log (``last_sequence``,
+producers.py), so an append whose sequence is not above the last one accepted is not appended
+again: ``append`` returns None for it, once the earlier append of that sequence, if still in
+flight, is durable. Since positions follow call order and sealing keeps exactly the appends a
+ledger holds, the durable sequences are always a prefix of the accepted ones.
+
 The parts: ``ownership.LogOwnership`` takes the log, adds and seals its ledgers and judges
 takeovers; this module keeps the appends in call order and runs the transitions.
 """
@@ -44,13 +52,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log.format import ENVELOPE, RAW, encode
+from aiobk.client.log.format import ENVELOPE, RAW, check_producer_id, encode
 from aiobk.client.log.ledger_client import LedgerClient
 from aiobk.client.log.ownership import LogOwnership
 from aiobk.client.log.position import LogPosition
+from aiobk.client.log.producers import DEFAULT_RETENTION
 from aiobk.protocol import Durability
 from aiobk.protocol.errors import (
     BKError,
@@ -78,16 +87,20 @@ class LogWriterSettings:
     # existing log in another format is refused. None takes an existing log's.
     record_format: str | None = None
     clock: Callable[[], float] = time.time  # stamps envelope records (seconds; stored in ms)
+    # Appends are numbered as this producer's (writer.py, "Producers"); None: plain appends.
+    producer_id: str | None = None
+    producer_retention: float = DEFAULT_RETENTION  # seconds a silent producer is remembered
 
 
 class _Append:
     """One ``append`` call: its entry payload, where it was sent, and its caller's future."""
 
-    __slots__ = ("data", "done", "entry_id", "ledger_id", "settled")
+    __slots__ = ("data", "done", "entry_id", "ledger_id", "sequence", "settled")
 
-    def __init__(self, data: bytes, done: asyncio.Future[LogPosition]) -> None:
+    def __init__(self, data: bytes, done: asyncio.Future[LogPosition], sequence: int = -1) -> None:
         self.data = data
         self.done = done
+        self.sequence = sequence  # its producer's sequence (-1: a plain append)
         self.ledger_id = -1  # the ledger it was sent to (-1: not sent, or sent again later)
         self.entry_id = -1
         self.settled = False  # resolved to a position, or failed with the writer
@@ -107,11 +120,26 @@ def split_at(sent: deque[_Append], last: int) -> tuple[list[_Append], list[_Appe
 class LogWriter:
     """The one writer of a log: appends records in call order, rolling to a new ledger by size
     or age and moving on from failed ledgers by itself. Made by
-    ``BookKeeper.open_log_writer``; an async context manager that closes on exit."""
+    ``BookKeeper.open_log_writer``; an async context manager that closes on exit.
+
+    Attributes:
+        name: The log.
+        record_format: The log's record format (``"envelope"`` or ``"raw"``).
+        last_sequence: A writer opened with a ``producer_id``: the producer's highest sequence
+            durably in the log (learnt from the log when the writer opened, then its own
+            appends'); -1 when there is none. Resume a producer at ``last_sequence + 1``.
+    """
 
     def __init__(self, bk: LedgerClient, name: str, settings: LogWriterSettings) -> None:
         self.name = name
         self._settings = settings
+        self._producer: bytes | None = None  # the producer id, encoded
+        if settings.producer_id is not None:
+            self._producer = check_producer_id(settings.producer_id)
+        self.last_sequence = -1  # the producer's last sequence durably in the log
+        self._accepted = -1  # ... and the last one an append was accepted with
+        self._in_flight: dict[int, asyncio.Future[LogPosition]] = {}  # sequence: its append
+        self._deduplicate = bk.config.switches.deduplicate_producers
         self._ownership = LogOwnership(bk, name, settings)  # the log record, its ledgers
         self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
         self._opened_at = 0.0
@@ -132,6 +160,9 @@ class LogWriter:
 
     async def _open(self) -> None:
         handle, self.record_format = await self._ownership.take()
+        if self._settings.producer_id is not None and self._deduplicate:
+            self.last_sequence = self._ownership.producers_last(self._settings.producer_id)
+            self._accepted = self.last_sequence
         self._started(handle)
 
     def _started(self, handle: LedgerHandle) -> None:
@@ -147,6 +178,7 @@ class LogWriter:
         """The ledger appends go to now."""
         return self._handle.ledger_id if self._handle is not None else -1
 
+    @overload
     async def append(
         self,
         data: bytes,
@@ -154,7 +186,28 @@ class LogWriter:
         key: bytes | None = None,
         headers: Mapping[str, bytes] | None = None,
         timestamp: int | None = None,
-    ) -> LogPosition:
+    ) -> LogPosition: ...
+
+    @overload
+    async def append(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: int | None = None,
+        sequence: int,
+    ) -> LogPosition | None: ...
+
+    async def append(
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        timestamp: int | None = None,
+        sequence: int | None = None,
+    ) -> LogPosition | None:
         """Append a record; return its position once it (and every record called before it)
         is durable. Positions follow the order of calls, across rolls and failovers.
 
@@ -163,15 +216,32 @@ class LogWriter:
         stores the data alone and refuses them (``ValueError``). Raises ``LogFencedError``
         once another writer has taken the log, ``LedgerClosedError`` after ``close()``, and
         ``EntryTooLargeError`` for a record that cannot fit in one entry. A caller that is
-        cancelled cancels only its wait: the record is still appended."""
+        cancelled cancels only its wait: the record is still appended.
+
+        A writer opened with a ``producer_id`` stores the producer and a ``sequence`` with
+        each record: the one given, or the one after the last accepted. A ``sequence`` not
+        above the last accepted (``last_sequence`` when the writer opened) is not appended
+        again: the call returns None, once the earlier append of it, if still in flight, is
+        durable. A ``sequence`` without a ``producer_id`` is ``ValueError``."""
         if self._error is not None:
             raise self._error
         if self._closed or self._handle is None:
             raise LedgerClosedError(f"log writer of {self.name!r} is closed")
+        producer = self._producer
+        if producer is not None:
+            if sequence is None:
+                sequence = self._accepted + 1
+            elif sequence <= self._accepted and self._deduplicate:
+                await self._duplicate(sequence)
+                return None
+        elif sequence is not None:
+            raise ValueError(
+                f"log {self.name!r}: a sequence needs a writer opened with a producer_id"
+            )
         if self.record_format == ENVELOPE:
             if timestamp is None:
                 timestamp = int(self._settings.clock() * 1000)
-            data = encode(data, timestamp, key, headers)
+            data = encode(data, timestamp, key, headers, producer, sequence or 0)
         elif key is not None or headers or timestamp is not None:
             raise ValueError(
                 f"log {self.name!r} holds raw records: a key, headers or a timestamp need a "
@@ -180,6 +250,9 @@ class LogWriter:
         handle = self._handle
         handle.check_size(data)  # refused now, never queued for what can never be sent
         append = _Append(bytes(data), asyncio.get_running_loop().create_future())
+        if producer is not None and sequence is not None:
+            append.sequence = self._accepted = sequence
+            self._in_flight[sequence] = append.done
         self._unsettled += 1
         if self._transition is None and self._pump is None and not self._queue:
             try:
@@ -196,7 +269,17 @@ class LogWriter:
         else:
             self._queue.append(append)
             self._start_pump()
+        if append.sequence >= 0:
+            # A caller cancelled leaves the future to a later duplicate that waits on it.
+            return await asyncio.shield(append.done)
         return await append.done
+
+    async def _duplicate(self, sequence: int) -> None:
+        """An append of a sequence already accepted: nothing to append; wait for the earlier
+        append of it if it is still in flight (its failure is this call's)."""
+        earlier = self._in_flight.get(sequence)
+        if earlier is not None:
+            await asyncio.shield(earlier)
 
     def _sent_to(
         self, handle: LedgerHandle, append: _Append, entry_id: int, confirmed: asyncio.Future[int]
@@ -231,6 +314,9 @@ class LogWriter:
 
     def _settle(self, append: _Append, position: LogPosition) -> None:
         append.settled = True
+        if append.sequence >= 0:
+            self.last_sequence = max(self.last_sequence, append.sequence)
+            self._in_flight.pop(append.sequence, None)
         if not append.done.done():
             append.done.set_result(position)
         self._unsettled -= 1
@@ -339,7 +425,7 @@ class LogWriter:
         for append in again:
             append.ledger_id = append.entry_id = -1
         self._queue.extendleft(reversed(again))
-        self._started(await self._ownership.add_ledger())
+        self._started(await self._ownership.add_ledger(self.last_sequence))
 
     def _fail(self, error: BKError) -> None:
         """The writer stops for good: every unsettled append fails with ``error``."""
@@ -348,6 +434,7 @@ class LogWriter:
         failed = [a for a in (*self._sent, *self._queue) if not a.settled]
         self._sent.clear()
         self._queue.clear()
+        self._in_flight.clear()
         for append in failed:
             append.settled = True
             self._unsettled -= 1

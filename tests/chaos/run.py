@@ -1,7 +1,8 @@
 """One chaos run: etcd and N bookies as subprocesses (each behind a Proxy), writers and tailing
-readers in this process, and a nemesis that SIGKILLs, SIGSTOPs, restarts and partitions
-bookies -- bounded in count and time, loopback only. At the end every fault is healed, every
-ledger recovered and read back, and the simulator's checker judges the history.
+readers in this process, a producer process killed again and again (producer.py), and a nemesis
+that SIGKILLs, SIGSTOPs, restarts and partitions bookies -- bounded in count and time, loopback
+only. At the end every fault is healed, every ledger recovered and read back, the simulator's
+checker judges the history, and the producer's log is checked for exactly-once sequences.
 
 Autorecovery runs in every bookie with fast settings (``AUTORECOVERY``), and the nemesis may
 also *wipe* a bookie: SIGKILL it, delete its directory, and start a new, empty bookie under a
@@ -31,6 +32,7 @@ from aiobk.client.quorum import write_set
 from aiobk.metadata import EtcdProcess, LedgerMetadata, MetadataStore
 from aiobk.protocol import ReadRequest, ReadResponse, StatusCode, parse_entry
 from aiobk.protocol.errors import BKError
+from tests.chaos.producer import ChaosProducer
 from tests.chaos.proxy import Proxy
 from tests.chaos.restored import check_restored
 from tests.sim.checker import _check_ledger, _check_reads, read_closed
@@ -82,6 +84,7 @@ class ChaosResult:
     restore_seconds: float = 0.0  # from the audit request until I15 held (or gave up)
     violations: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    producer: str = ""  # what the producer processes did (tests/chaos/producer.py)
 
     def summary(self) -> str:
         mode = "journal-less" if self.journal_less else "with journal"
@@ -90,7 +93,7 @@ class ChaosResult:
             f"{self.appends} appends ({self.acknowledged} acknowledged) over {self.ledgers} "
             f"ledgers, {self.reads} tailing reads, {len(self.wiped)} bookies wiped, I15 over "
             f"{self.restored_copies} copies after {self.restore_seconds:.1f}s, "
-            f"{len(self.violations)} violations"
+            f"{self.producer}, {len(self.violations)} violations"
         )
 
 
@@ -181,6 +184,7 @@ async def run_chaos(
         return node
 
     history = History()
+    producer = ChaosProducer(uri, base, random.Random(f"producer-{seed}"), note)
     clients: list[BookKeeper] = []
     watchers: list[asyncio.Task[None]] = []
     config = ClientConfig(add_timeout=2.0, read_timeout=2.0, connect_timeout=1.0,
@@ -197,6 +201,7 @@ async def run_chaos(
         deadline = loop.time() + seconds
         jobs = [_writer(f"w{i}", await client(), history, rng, deadline, note) for i in range(2)]
         jobs.append(_reader(await client(), history, rng, deadline))
+        jobs.append(producer.run(deadline))
         budget = _Budget(wipes, journal_less, (await client()).store)
         watchers = budget.watchers
         jobs.append(_nemesis(nodes, new_node, rng, deadline, faults, budget, result, note))
@@ -213,11 +218,14 @@ async def run_chaos(
         checker = await client()
         wiped = set(result.wiped)
         await _check(checker, history, wiped, note)
+        history.violations += await producer.check(checker)
+        result.producer = producer.summary()
         restored = await check_restored(checker, sorted(history.ledgers), RESTORE_BOUND, note)
         history.violations += restored.violations
         result.restored_copies = restored.copies
         result.restore_seconds = restored.seconds
     finally:
+        producer.kill()
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)

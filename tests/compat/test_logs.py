@@ -172,3 +172,30 @@ async def test_release_truncation_under_a_head_writer(
     reader = await client.open_log_reader("trimmed", LogPosition.EARLIEST, follow=False)
     data = [record.data.decode() async for record in reader]
     assert data == [f"t-{i}" for i in range(2, 7)]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.usefixtures("cluster")
+async def test_a_release_writer_or_truncation_keeps_what_the_log_knows_of_its_producers(
+    release: Release, uri: str, client: BookKeeper
+) -> None:
+    """A release writes the log record back with the fields it does not know, so a producer's
+    next writer of this tree still learns its last sequence after a release's writer and a
+    release's truncation took their turns, and re-sent sequences are not appended again."""
+    producer = await client.open_log_writer("produced", producer_id="svc", roll_bytes=1)
+    at = [await producer.append(b"p-%d" % i) for i in range(5)]
+    await producer.close()
+    await release.run(uri, [{"op": "log_write", "log": "produced", "records": records("r", 2)}])
+    (truncated,) = await release.run(
+        uri, [{"op": "log_truncate", "log": "produced", "before": [at[1].ledger_id, 0]}]
+    )
+    assert truncated["deleted"] == [at[0].ledger_id]
+    resumed = await client.open_log_writer("produced", producer_id="svc")
+    assert resumed.last_sequence == 4
+    assert [await resumed.append(b"p-%d" % i, sequence=i) for i in (3, 4)] == [None, None]
+    await resumed.append(b"p-5", sequence=5)
+    await resumed.close()
+    reader = await client.open_log_reader("produced", LogPosition.EARLIEST, follow=False)
+    read = [(record.data.decode(), record.sequence) async for record in reader]
+    expected = [*((f"p-{i}", i) for i in range(1, 5)), ("r-0", None), ("r-1", None), ("p-5", 5)]
+    assert read == expected

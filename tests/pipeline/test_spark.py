@@ -35,14 +35,17 @@ def test_batch_write_then_read_10000_records(spark: Any, cluster_uri: str) -> No
     read = spark.read.format("aiobk").option("metadata", cluster_uri).option("log", "batch")
     out = read.option("split", "1500").load()
     assert out.columns == [
-        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position"
+        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position",
+        "producer_id", "sequence",
     ]  # fmt: skip
     rows = out.collect()
     assert len(rows) == 10_000
     assert sorted(bytes(r.data) for r in rows) == values
     assert {r.log for r in rows} == {"batch"}
     # No record columns: envelope records (the default for a new log), stamped when written.
-    assert {(r.key, len(r.headers)) for r in rows} == {(None, 0)}
+    assert {(r.key, len(r.headers), r.producer_id, r.sequence) for r in rows} == {
+        (None, 0, None, None)
+    }  # plain records: no producer
     assert all(r.timestamp is not None for r in rows)
     assert all(r.position == f"{r.ledger_id}:{r.entry_id}" for r in rows)
     assert len({(r.ledger_id, r.entry_id) for r in rows}) == 10_000

@@ -1,6 +1,6 @@
-"""The Spark source's records (key, headers, time), its choice of logs, positions
-and times, data loss, partitions and admission control, on a local[2] session against a real
-cluster (tests/pipeline/conftest.py)."""
+"""The Spark source's records (key, headers, time, producer and sequence), its choice of logs,
+positions and times, data loss, partitions and admission control, on a local[2] session against
+a real cluster (tests/pipeline/conftest.py)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,8 @@ def test_records_with_keys_headers_and_times_routed_to_logs(spark: Any, cluster_
 
     out = source(spark, cluster_uri, logs="east,west")
     assert out.columns == [
-        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position"
+        "log", "ledger_id", "entry_id", "data", "key", "headers", "timestamp", "position",
+        "producer_id", "sequence",
     ]  # fmt: skip
     got = {bytes(r.data): r for r in out.collect()}
     assert len(got) == 200
@@ -99,6 +100,87 @@ def test_records_with_keys_headers_and_times_routed_to_logs(spark: Any, cluster_
             "aiobk"
         ).option("metadata", cluster_uri).option("log", "rawlog").mode("append").save()
     assert [bytes(r.data) for r in source(spark, cluster_uri, log="rawlog").collect()] == [b"r"]
+
+
+def write_produced(uri: str) -> list[tuple[str | None, int | None]]:
+    """The log ``produced``: producer ``svc`` appends 0-9, a plain writer 3 records, producer
+    ``other`` 100 and 105 (a gap); (producer_id, sequence) of each record, in log order."""
+
+    async def run() -> None:
+        async with await BookKeeper.connect(uri) as bk:
+            async with await bk.open_log_writer("produced", producer_id="svc") as svc:
+                for i in range(10):
+                    await svc.append(b"svc %d" % i)
+                assert await svc.append(b"again", sequence=4) is None  # not appended again
+            async with await bk.open_log_writer("produced") as plain:
+                for i in range(3):
+                    await plain.append(b"plain %d" % i)
+            async with await bk.open_log_writer("produced", producer_id="other") as other:
+                await other.append(b"other", sequence=100)
+                await other.append(b"other", sequence=105)
+
+    asyncio.run(run())
+    return [
+        *(("svc", i) for i in range(10)), *((None, None) for _ in range(3)),
+        ("other", 100), ("other", 105),
+    ]  # fmt: skip
+
+
+def test_producer_and_sequence_columns_in_batch_and_streaming_reads(
+    spark: Any, cluster_uri: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import LongType, StringType
+
+    expected = write_produced(cluster_uri)
+
+    def in_order(rows: list[Any]) -> list[tuple[str | None, int | None]]:
+        ordered = sorted(rows, key=lambda r: (r.ledger_id, r.entry_id))
+        return [(r.producer_id, r.sequence) for r in ordered]
+
+    batch = source(spark, cluster_uri, log="produced")
+    fields = {f.name: f for f in batch.schema.fields}
+    assert (fields["producer_id"].dataType, fields["producer_id"].nullable) == (StringType(), True)
+    assert (fields["sequence"].dataType, fields["sequence"].nullable) == (LongType(), True)
+    assert in_order(batch.collect()) == expected
+    query = (
+        spark.readStream.format("aiobk").option("metadata", cluster_uri).option("log", "produced")
+        .load().writeStream.format("parquet").option("path", str(tmp_path / "produced"))
+        .option("checkpointLocation", str(tmp_path / "produced-cp"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert query.awaitTermination(240)
+    assert query.exception() is None
+    assert in_order(spark.read.parquet(str(tmp_path / "produced")).collect()) == expected
+
+    # Plain records read nulls: an envelope log no producer wrote, a raw log, ledgers by id,
+    # and a copy the Spark sink wrote (it ignores the two columns, and appends plain records).
+    plain_rows = [(b"p%d" % i,) for i in range(5)]
+    spark.createDataFrame(plain_rows, "data binary").write.format("aiobk").option(
+        "metadata", cluster_uri
+    ).option("log", "unproduced").mode("append").save()
+    spark.createDataFrame(plain_rows, "data binary").write.format("aiobk").option(
+        "metadata", cluster_uri
+    ).option("log", "unproduced-raw").option("recordFormat", "raw").mode("append").save()
+    batch.select("data", "producer_id", "sequence").write.format("aiobk").option(
+        "metadata", cluster_uri
+    ).option("log", "produced-copy").mode("append").save()
+    ledger = batch.first().ledger_id
+    for options in ({"log": "unproduced"}, {"log": "unproduced-raw"},
+                    {"log": "produced-copy"}, {"ledgers": str(ledger)}):  # fmt: skip
+        rows = source(spark, cluster_uri, **options).collect()
+        assert rows, options
+        assert {(r.producer_id, r.sequence) for r in rows} == {(None, None)}, options
+    streamed = (
+        spark.readStream.format("aiobk").option("metadata", cluster_uri)
+        .option("log", "unproduced").load().writeStream.format("parquet")
+        .option("path", str(tmp_path / "unproduced"))
+        .option("checkpointLocation", str(tmp_path / "unproduced-cp"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert streamed.awaitTermination(240)
+    rows = spark.read.parquet(str(tmp_path / "unproduced")).collect()
+    assert len(rows) == 5
+    assert {(r.producer_id, r.sequence) for r in rows} == {(None, None)}
 
 
 def test_positions_times_partitions_and_data_loss(spark: Any, cluster_uri: str) -> None:

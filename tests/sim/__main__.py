@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     acknowledged = refused = unknown = faults = gc_ledgers = gc_logs = gc_moved = 0
     states_loaded = 0
     repairs: dict[str, int] = {}
+    produced: dict[str, int] = {}
     kinds: dict[str, int] = {}
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             faults += sum(result.faults.values())
             for name, count in result.repairs.items():
                 repairs[name] = repairs.get(name, 0) + count
+            for name, count in result.producers.items():
+                produced[name] = produced.get(name, 0) + count
             for kind, count in result.faults.items():
                 kinds[kind] = kinds.get(kind, 0) + count
             if not result.ok:
@@ -100,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         console.print(
             "faults: " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
+            highlight=False,
+        )
+    if produced:  # the producers profile
+        console.print(
+            "producer appends: " + ", ".join(f"{name} {n}" for name, n in produced.items()),
             highlight=False,
         )
     for result in failed[:3]:

@@ -1,7 +1,8 @@
 """The end of a run: heal every fault, bring every bookie back (but those lost for good),
 recover and read every ledger with a client that follows every rule, then check I1-I14 against
 the history, the bookies' stored copies and the metadata's whole version history -- and, when
-autorecovery runs in the bookies (the loss profiles), I15 once it has nothing left to do.
+autorecovery runs in the bookies (the loss profiles), I15 once it has nothing left to do; over
+the logs of the producers profile, I17 (tests.sim.sequences).
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from aiobk.autorecovery import Auditor
 from aiobk.autorecovery.fragments import closed_fragments, slot_entries
 from aiobk.bookie.entrylog.format import CorruptEntryError
 from aiobk.client import BookKeeper, LogPosition, ReadHandle
-from aiobk.client.log.position import log_record
+from aiobk.client.log.position import LogRecord, log_record
 from aiobk.client.quorum import write_set
-from aiobk.metadata import LedgerMetadata, LedgerState
+from aiobk.metadata import LedgerMetadata, LedgerState, LogMetadata
 from aiobk.protocol import parse_entry
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from tests.sim.history import History
 from tests.sim.loss import unrepaired
+from tests.sim.sequences import check_producers, spans
 from tests.sim.workload import LOG
 from tests.sim.world import SimBookie, World
 
@@ -80,7 +82,8 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
             history.violations.append(f"I13 ledger {ledger_id} cannot be recovered after healing")
             continue
         handles[ledger_id] = handle
-    await _close_log_ledgers(world, bk)  # before the repairs: they may wait for these closes
+    # Before the repairs: they may wait for these closes.
+    await _close_log_ledgers(world, history, bk)
     await wait_repaired(world)
     restoring = world.autorecovery is not None
     if restoring:
@@ -104,6 +107,7 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
         await _check_copies(world, history, ledger_id, metadata)
     _check_reads(history, final)
     await _check_log(world, history, bk)
+    await _check_producer_logs(world, history, bk)
     _check_metadata_history(world, history)
     if restoring:
         await check_restored(world, history)
@@ -157,16 +161,6 @@ async def quiesce(world: World, history: History) -> None:
 
 def _within(entry_id: int, ranges: tuple[tuple[int, int], ...]) -> bool:
     return any(low <= entry_id <= high for low, high in ranges)
-
-
-def _spans(entries: list[int]) -> str:
-    out: list[tuple[int, int]] = []
-    for entry in entries:
-        if out and out[-1][1] + 1 == entry:
-            out[-1] = (out[-1][0], entry)
-        else:
-            out.append((entry, entry))
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
 
 
 async def _holds(sim: SimBookie, ledger_id: int, entry_id: int) -> bool:
@@ -225,7 +219,7 @@ async def check_restored(world: World, history: History) -> None:
                             f"I15 ledger {ledger_id}: the fragment of entries "
                             f"{fragment.first}-{fragment.last} names {bookie}, "
                             + ("lost for good" if bookie in lost_forever else "down")
-                            + (f", for entries {_spans(owed)}" if owed else "")
+                            + (f", for entries {spans(owed)}" if owed else "")
                             + (f" (reported lost: {list(ranges)})" if ranges else "")
                         )
                     continue
@@ -234,7 +228,7 @@ async def check_restored(world: World, history: History) -> None:
                 lacking = [x for x in owed if not await _holds(sim, ledger_id, x)]
                 if lacking:
                     history.violations.append(
-                        f"I15 ledger {ledger_id}: {sim.node} lacks entries {_spans(lacking)} "
+                        f"I15 ledger {ledger_id}: {sim.node} lacks entries {spans(lacking)} "
                         f"that its fragment from entry {fragment.first} names it for"
                         + (f" (reported lost: {list(ranges)})" if ranges else "")
                     )
@@ -330,32 +324,52 @@ async def _check_gc(world: World, history: History, gone: set[int]) -> None:
             )
 
 
-async def _close_log_ledgers(world: World, bk: BookKeeper) -> None:
-    """Recover every ledger of the log, as the next writer would. A bookie that lost a ledger's
-    master key (it crashed before any add of it was durable) can only finish its boot repair
-    once someone with the password has closed that ledger."""
-    try:
-        record = await bk.store.read_log(LOG)
-    except BKError:
-        return
-    for ledger_id in record.ledgers:
+async def _close_log_ledgers(world: World, history: History, bk: BookKeeper) -> None:
+    """Recover every ledger of the logs, as the next writer would. A bookie that lost a
+    ledger's master key (it crashed before any add of it was durable) can only finish its boot
+    repair once someone with the password has closed that ledger."""
+    for name in (LOG, *sorted(history.producer_logs)):
+        try:
+            record = await bk.store.read_log(name)
+        except BKError:
+            continue
+        for ledger_id in record.ledgers:
+            await _recover(world, bk, ledger_id)
+    if history.producer_logs:
+        await _close_orphans(world, history, bk)
+
+
+async def _close_orphans(world: World, history: History, bk: BookKeeper) -> None:
+    """Recover the ledgers made for a producer log that never joined it: a producer killed
+    between creating its next ledger and putting it in the log leaves it open, and nobody
+    else knows it (an operator's sweep of ledgers that name a log which lacks them)."""
+    names = {name.encode() for name in history.producer_logs}
+    orphans = []
+    async for ledger_id in bk.store.list_ledgers():
+        try:
+            metadata = await bk.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if not metadata.is_closed and metadata.custom_metadata.get("log") in names:
+            orphans.append(ledger_id)
+    for ledger_id in orphans:
+        world.trace(f"checker: recovering ledger {ledger_id}, made for a log it never joined")
         await _recover(world, bk, ledger_id)
 
 
-async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
-    """I14 over the log: every acknowledged append at its position, nothing twice, nothing
-    never appended, positions in order. Each of its ledgers is recovered (closing one a dead
-    writer left open) and read whole."""
-    if not history.log_appends:
-        return
+async def _read_log(
+    world: World, history: History, bk: BookKeeper, name: str
+) -> tuple[LogMetadata, dict[tuple[int, int], LogRecord]] | None:
+    """The log's record and every record in it by position. Each of its ledgers is recovered
+    (closing one a dead writer left open), read whole, and its copies checked."""
     try:
-        record = await bk.store.read_log(LOG)
+        record = await bk.store.read_log(name)
     except BKError as exc:
-        history.violations.append(f"I14 log {LOG} unreadable: {exc!r}")
-        return
+        history.violations.append(f"I14 log {name} unreadable: {exc!r}")
+        return None
     if list(record.ledgers) != sorted(record.ledgers):
-        history.violations.append(f"I14 log {LOG}: ledgers out of order {record.ledgers}")
-    found: dict[tuple[int, int], bytes] = {}
+        history.violations.append(f"I14 log {name}: ledgers out of order {record.ledgers}")
+    found: dict[tuple[int, int], LogRecord] = {}
     for ledger_id in record.ledgers:
         handle = await _recover(world, bk, ledger_id)
         if handle is None:
@@ -366,11 +380,25 @@ async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
             try:
                 for entry in await handle.read(0, last):
                     at = LogPosition(ledger_id, entry.entry_id)
-                    record_data = log_record(at, bytes(entry.data), record.record_format).data
-                    found[(ledger_id, entry.entry_id)] = record_data
+                    found[(ledger_id, entry.entry_id)] = log_record(
+                        at, bytes(entry.data), record.record_format
+                    )
             except BKError as exc:
                 history.violations.append(f"I2 log ledger {ledger_id} unreadable: {exc!r}")
         await _check_copies(world, history, ledger_id, handle.metadata)
+    return record, found
+
+
+async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
+    """I14 over the log: every acknowledged append at its position, nothing twice, nothing
+    never appended, positions in order."""
+    if not history.log_appends:
+        return
+    read = await _read_log(world, history, bk, LOG)
+    if read is None:
+        return
+    record, records = read
+    found = {position: r.data for position, r in records.items()}
     invoked = {op.value for op in history.log_appends}
     seen: dict[bytes, tuple[int, int]] = {}
     for position, value in sorted(found.items()):
@@ -394,6 +422,15 @@ async def _check_log(world: World, history: History, bk: BookKeeper) -> None:
                 f"{found.get(op.position)!r}"
             )
     _check_log_order(history)
+
+
+async def _check_producer_logs(world: World, history: History, bk: BookKeeper) -> None:
+    """I17 over every log of the producers profile that a producer appended to (one whose
+    every open failed may not exist): ``check_producers``."""
+    for name in sorted({op.log for op in history.producer_appends}):
+        read = await _read_log(world, history, bk, name)
+        if read is not None:
+            check_producers(history, name, read[1])
 
 
 def _check_log_order(history: History) -> None:

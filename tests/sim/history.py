@@ -46,6 +46,26 @@ class LogAppend:
 
 
 @dataclass
+class ProducerAppend:
+    """One append of a producer's sequence (a first send or a re-send), as the producer saw
+    it: ok (with its position), dup (None: the writer had it already) or unknown (failed, or
+    the producer died first)."""
+
+    producer: str
+    log: str
+    sequence: int
+    value: bytes
+    client: str  # the node it was sent from
+    result: str = "pending"
+    position: tuple[int, int] | None = None
+    error: str = ""
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.result in ("ok", "dup")
+
+
+@dataclass
 class Observed:
     """An entry a reader was handed, with the LAC that reader knew then."""
 
@@ -74,6 +94,9 @@ class History:
     # The ledger of every truncation's ``before`` (truncation and retention passes), recorded
     # before the call: any ledger below one of them may be gone from the log, legitimately.
     log_truncations: list[int] = field(default_factory=list)
+    # The producers profile: every append of every producer, in call order, and their logs.
+    producer_appends: list[ProducerAppend] = field(default_factory=list)
+    producer_logs: set[str] = field(default_factory=set)
     violations: list[str] = field(default_factory=list)
 
     def max_lac(self, ledger_id: int) -> int:

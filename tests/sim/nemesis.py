@@ -45,6 +45,12 @@ PROFILES: dict[str, dict[str, float]] = {
     },
     # Two workers racing on one ledger, one with a stale view (the plan's race, nothing else).
     "worker_race": {"pause": 1},
+    # Producers (tests.sim.producers) dying mid-append and re-sending, while bookies fail
+    # under their writers and faults cut the producers off.
+    "producers": {
+        "crash": 2, "stop": 1, "pause": 2, "partition": 2, "partition_one_way": 2,
+        "reset_request": 2, "reset_reply": 2, "recover": 1, "slow": 1, "slow_metadata": 1,
+    },
 }  # fmt: skip
 
 
@@ -165,7 +171,8 @@ class Nemesis:
 
             self._later(hold, resume, node)
         elif kind in ("partition", "partition_one_way"):
-            peers = [f"writer-{i}" for i in range(2)] + [n for n in world.bookies if n != node]
+            peers = [f"writer-{i}" for i in range(2)] + self.workload.peers
+            peers += [n for n in world.bookies if n != node]
             peer = rng.choice(peers)
             links = [(peer, node)] if rng.random() < 0.5 else [(node, peer)]
             if kind == "partition":
@@ -181,9 +188,9 @@ class Nemesis:
 
             self._later(hold, heal, node)
         elif kind in ("reset_request", "reset_reply"):
-            client = rng.choice(
-                ["writer-0", "writer-1", "reader-0", f"recoverer-{self._clients + 1}"]
-            )
+            recoverer = f"recoverer-{self._clients + 1}"
+            clients = ["writer-0", "writer-1", "reader-0", recoverer, *self.workload.peers]
+            client = rng.choice(clients)
             pair = (client, node) if kind == "reset_request" else (node, client)
             world.net.reset_next(*pair)
             self.trace(f"net: next write {pair[0]}->{pair[1]} resets its connection")

@@ -12,6 +12,7 @@ before an earlier write on the same pipe (TCP's ordering). Faults:
   This is how a request (client to bookie) or a reply (bookie to client) gets lost on TCP.
 - ``lag[(a, b)]`` adds latency to everything a sends to b (a slow link, in order).
 - ``crash(node)`` resets every connection of the node and stops its listeners.
+- a node in ``dead`` (a killed client) connects nowhere again: its connects never return.
 
 ``tap`` (if set) sees every delivered write as (source, destination, bytes), for the checker.
 """
@@ -239,6 +240,8 @@ class _ClientSide:
         self, factory: Callable[[], P], host: str, port: int
     ) -> tuple[asyncio.Transport, P]:
         net = self._net
+        if self._node in net.dead:
+            await net.hang()  # a dead process sends nothing
         await asyncio.sleep(net.latency())
         # SYN retries while the path is cut or the peer is stopped; the caller's timeout ends it.
         while True:
@@ -277,6 +280,8 @@ class SimNetwork:
         self.tap: Tap | None = None
         self.slow = 0.0  # probability that one delivery takes 1-20 ms instead of microseconds
         self.lag: dict[tuple[str, str], float] = {}  # extra one-way latency of a link
+        self.dead: set[str] = set()  # killed client nodes: never heal
+        self._hung: list[asyncio.Future[None]] = []  # what their calls wait for: forever
 
     def latency(self) -> float:
         if self.slow and self._rng.random() < self.slow:
@@ -343,6 +348,13 @@ class SimNetwork:
         for key, listener in list(self.listeners.items()):
             if key[0] == node:
                 listener.close()
+
+    def hang(self) -> asyncio.Future[None]:
+        """A future never set, for a dead node's call to wait on; kept, so that the task
+        waiting is never collected as abandoned."""
+        future = asyncio.get_running_loop().create_future()
+        self._hung.append(future)
+        return future
 
     def _kick(self) -> None:
         for conn in list(self.connections):

@@ -34,6 +34,7 @@ from tests.sim.history import History, WireTap
 from tests.sim.loop import SimLoop, SpinError
 from tests.sim.loss import PLANS, Loss, autorecovery_config
 from tests.sim.nemesis import Nemesis
+from tests.sim.producers import Producers
 from tests.sim.workload import Workload
 from tests.sim.world import Switches, World
 
@@ -103,6 +104,7 @@ class Result:
     ledgers: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work
+    producers: dict[str, int] = field(default_factory=dict)  # the producers profile's appends
     virtual_seconds: float = 0.0
     journal_less: bool = False
 
@@ -235,6 +237,9 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             jobs.append(workload.log_writer("logwriter-2", until, start=takeover))
         if rng.random() < 0.7:  # operators truncating the log while it is written
             jobs.append(workload.log_retention("retention", until, keep=rng.uniform(0.5, 4.0)))
+        if options.profile == "producers":
+            producers = Producers(world, history, rng, scale.log_pace, workload.peers)
+            jobs += producers.jobs(until)
         jobs.append(nemesis.run(scale.duration, scale.faults))
         if plan is not None:
             jobs.append(Loss(nemesis, plan, random.Random(rng.getrandbits(64))).run())
@@ -270,6 +275,14 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             **world.restored,
         }
     result.violations.extend(history.violations)
+    if history.producer_appends:
+        results = [op.result for op in history.producer_appends]
+        result.producers = {
+            "ok": results.count("ok"),
+            "already in": results.count("dup"),
+            "unknown": results.count("unknown"),
+            "deaths": len(world.net.dead),
+        }
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")
     result.refused = sum(1 for a in history.appends if a.result == "fail")

@@ -9,9 +9,12 @@ import os
 import pytest
 
 import aiobk.bookie.gc as bookie_gc
+from aiobk.client import LogPosition
+from aiobk.client.log.position import LogRecord
 from tests.sim.checker import _check_ledger, _check_log_order
-from tests.sim.history import Append, History, LogAppend
+from tests.sim.history import Append, History, LogAppend, ProducerAppend
 from tests.sim.run import SimOptions, run_seed, run_seeds
+from tests.sim.sequences import check_producers
 from tests.sim.world import Switches
 
 CHUNK = 50
@@ -105,6 +108,43 @@ def test_checker_flags_log_appends_out_of_call_order() -> None:
     assert violation.startswith("I14 log: w1 called b'd' before b'e'"), violation
 
 
+def _produced(producer: str, sequence: int, position: tuple[int, int]) -> LogRecord:
+    return LogRecord(
+        LogPosition(*position), f"{producer}:{sequence}".encode(), None, {}, 0, producer, sequence
+    )
+
+
+def test_checker_flags_each_producer_anomaly() -> None:
+    """I17 over a producer log: p1 holds 0 twice, lacks 2 (acknowledged) below 4, and has 4
+    before 3 -- at another position than acknowledged; p2's acknowledged 1 (None: already
+    in) and 2 are missing; a record nobody sent is there. An unknown append may be missing."""
+    history = History()
+    history.producer_appends = [
+        ProducerAppend("p1", "L", s, f"p1:{s}".encode(), "n", "ok", (1, s)) for s in range(5)
+    ]
+    history.producer_appends += [
+        ProducerAppend("p2", "L", 0, b"p2:0", "n", "ok", (1, 9)),
+        ProducerAppend("p2", "L", 1, b"p2:1", "n", "dup"),
+        ProducerAppend("p2", "L", 2, b"p2:2", "n", "ok", (2, 5)),
+        ProducerAppend("p2", "L", 3, b"p2:3", "n", "unknown"),
+    ]
+    held = [("p1", 0), ("p1", 1), ("p1", 4), ("p1", 3), ("p1", 0)]
+    found = {(1, i): _produced(p, s, (1, i)) for i, (p, s) in enumerate(held)}
+    found[(1, 9)] = _produced("p2", 0, (1, 9))
+    found[(2, 0)] = _produced("p3", 0, (2, 0))
+    check_producers(history, "L", found)
+    assert all(v.startswith("I17 log L: ") for v in history.violations), history.violations
+    assert sorted(v.split(": ", 1)[1] for v in history.violations) == [
+        "b'p3:0' at (2, 0) (producer p3, sequence 0) was never sent as that",
+        "p1 has sequences 0 more than once (sequence 0 at [(1, 0), (1, 4)])",
+        "p1 lacks sequences 2, below 4 which it holds",
+        "p1 sequence 4 was acknowledged at (1, 4) but is at [(1, 2)]",
+        "p1 sequences 2 were acknowledged but are not in the log",
+        "p1 sequences out of order 1 time(s): 4 at (1, 2), then 3 at (1, 3)",
+        "p2 sequences 1-2 were acknowledged but are not in the log",
+    ], history.violations
+
+
 def test_checker_flags_a_refused_append_that_shows_up() -> None:
     history = History()
     history.appends = [
@@ -175,6 +215,10 @@ TEETH: dict[str, tuple[tuple[str, ...], str, bool, str]] = {
     # on the version read, the stale swap writes the second lost bookie back into the ledger:
     # I15 (not repaired in time, and named in the final metadata).
     "metadata_version_fence": (("metadata_version_fence",), "worker_race", False, "I15"),
+    # Producers dying with appends in flight and re-sending from their own record (or
+    # handing the log on and re-sending their last few): without deduplication, a re-sent
+    # sequence the log already holds lands again (I17).
+    "deduplicate_producers": (("deduplicate_producers",), "producers", False, "I17"),
 }
 TEETH_SEEDS = 60
 

@@ -40,6 +40,8 @@ class Workload:
         self.handles: dict[str, LedgerHandle] = {}  # writer -> the ledger it is writing
         self.stalled: dict[str, float] = {}  # writer -> virtual time it resumes appending
         self.fenced_log_writers: set[str] = set()
+        # Client nodes besides the writers' that faults may cut off (the producers profile's).
+        self.peers: list[str] = []
 
     def trace(self, text: str) -> None:
         self.world.trace(text)

@@ -19,6 +19,7 @@ from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.config import ProtocolSwitches
 from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import MetadataStore
+from aiobk.metadata.kv import KV, KeyValue, Watch
 from aiobk.metadata.kv_memory import MemoryKV
 from tests.sim.disk import SimDisk
 from tests.sim.network import SimNetwork
@@ -39,13 +40,90 @@ class Switches:
     replace_after_cas: bool = True
     # A replication worker's swap is a compare-and-set on the version it read.
     metadata_version_fence: bool = True
+    # A producer's writer appends each sequence once (client ``ProtocolSwitches``).
+    deduplicate_producers: bool = True
 
     def client(self) -> ProtocolSwitches:
         return ProtocolSwitches(
             recovery_reads_fence=self.recovery_reads_fence,
             hold_acks_during_change=self.hold_acks_during_change,
             replace_after_cas=self.replace_after_cas,
+            deduplicate_producers=self.deduplicate_producers,
         )
+
+
+class NodeKV(KV):
+    """The metadata store as one client node reaches it. Once the node is dead (``World.kill``)
+    it reaches nothing: a call it makes never returns, as none would from a killed process,
+    and no write of it lands."""
+
+    def __init__(self, kv: KV, net: SimNetwork, node: str) -> None:
+        self._kv = kv
+        self._net = net
+        self._node = node
+
+    async def _reach(self) -> None:
+        if self._node in self._net.dead:
+            await self._net.hang()
+
+    async def get(self, key: bytes) -> tuple[KeyValue | None, int]:
+        await self._reach()
+        return await self._kv.get(key)
+
+    async def create(self, key: bytes, value: bytes, lease: int = 0) -> int:
+        await self._reach()
+        return await self._kv.create(key, value, lease)
+
+    async def compare_and_set(self, key: bytes, value: bytes, expected: int, lease: int = 0) -> int:
+        await self._reach()
+        return await self._kv.compare_and_set(key, value, expected, lease)
+
+    async def delete(self, key: bytes, expected: int | None = None) -> None:
+        await self._reach()
+        await self._kv.delete(key, expected)
+
+    async def bump(self, key: bytes) -> int:
+        await self._reach()
+        return await self._kv.bump(key)
+
+    async def range(
+        self,
+        prefix: bytes,
+        after: bytes | None = None,
+        limit: int = 1000,
+        *,
+        keys_only: bool = False,
+        end: bytes | None = None,
+    ) -> tuple[list[KeyValue], int]:
+        await self._reach()
+        return await self._kv.range(prefix, after, limit, keys_only=keys_only, end=end)
+
+    async def watch(self, key: bytes, *, prefix: bool, start_revision: int) -> Watch:
+        await self._reach()
+        return await self._kv.watch(key, prefix=prefix, start_revision=start_revision)
+
+    async def compact(self, revision: int) -> None:
+        await self._reach()
+        await self._kv.compact(revision)
+
+    async def grant_lease(self, ttl: float) -> tuple[int, float]:
+        await self._reach()
+        return await self._kv.grant_lease(ttl)
+
+    async def keep_alive(self, lease: int) -> float:
+        await self._reach()
+        return await self._kv.keep_alive(lease)
+
+    async def revoke_lease(self, lease: int) -> None:
+        await self._reach()
+        await self._kv.revoke_lease(lease)
+
+    async def lease_time_to_live(self, lease: int) -> tuple[float, float] | None:
+        await self._reach()
+        return await self._kv.lease_time_to_live(lease)
+
+    async def close(self) -> None:
+        await self._kv.close()
 
 
 @dataclass
@@ -184,13 +262,19 @@ class World:
             switches=self.switches.client() if switches else ProtocolSwitches(),
         )
 
-    async def client(self, name: str, *, switches: bool = True) -> BookKeeper:
-        """The client running on node ``name`` (one per node, made on first use)."""
+    async def client(self, name: str, *, switches: bool = True, mortal: bool = False) -> BookKeeper:
+        """The client running on node ``name`` (one per node, made on first use). A
+        ``mortal`` one reaches the metadata through ``NodeKV``, so that ``kill`` can end it."""
         known = self._by_name.get(name)
         if known is not None:
             return known
+        store = self.store()
+        if mortal:
+            store = MetadataStore(
+                NodeKV(self.kv, self.net, name), "aiobk", f"memory://{self.kv_name}"
+            )
         bk = self._by_name[name] = await BookKeeper.connect(
-            self.store(),
+            store,
             self.client_config(switches=switches),
             rng=random.Random(self.rng.getrandbits(64)),
             connector=self.net.connector(name),
@@ -198,6 +282,14 @@ class World:
         )
         self.clients.append(bk)
         return bk
+
+    def kill(self, name: str) -> None:
+        """The client node ``name`` dies as a SIGKILLed process does: its connections drop with
+        whatever was still on the wire, and nothing it does reaches a bookie or the metadata
+        store again (a ``mortal`` client's). Its code may go on running, to no effect."""
+        self.net.dead.add(name)
+        self.net.crash(name)
+        self.trace(f"{name}: killed")
 
     # ------------------------------------------------------------------ bookies
 
