@@ -19,8 +19,7 @@ cluster, so the levels compared run seconds apart.
 With ``--metadata URI`` (or AIOBK_METADATA) it measures that existing cluster instead: nothing
 started, no floors or the targets against them (its disks and network are not this
 machine's), modes persistent, volatile, log or log-producer, and every ledger and log it wrote
-deleted at the end. ``--entries`` caps the
-appends of each level.
+deleted at the end. ``--entries`` caps the appends of each level.
 """
 
 from __future__ import annotations
@@ -185,9 +184,10 @@ async def open_target(
     async def append_sequenced(data: bytes) -> object:
         nonlocal sequence
         sequence += 1
-        position = await writer.append(data, sequence=sequence)
+        mine = sequence
+        position = await writer.append(data, sequence=mine)
         if position is None:  # each sequence is new: a duplicate is a fault, counted so
-            raise RuntimeError(f"sequence {sequence} was not appended")
+            raise RuntimeError(f"sequence {mine} was not appended")
         return position
 
     return append_sequenced, remove_log
