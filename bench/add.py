@@ -9,10 +9,17 @@ Mode ``tls`` runs the persistent mode over TLS: bookies with ``--tls-only`` and
 ``--tls-client-auth`` and certificates made for the run, the client with its own; run it beside
 ``persistent`` (``--modes persistent,tls``) and read the cost as the ratio of the two rows.
 
+Modes ``log`` and ``log-producer`` append through a log writer (envelope records, a fresh log
+per level) instead of to a ledger: ``log-producer`` opens it with a producer id and gives each
+append its sequence, ``log`` without. Alternate them (``--modes log,log-producer,log,...``):
+each ``log-producer`` level is paired with the ``log`` level before it at the same in-flight
+count, and the ratio of the two is the cost of sequences. Consecutive log modes share one
+cluster, so the levels compared run seconds apart.
+
 With ``--metadata URI`` (or AIOBK_METADATA) it measures that existing cluster instead: nothing
-started, no floors or targets (its disks and network are not this machine's), modes
-persistent or volatile, and every ledger it wrote deleted at the end. ``--entries`` caps the
-appends of each level.
+started, no floors or the targets against them (its disks and network are not this
+machine's), modes persistent, volatile, log or log-producer, and every ledger and log it wrote
+deleted at the end. ``--entries`` caps the appends of each level.
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ import asyncio
 import os
 import shutil
 import ssl
+import statistics
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +66,13 @@ from aiobk.metadata import EtcdProcess, MetadataURIError, redact_uri
 from aiobk.protocol import GetBookieInfoRequest, GetBookieInfoResponse
 from aiobk.protocol.errors import BKError
 
+MODES = ("persistent", "volatile", "journal-less", "tls", "log", "log-producer")
+# The modes that append through a log writer: the producer id each opens it with (None: none).
+LOG_MODES: dict[str, str | None] = {"log": None, "log-producer": "bench-producer"}
+PRODUCER_COST_TARGET = 0.95  # 512 in flight: appends/s with sequences over without, at least
+
+Append = Callable[[bytes], Awaitable[object]]
+
 
 @dataclass
 class Level:
@@ -69,6 +86,7 @@ class Level:
     p999_us: int
     errors: int
     fdatasyncs_per_s: float = 0.0
+    client_cpu_us: float = 0.0  # the benchmark process's CPU per acknowledged append
 
 
 async def run_level(
@@ -79,8 +97,9 @@ async def run_level(
     progress: Any,
     durability: Durability = Durability.PERSISTENT,
     entries: int = 5_000_000,
+    mode: str = "persistent",
 ) -> Level:
-    lh = await bk.create_ledger(3, 3, 2, durability=durability)
+    append, remove = await open_target(bk, mode, durability)
     payload = os.urandom(size)
     histogram = new_histogram()
     loop = asyncio.get_running_loop()
@@ -97,7 +116,7 @@ async def run_level(
             started_appends += 1
             started = time.perf_counter_ns()
             try:
-                await lh.append(payload)
+                await append(payload)
             except Exception:  # a benchmark counts failures instead of stopping
                 errors += 1
                 return
@@ -110,13 +129,14 @@ async def run_level(
             await asyncio.sleep(0.2)
 
     started_at = loop.time()
+    cpu_before = time.process_time()
     ticking = asyncio.ensure_future(ticker())
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     elapsed = loop.time() - started_at
+    cpu = time.process_time() - cpu_before
     ticking.cancel()
     progress.update(task, completed=seconds)
-    await lh.close()
-    await bk.delete_ledger(lh.ledger_id)  # a benchmark leaves no data behind
+    await remove()  # a benchmark leaves no data behind
     return Level(
         durability.name.lower(),
         in_flight,
@@ -127,7 +147,50 @@ async def run_level(
         histogram.get_value_at_percentile(99),
         histogram.get_value_at_percentile(99.9),
         errors,
+        client_cpu_us=round(cpu * 1e6 / done, 1) if done else 0.0,
     )
+
+
+async def open_target(
+    bk: BookKeeper, mode: str, durability: Durability
+) -> tuple[Append, Callable[[], Awaitable[object]]]:
+    """What a level appends to and how it is removed afterwards: an E3 WQ3 AQ2 ledger, or in
+    a log mode a log writer on a new log of such ledgers; ``log-producer`` gives each append
+    the next sequence itself, as an application resuming at ``last_sequence + 1`` does."""
+    if mode not in LOG_MODES:
+        lh = await bk.create_ledger(3, 3, 2, durability=durability)
+
+        async def remove_ledger() -> None:
+            await lh.close()
+            await bk.delete_ledger(lh.ledger_id)
+
+        return lh.append, remove_ledger
+    name = f"bench-add-{uuid.uuid4().hex[:12]}"
+    producer_id = LOG_MODES[mode]
+    writer = await bk.open_log_writer(name, durability=durability, producer_id=producer_id)
+
+    async def remove_log() -> None:
+        await writer.close()
+        await bk.delete_log(name)
+
+    if producer_id is None:
+
+        async def append_record(data: bytes) -> object:
+            return await writer.append(data)
+
+        return append_record, remove_log
+    sequence = writer.last_sequence
+
+    async def append_sequenced(data: bytes) -> object:
+        nonlocal sequence
+        sequence += 1
+        mine = sequence
+        position = await writer.append(data, sequence=mine)
+        if position is None:  # each sequence is new: a duplicate is a fault, counted so
+            raise RuntimeError(f"sequence {mine} was not appended")
+        return position
+
+    return append_sequenced, remove_log
 
 
 async def _syncs(bk: BookKeeper) -> int | None:
@@ -154,7 +217,9 @@ async def run(
     durability: Durability,
     tls: ssl.SSLContext | None = None,
     entries: int = 5_000_000,
+    modes: tuple[str, ...] = ("persistent",),
 ) -> list[Level]:
+    """Each of ``modes``' levels in turn, on one client after a warm-up."""
     results = []
     async with await BookKeeper.connect(uri, ClientConfig(), tls=tls) as bk:
         with Progress(transient=True) as progress:
@@ -162,14 +227,30 @@ async def run(
             await asyncio.gather(*(warm.append(b"w" * size) for _ in range(min(2000, entries))))
             await warm.close()
             await bk.delete_ledger(warm.ledger_id)
-            for level in levels:
+            for mode, level in [(mode, level) for mode in modes for level in levels]:
                 before = await _syncs(bk)
-                result = await run_level(bk, level, seconds, size, progress, durability, entries)
+                result = await run_level(
+                    bk, level, seconds, size, progress, durability, entries, mode
+                )
                 after = await _syncs(bk)
                 if before is not None and after is not None:
                     result.fdatasyncs_per_s = round((after - before) / result.seconds, 1)
+                result.mode = mode
                 results.append(result)
     return results
+
+
+def groups(modes: list[str]) -> list[tuple[str, ...]]:
+    """``modes`` as the runs that measure them: each mode on servers of its own, except that
+    consecutive log modes share one cluster (they differ only in the client), so that
+    alternating them compares levels seconds apart rather than a cluster's start apart."""
+    found: list[tuple[str, ...]] = []
+    for mode in modes:
+        if mode in LOG_MODES and found and found[-1][0] in LOG_MODES:
+            found[-1] = (*found[-1], mode)
+        else:
+            found.append((mode,))
+    return found
 
 
 def measure_cluster(
@@ -178,24 +259,22 @@ def measure_cluster(
     """Each mode's levels against the existing cluster at ``uri`` (no servers started, no
     floors measured: the cluster's disks and network are not this machine's)."""
     results: list[Level] = []
-    for mode in modes:
-        if mode not in ("persistent", "volatile"):
+    for group in groups(modes):
+        mode = group[0]
+        if mode in ("journal-less", "tls"):
             raise click.UsageError(
                 f"mode {mode} starts bookies of its own; with --metadata use persistent or "
-                "volatile (--durability)"
+                "volatile (--durability), log or log-producer"
             )
         durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
         try:
-            levels_run = uvloop.run(
-                run(uri, levels, seconds, entry_size, durability, entries=entries)
+            results += uvloop.run(
+                run(uri, levels, seconds, entry_size, durability, entries=entries, modes=group)
             )
         except MetadataURIError as exc:
             raise click.UsageError(str(exc)) from None
         except BKError as exc:
             raise click.ClickException(str(exc)) from None
-        for level in levels_run:
-            level.mode = mode
-        results.extend(levels_run)
     return results
 
 
@@ -231,7 +310,8 @@ def measure(
     try:
         floors = measure_floors(base)
         results: list[Level] = []
-        for index, mode in enumerate(modes):
+        for index, group in enumerate(groups(modes)):
+            mode = group[0]
             extra: tuple[str, ...] = ()
             tls = None
             if mode == "journal-less":
@@ -242,15 +322,12 @@ def measure(
             procs = start_bookies(bookies, os.path.join(base, f"{mode}-{index}"), uri, extra)
             durability = Durability.VOLATILE if mode == "volatile" else Durability.PERSISTENT
             try:
-                levels_run = uvloop.run(
-                    run(uri, levels, seconds, entry_size, durability, tls, entries)
+                results += uvloop.run(
+                    run(uri, levels, seconds, entry_size, durability, tls, entries, group)
                 )
             finally:
                 stop_bookies(procs)
                 procs = []
-            for level in levels_run:
-                level.mode = mode
-            results.extend(levels_run)
     finally:
         stop_bookies(procs)
         etcd.stop()
@@ -300,6 +377,63 @@ def check_targets(floors: Floors, results: list[Level]) -> list[dict[str, Any]]:
     return checks
 
 
+def producer_pairs(results: list[Level]) -> list[dict[str, Any]]:
+    """Each ``log-producer`` level beside the ``log`` level before it at the same in-flight
+    count: appends/s with sequences over without, the p50 latencies' ratio, and the client's
+    CPU per append of each."""
+    plain: dict[int, Level] = {}
+    pairs: list[dict[str, Any]] = []
+    for r in results:
+        if r.mode == "log":
+            plain[r.in_flight] = r
+        elif r.mode == "log-producer" and r.in_flight in plain:
+            before = plain.pop(r.in_flight)
+            pairs.append({
+                "in_flight": r.in_flight,
+                "log_appends_per_s": before.appends_per_s,
+                "producer_appends_per_s": r.appends_per_s,
+                "ratio": round(r.appends_per_s / before.appends_per_s, 3)
+                if before.appends_per_s else 0.0,
+                "log_p50_us": before.p50_us,
+                "producer_p50_us": r.p50_us,
+                "p50_ratio": round(r.p50_us / before.p50_us, 3) if before.p50_us else 0.0,
+                "log_client_cpu_us": before.client_cpu_us,
+                "producer_client_cpu_us": r.client_cpu_us,
+            })  # fmt: skip
+    return pairs
+
+
+def check_producer_cost(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """512 in flight: the median of the pairs' ratios at least ``PRODUCER_COST_TARGET``."""
+    ratios = [p["ratio"] for p in pairs if p["in_flight"] == 512]
+    if not ratios:
+        return []
+    median = statistics.median(ratios)
+    return [{
+        "target": f"512 in flight: log writer with sequences >= {PRODUCER_COST_TARGET}x "
+        "without (median of the pairs)",
+        "median": round(median, 3), "pairs": len(ratios),
+        "range": [min(ratios), max(ratios)], "pass": median >= PRODUCER_COST_TARGET,
+    }]  # fmt: skip
+
+
+def print_pairs(console: Console, pairs: list[dict[str, Any]]) -> None:
+    table = Table(title="log writer with sequences (log-producer) against the log row before it")
+    for column in (
+        "in flight", "log appends/s", "log-producer appends/s", "ratio", "log p50 us",
+        "log-producer p50 us", "p50 ratio", "client CPU us/append log / log-producer",
+    ):  # fmt: skip
+        table.add_column(column, justify="right")
+    for p in pairs:
+        table.add_row(
+            str(p["in_flight"]), f"{p['log_appends_per_s']:.0f}",
+            f"{p['producer_appends_per_s']:.0f}", f"{p['ratio']:.3f}", str(p["log_p50_us"]),
+            str(p["producer_p50_us"]), f"{p['p50_ratio']:.3f}",
+            f"{p['log_client_cpu_us']:.1f} / {p['producer_client_cpu_us']:.1f}",
+        )  # fmt: skip
+    console.print(table)
+
+
 def print_table(
     console: Console, floors: Floors | None, results: list[Level], bookies: int | str,
     seconds: float, entry_size: int,
@@ -329,6 +463,7 @@ def print_table(
         "p50 / floor",
         "p50 / quorum floor",
         "fdatasync/s",
+        "client CPU us/append",
         "errors",
     ):
         table.add_column(column, justify="right")
@@ -339,6 +474,7 @@ def print_table(
             f"{r.p50_us / floor_us:.2f}" if floor_us else "-",
             f"{r.p50_us / quorum_floor_us:.2f}" if quorum_floor_us else "-",
             f"{r.fdatasyncs_per_s:.0f}",
+            f"{r.client_cpu_us:.1f}",
             str(r.errors),
         )  # fmt: skip
     console.print(table)
@@ -350,7 +486,7 @@ def _modes(
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     if durability or no_journal_write_data:
         chosen = ["journal-less" if no_journal_write_data else durability or "persistent"]
-    unknown = set(chosen) - {"persistent", "volatile", "journal-less", "tls"}
+    unknown = set(chosen) - set(MODES)
     if unknown or not chosen:
         raise click.BadParameter(
             f"unknown mode(s): {', '.join(sorted(unknown)) or modes!r}", param_hint="--modes"
@@ -372,8 +508,10 @@ def _modes(
     default="persistent",
     show_default=True,
     help="Comma list of persistent, volatile (BP-14: acknowledged once written), "
-    "journal-less (BP-46: bookies started with --no-journal-write-data) and tls (persistent "
-    "over TLS with client certificates).",
+    "journal-less (BP-46: bookies started with --no-journal-write-data), tls (persistent "
+    "over TLS with client certificates), log (through a log writer) and log-producer (a log "
+    "writer with a producer id, each append given its sequence); a mode may repeat, to "
+    "alternate.",
 )
 @click.option(
     "--durability", type=click.Choice(["persistent", "volatile"]), default=None,
@@ -415,6 +553,10 @@ def command(
         floors, results = measure(bookies, seconds, entry_size, levels, chosen, entries)
         print_table(console, floors, results, bookies, seconds, entry_size)
         checks = check_targets(floors, results)
+    pairs = producer_pairs(results)
+    if pairs:
+        print_pairs(console, pairs)
+        checks += check_producer_cost(pairs)
     report: dict[str, Any] = {
         "modes": chosen,
         "cluster": redact_uri(metadata) if metadata else None,
@@ -425,6 +567,7 @@ def command(
         "quorum_fdatasync_p50_us": floors.quorum_fdatasync_us if floors else None,
         "quorum_floor_us": floors.quorum_floor_us if floors else None,
         "levels": [asdict(r) for r in results],
+        "producer_pairs": pairs,
         "checks": checks,
     }
     path = write_report("add", report, json_path)

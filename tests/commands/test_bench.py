@@ -120,6 +120,30 @@ def test_bench_add_ends_with_the_targets_missed_and_exits_0(
     assert (tmp_path / "add.json").exists()
 
 
+def test_each_sequenced_level_is_paired_with_the_plain_log_level_before_it() -> None:
+    def level(mode: str, in_flight: int, rate: float, p50_us: int) -> Level:
+        return Level(mode, in_flight, 1000, 1.0, rate, p50_us, p50_us, p50_us, 0)
+
+    results = [
+        level("log", 1, 500.0, 1000), level("log", 512, 10000.0, 40000),
+        level("log-producer", 1, 450.0, 1100), level("log-producer", 512, 9700.0, 41000),
+        level("log-producer", 512, 9000.0, 42000),  # no log level before it left: unpaired
+        level("log", 512, 8000.0, 50000), level("log-producer", 512, 8000.0, 50000),
+    ]  # fmt: skip
+    pairs = bench_add.producer_pairs(results)
+    assert [(p["in_flight"], p["ratio"], p["p50_ratio"]) for p in pairs] == [
+        (1, 0.9, 1.1), (512, 0.97, 1.025), (512, 1.0, 1.0),
+    ]  # fmt: skip
+    (check,) = bench_add.check_producer_cost(pairs)
+    assert (check["median"], check["pairs"], check["range"], check["pass"]) == (
+        0.985, 2, [0.97, 1.0], True,
+    )  # fmt: skip
+    assert bench_add.check_producer_cost(pairs[:1]) == []  # judged at 512 in flight only
+    assert bench_add._modes("log,log-producer,log", None, False) == [
+        "log", "log-producer", "log",
+    ]  # fmt: skip
+
+
 def test_summary_without_targets() -> None:
     assert summary([]) == "no target checked at these in-flight levels"
     assert summary([{"target": "t", "pass": True}]) == "the target was met"
