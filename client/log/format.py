@@ -114,15 +114,20 @@ def encode(
     if not MIN_TIMESTAMP <= timestamp <= MAX_TIMESTAMP:
         raise RecordFormatError(f"timestamp {timestamp} does not fit in 64 bits")
     headers = headers or _EMPTY
+    tail: tuple[bytes, ...] = (data,)
+    version = VERSION_1
     if producer is not None:
-        return _encode_produced(data, timestamp, key, headers, producer, sequence)
+        if not 0 <= sequence <= MAX_TIMESTAMP:
+            raise RecordFormatError(f"sequence {sequence}: from 0 to {MAX_TIMESTAMP}")
+        version = VERSION_2
+        tail = (_PRODUCER.pack(len(producer)), producer, _SEQUENCE.pack(sequence), data)
     if not headers:
         if key is None:
-            return b"".join((_KEY.pack(VERSION_1, timestamp, -1), b"\0\0", data))
-        return b"".join((_KEY.pack(VERSION_1, timestamp, len(key)), key, b"\0\0", data))
+            return b"".join((_KEY.pack(version, timestamp, -1), b"\0\0", *tail))
+        return b"".join((_KEY.pack(version, timestamp, len(key)), key, b"\0\0", *tail))
     if len(headers) > MAX_HEADERS:
         raise RecordFormatError(f"{len(headers)} headers: at most {MAX_HEADERS}")
-    parts = [_KEY.pack(VERSION_1, timestamp, -1 if key is None else len(key))]
+    parts = [_KEY.pack(version, timestamp, -1 if key is None else len(key))]
     if key is not None:
         parts.append(key)
     parts.append(_COUNT.pack(len(headers)))
@@ -131,31 +136,8 @@ def encode(
         if len(encoded) > MAX_NAME:
             raise RecordFormatError(f"header name of {len(encoded)} bytes: at most {MAX_NAME}")
         parts += (_NAME.pack(len(encoded)), encoded, _VALUE.pack(len(value)), value)
-    parts.append(data)
+    parts += tail
     return b"".join(parts)
-
-
-def _encode_produced(
-    data: bytes,
-    timestamp: int,
-    key: bytes | None,
-    headers: Mapping[str, bytes],
-    producer: bytes,
-    sequence: int,
-) -> bytes:
-    if not 0 <= sequence <= MAX_TIMESTAMP:
-        raise RecordFormatError(f"sequence {sequence}: from 0 to {MAX_TIMESTAMP}")
-    head = encode(b"", timestamp, key, headers)
-    return b"".join(
-        (
-            bytes((VERSION_2,)),
-            head[1:],
-            _PRODUCER.pack(len(producer)),
-            producer,
-            _SEQUENCE.pack(sequence),
-            data,
-        )
-    )
 
 
 def decode(body: bytes) -> Envelope:

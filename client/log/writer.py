@@ -314,9 +314,10 @@ class LogWriter:
 
     def _settle(self, append: _Append, position: LogPosition) -> None:
         append.settled = True
-        if append.sequence >= 0:
-            self.last_sequence = max(self.last_sequence, append.sequence)
-            self._in_flight.pop(append.sequence, None)
+        sequence = append.sequence
+        if sequence >= 0:
+            self.last_sequence = max(self.last_sequence, sequence)
+            self._in_flight.pop(sequence, None)
         if not append.done.done():
             append.done.set_result(position)
         self._unsettled -= 1
