@@ -95,7 +95,7 @@ class LogWriterSettings:
 class _Append:
     """One ``append`` call: its entry payload, where it was sent, and its caller's future."""
 
-    __slots__ = ("data", "done", "entry_id", "ledger_id", "sequence", "settled")
+    __slots__ = ("data", "done", "entry_id", "ledger_id", "sequence", "settled", "waiters")
 
     def __init__(self, data: bytes, done: asyncio.Future[LogPosition], sequence: int = -1) -> None:
         self.data = data
@@ -104,6 +104,8 @@ class _Append:
         self.ledger_id = -1  # the ledger it was sent to (-1: not sent, or sent again later)
         self.entry_id = -1
         self.settled = False  # resolved to a position, or failed with the writer
+        # Appends of the same sequence sent again while this one is in flight (_duplicate).
+        self.waiters: list[asyncio.Future[None]] | None = None
 
 
 def split_at(sent: deque[_Append], last: int) -> tuple[list[_Append], list[_Append]]:
@@ -138,7 +140,7 @@ class LogWriter:
             self._producer = check_producer_id(settings.producer_id)
         self.last_sequence = -1  # the producer's last sequence durably in the log
         self._accepted = -1  # ... and the last one an append was accepted with
-        self._in_flight: dict[int, asyncio.Future[LogPosition]] = {}  # sequence: its append
+        self._in_flight: dict[int, _Append] = {}  # sequence: its append, until settled
         self._deduplicate = bk.config.switches.deduplicate_producers
         self._ownership = LogOwnership(bk, name, settings)  # the log record, its ledgers
         self._handle: LedgerHandle | None = None  # the ledger of the last sent appends
@@ -252,7 +254,7 @@ class LogWriter:
         append = _Append(bytes(data), asyncio.get_running_loop().create_future())
         if producer is not None and sequence is not None:
             append.sequence = self._accepted = sequence
-            self._in_flight[sequence] = append.done
+            self._in_flight[sequence] = append
         self._unsettled += 1
         if self._transition is None and self._pump is None and not self._queue:
             try:
@@ -269,17 +271,19 @@ class LogWriter:
         else:
             self._queue.append(append)
             self._start_pump()
-        if append.sequence >= 0:
-            # A caller cancelled leaves the future to a later duplicate that waits on it.
-            return await asyncio.shield(append.done)
         return await append.done
 
     async def _duplicate(self, sequence: int) -> None:
         """An append of a sequence already accepted: nothing to append; wait for the earlier
         append of it if it is still in flight (its failure is this call's)."""
         earlier = self._in_flight.get(sequence)
-        if earlier is not None:
-            await asyncio.shield(earlier)
+        if earlier is None:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if earlier.waiters is None:
+            earlier.waiters = []
+        earlier.waiters.append(waiter)
+        await waiter
 
     def _sent_to(
         self, handle: LedgerHandle, append: _Append, entry_id: int, confirmed: asyncio.Future[int]
@@ -318,6 +322,10 @@ class LogWriter:
         if sequence >= 0:
             self.last_sequence = max(self.last_sequence, sequence)
             self._in_flight.pop(sequence, None)
+            if append.waiters is not None:
+                for waiter in append.waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
         if not append.done.done():
             append.done.set_result(position)
         self._unsettled -= 1
@@ -439,6 +447,9 @@ class LogWriter:
         for append in failed:
             append.settled = True
             self._unsettled -= 1
+            for waiter in append.waiters or ():
+                if not waiter.done():
+                    waiter.set_exception(error)
             if not append.done.done():
                 append.done.set_exception(error)
                 append.done.exception()  # the caller may have gone: no "never retrieved"
