@@ -73,7 +73,6 @@ from aiobk.autorecovery.replicate import (
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
-from aiobk.client.placement import choose_replacement
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.metadata import (
     CHECK,
@@ -521,7 +520,14 @@ class ReplicationWorker:
         if job.fill is None:
             exclude = moving | ctx.pool.recently_failed()
             try:
-                target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+                target = ctx.replacement(
+                    writable,
+                    fragment.ensemble,
+                    exclude,
+                    slot,
+                    metadata.write_quorum,
+                    f"ledger {ledger_id}: re-replication",
+                )
             except NotEnoughBookiesError as exc:
                 raise RepairError(str(exc), NO_TARGET) from None
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiobk.metadata.records import check_rack
 from aiobk.protocol import DigestType
 
 
@@ -72,6 +73,17 @@ class ClientConfig:
     # restart or leader election. Each attempt may take metadata_timeout on top.
     metadata_retry_timeout: float = 30.0
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
+    # Failure domains (docs/design/placement.md): every write set of a new ensemble, a
+    # replacement and a re-replicated copy spans at least this many racks when the writable
+    # bookies are in that many, and as many zones as it can.
+    min_racks_per_write_quorum: int = 2
+    # True: a placement that cannot span min_racks_per_write_quorum racks is refused
+    # (NotEnoughBookiesError naming the constraint). False: it is made, logged and counted
+    # (placement_short_of_racks in the client's figures).
+    enforce_min_racks: bool = False
+    # The client's own rack, /ZONE/RACK: reads ask a bookie in it first, then one in its zone,
+    # then the rest (None: in write-set order).
+    rack: str | None = None
     # Each protocol trap's fix, on (ProtocolSwitches); switched off only by tests.
     switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
@@ -96,5 +108,9 @@ class ClientConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be positive")
+        if self.min_racks_per_write_quorum < 1:
+            raise ValueError("ClientConfig.min_racks_per_write_quorum must be at least 1")
+        if self.rack is not None:
+            check_rack(self.rack)
         if self.explicit_lac_delay < 0:
             raise ValueError("ClientConfig.explicit_lac_delay must not be negative (0 disables)")

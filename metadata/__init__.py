@@ -31,18 +31,22 @@ from aiobk.metadata.model import (
     write_set,
 )
 from aiobk.metadata.records import (
+    DEFAULT_RACK,
     READ_ONLY,
     WRITABLE,
     BookieServiceInfo,
     ClusterRecord,
     Cookie,
     LogMetadata,
+    check_rack,
+    zone_of,
 )
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
 from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store, redact_uri
 
 __all__ = [
+    "DEFAULT_RACK",
     "CHECK",
     "DECOMMISSION",
     "LOST_BOOKIE",
@@ -68,6 +72,8 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "LogMetadata",
+    "check_rack",
+    "zone_of",
     "MemoryKV",
     "MetadataAuthError",
     "MetadataFormatError",
