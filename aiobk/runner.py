@@ -28,8 +28,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from aiobk.autorecovery import AutoRecovery
 from aiobk.bookie import Bookie, BookieConfig
+from aiobk.bookie.companions import CompanionFactory
 from aiobk.bookie.config import ConfigError
-from aiobk.bookie.server import CompanionFactory
 from aiobk.bookie.tls import BookieTls
 from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.repair import BookieRepairer

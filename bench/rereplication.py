@@ -15,6 +15,7 @@ import signal
 import statistics
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import uvloop
@@ -134,8 +135,11 @@ def _bookie_config(path: str, uri: str) -> str:
 COUNTERS = ("adds", "add_bytes", "reads", "journal_syncs", "journal_bytes", "storage_syncs")
 
 
-async def _counters(ports: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Each bookie's request and sync counters (GET_BOOKIE_INFO)."""
+async def _counters(
+    ports: dict[str, int], names: Sequence[str] = COUNTERS
+) -> dict[str, dict[str, int]]:
+    """Each bookie's counters ``names`` (GET_BOOKIE_INFO; 0 for one it does not keep): by
+    default its request and sync counters."""
     out: dict[str, dict[str, int]] = {}
     for bookie, port in ports.items():
         conn = await BookieConnection.open("127.0.0.1", port)
@@ -144,7 +148,7 @@ async def _counters(ports: dict[str, int]) -> dict[str, dict[str, int]]:
         finally:
             conn.close()
         assert isinstance(response, GetBookieInfoResponse)
-        out[bookie] = {name: int(response.stats.get(name, 0)) for name in COUNTERS}
+        out[bookie] = {name: int(response.stats.get(name, 0)) for name in names}
     return out
 
 
@@ -153,16 +157,8 @@ async def _wait_checkpoint(ports: dict[str, int], limit: float) -> None:
     caches empty), at most ``limit`` seconds."""
 
     async def checkpoints() -> dict[str, int]:
-        found: dict[str, int] = {}
-        for bookie, port in ports.items():
-            conn = await BookieConnection.open("127.0.0.1", port)
-            try:
-                response = await conn.call(GetBookieInfoRequest(0), 10)
-            finally:
-                conn.close()
-            assert isinstance(response, GetBookieInfoResponse)
-            found[bookie] = int(response.stats.get("checkpoints", 0))
-        return found
+        counted = await _counters(ports, ("checkpoints",))
+        return {bookie: figures["checkpoints"] for bookie, figures in counted.items()}
 
     before = await checkpoints()
     deadline = time.monotonic() + limit

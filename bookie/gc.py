@@ -28,6 +28,10 @@ with its scan-and-compare collector, and compaction).
 
 While a pass runs, ``progress`` says how far it is; ``report`` says, per entry log, what the
 next passes will do with it and why they keep what they keep (``bookie.gc_report``).
+
+``GcSchedule`` decides when passes run for a bookie: every ``gc_interval`` while it serves
+(each followed by a compaction of the metadata store's history), forced by the disk monitor,
+or asked for by an operator.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiobk.bookie.compaction import compaction_candidates, log_usage, references, relocate
-from aiobk.bookie.config import BookieConfig
+from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.entrylog.format import CorruptEntryError
+from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.gc_report import (
     ACTIVE,
     GcProgress,
@@ -54,6 +59,7 @@ from aiobk.bookie.gc_report import (
 )
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
+from aiobk.bookie.write_state import DISK, WriteState
 from aiobk.metadata import MetadataStore
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 
@@ -346,6 +352,86 @@ class GarbageCollector:
             logs.append(LogFacts(log_id, size, state, records, entries, sizes))
             await asyncio.sleep(0)
         return logs, ledgers
+
+
+class GcSchedule:
+    """A bookie's passes: on its interval while it serves, forced, or asked for."""
+
+    def __init__(
+        self,
+        collector: GarbageCollector,
+        config: BookieConfig,
+        metadata: Callable[[], MetadataStore | None],
+        owner: Callable[[], str],
+        running: Callable[[], bool],
+        write_state: WriteState,
+        repairing: Callable[[], bool],
+    ) -> None:
+        """``metadata``: the bookie's store (None: it has none, or not yet); ``owner``: its
+        id; ``running``: whether it serves; ``repairing``: whether its boot-time repair
+        (BP-46 phase two) still runs, which keeps ledgers in limbo."""
+        self.collector = collector
+        self.config = config
+        self._metadata = metadata
+        self._owner = owner
+        self._running = running
+        self._write_state = write_state
+        self._repairing = repairing
+
+    async def run(self) -> None:
+        """A pass every ``gc_interval`` seconds until cancelled (or the bookie stops)."""
+        while True:
+            await asyncio.sleep(self.config.gc_interval)
+            if not self._running():
+                return  # stopping: the stop cancels this task, maybe a moment after this wakes
+            try:
+                result = await self.collect()
+            except BookieStateError:
+                return  # the stop began during the pass
+            except Exception:  # a disk error, a metadata outage, ...: the next pass tries again
+                log.exception("garbage collection failed; trying again next time")
+                continue
+            if result.skipped:
+                log.warning("bookie %s: gc pass skipped: %s", self._owner(), result.skipped)
+            await self._compact_metadata_history()
+
+    async def _compact_metadata_history(self) -> None:
+        """Bound etcd's history (``MetadataStore.compact_history``), after each GC pass."""
+        keep = self.config.metadata_history_revisions
+        store = self._metadata()
+        if keep <= 0 or store is None:
+            return
+        try:
+            await store.compact_history(keep)
+        except BKError as exc:
+            log.warning("bookie %s: cannot compact the metadata history: %s", self._owner(), exc)
+
+    async def forced(self) -> GcResult | None:
+        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
+        if self._metadata() is None or not self._running():
+            return None
+        return await self.collect(forced=True)
+
+    async def collect(self, forced: bool = False) -> GcResult:
+        """One pass; ``forced``: the disk is over its warning threshold.
+
+        Raises:
+            ConfigError: The bookie has no metadata store.
+            BookieStateError: It is not running.
+        """
+        store = self._metadata()
+        if store is None:
+            raise ConfigError("garbage collection needs a metadata store")
+        if not self._running():
+            raise BookieStateError("the bookie is not running")
+        short = forced or self._write_state.is_set(DISK)
+        return await self.collector.collect(
+            store, self._owner(), short_of_space=short, keep_limbo=self._repairing()
+        )
+
+    async def report(self) -> dict[str, Any]:
+        """Why each entry log's space is kept, and the pass running now (``bookie.gc_report``)."""
+        return await self.collector.report(self._metadata())
 
 
 async def _metadata_states(store: MetadataStore, ledger_ids: list[int]) -> dict[int, str]:

@@ -3,6 +3,9 @@ there while it runs, its writable/read-only state and free disk published as the
 
 A lease that is lost (etcd unreachable past the TTL) makes clients stop picking this bookie;
 the bookie keeps trying to register again every ``REREGISTER_INTERVAL`` while it runs.
+
+``Registry`` is one life's registration; ``Membership`` is the bookie's side of it across
+lives: what it publishes (its identity, free disk, writable or not), and when.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
+from aiobk.bookie.write_state import WriteState
 from aiobk.metadata import READ_ONLY, WRITABLE, BookieServiceInfo, MetadataStore, Registration
 from aiobk.protocol.errors import BKError, MetadataStoreError
 
@@ -151,4 +155,81 @@ class Registry:
             await (registration.close() if clean else registration.abandon())
 
 
-__all__ = ["REREGISTER_INTERVAL", "Registry"]
+class Membership:
+    """A bookie in the registry: a ``Registry`` for each life it serves with a store."""
+
+    def __init__(
+        self,
+        metadata: Callable[[], MetadataStore | None],
+        ttl: float,
+        version: str,
+        disk_usage: Callable[[], Awaitable[tuple[int, int]]],
+        write_state: WriteState,
+        owner: Callable[[], str],
+        running: Callable[[], bool],
+    ) -> None:
+        """``metadata``: the bookie's store (None: it has none, or not yet); ``version``: its
+        software's; ``disk_usage``: free and total bytes of its data directory; ``owner``: its
+        id; ``running``: whether it serves."""
+        self._metadata = metadata
+        self._ttl = ttl
+        self._version = version
+        self._disk_usage = disk_usage
+        self._write_state = write_state
+        self._owner = owner
+        self._running = running
+        self._registry: Registry | None = None
+
+    @property
+    def registration(self) -> Registration | None:
+        """This bookie's lease in the registry, while it holds one."""
+        return self._registry.registration if self._registry is not None else None
+
+    async def register(self, address: str, instance_id: str, replaced: tuple[str, ...]) -> None:
+        """Publish this bookie under a lease, so clients can pick it while it runs.
+
+        Args:
+            address: Its advertised address.
+            instance_id: The id of its data (its cookies').
+            replaced: Earlier instances of its id whose registrations it may take over.
+        """
+        store = self._metadata()
+        if store is None:
+            return
+        identity = BookieServiceInfo(
+            self._owner(),
+            address,
+            software_version=self._version,
+            instance_id=instance_id,
+        )
+        self._registry = Registry(store, self._ttl, identity, self._usage, self._running)
+        await self._registry.register(replaced)
+
+    async def _usage(self) -> tuple[int, int, bool]:
+        free, total = await self._disk_usage()
+        return free, total, self._write_state.writable
+
+    async def publish(self) -> None:
+        """Publish free disk and state again when they moved (``Registry.publish``)."""
+        if self._registry is not None:
+            await self._registry.publish()
+
+    def state_changed(self, writable: bool) -> None:
+        """Writable or read-only: registered as such at once (placement reads the registry)."""
+        log.warning(
+            "bookie %s is %s%s",
+            self._owner(),
+            "writable" if writable else "read-only",
+            "" if writable else f" ({'; '.join(self._write_state.reasons)})",
+        )
+        if self._running() and self._registry is not None:
+            self._registry.publish_soon()
+
+    async def close(self, clean: bool) -> None:
+        """Leave the registry (``Registry.close``)."""
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            await registry.close(clean)
+
+
+__all__ = ["REREGISTER_INTERVAL", "Membership", "Registry"]

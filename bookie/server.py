@@ -3,6 +3,11 @@
 Boot order matters: nothing is served until the journal after the last checkpoint has been
 replayed into ledger storage, so a fence or an add acknowledged before a crash is in force
 before the first request of the new life is read.
+
+``Bookie`` is the wiring and the lifecycle; the work beside serving belongs to parts that own
+their loops and state: ``bookie.background`` (its tasks), ``bookie.checkpoints``,
+``bookie.gc`` (``GcSchedule``), ``bookie.registration`` (``Membership``), ``bookie.tls`` (the
+reload), ``bookie.secret`` and ``bookie.companions``.
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import hashlib
 import importlib.metadata
 import logging
 import os
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from aiobk.bookie.access import Policy
 from aiobk.bookie.advertised import advertised_host
+from aiobk.bookie.background import Background
 from aiobk.bookie.boot import BootResult, boot
 from aiobk.bookie.checkpoints import CHECKPOINT_RETRY, Checkpoints
+from aiobk.bookie.companions import CompanionFactory, Companions
 from aiobk.bookie.config import BookieConfig, ConfigError
 from aiobk.bookie.connection import ConnectionHooks, ServerConnection
 from aiobk.bookie.context import BookieContext
@@ -29,21 +36,21 @@ from aiobk.bookie.disk_monitor import DiskMonitor
 from aiobk.bookie.errors import BookieStateError
 from aiobk.bookie.flow import FlowControl
 from aiobk.bookie.gauges import bookie_gauges
-from aiobk.bookie.gc import GarbageCollector, GcResult
+from aiobk.bookie.gc import GarbageCollector, GcResult, GcSchedule
 from aiobk.bookie.journal.journal import Journal
 from aiobk.bookie.journal.policy import GroupCommitPolicy
 from aiobk.bookie.key_check import KeyCheck
 from aiobk.bookie.ledgers import Ledgers
 from aiobk.bookie.net import AsyncioNetwork, BookieAddress, ServerHandle, ServerNetwork
 from aiobk.bookie.ops import HANDLERS
-from aiobk.bookie.registration import REREGISTER_INTERVAL, Registry
+from aiobk.bookie.registration import REREGISTER_INTERVAL, Membership
 from aiobk.bookie.repair import RepairerFactory, run_repair
+from aiobk.bookie.secret import ClusterSecret
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.tls import BookieTls
-from aiobk.bookie.write_state import DISK, OPERATOR, WriteState
-from aiobk.metadata import BookieServiceInfo, MetadataStore, Registration, open_store
-from aiobk.protocol.errors import BKError
+from aiobk.bookie.write_state import OPERATOR, WriteState
+from aiobk.metadata import MetadataStore, Registration, open_store
 
 try:
     SOFTWARE_VERSION = importlib.metadata.version("aiobk")
@@ -51,21 +58,6 @@ except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running fr
     SOFTWARE_VERSION = "unknown"
 
 log = logging.getLogger(__name__)
-
-
-SECRET_RECHECK = 5.0  # seconds between store reads while the cluster secret does not exist
-
-
-class Companion(Protocol):
-    """A service running beside a bookie while it serves (autorecovery)."""
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
-# Builds a companion from the bookie's id and metadata store.
-CompanionFactory = Callable[[str, MetadataStore], Companion]
 
 
 class Bookie:
@@ -81,6 +73,9 @@ class Bookie:
     Attributes:
         config: Its settings.
         stats: Its counters and histograms (what ``--metrics-port`` exports).
+        booted: What its last start found and did (``bookie.boot.BootResult``: the id of
+            its data, whether the last stop was unclean, the ledgers put in limbo, the
+            journal records replayed).
     """
 
     def __init__(
@@ -118,8 +113,7 @@ class Bookie:
         """
         self.config = config
         self._make_repairer = repairer
-        self._companion_factories = tuple(companions)
-        self.companions: list[Companion] = []  # running while the bookie serves
+        self.companions = Companions(companions)  # running while the bookie serves
         self._instance_ids = instance_ids or (lambda: os.urandom(16).hex())
         self.stats = stats = BookieStats()
         # Whose disk usage the exporter reports (BookKeeper's journal and ledger directories).
@@ -133,7 +127,16 @@ class Bookie:
         self._advertised_host = config.host
         self._running = False
         self.write_state = WriteState()
-        self.write_state.on_change(self._state_changed)
+        self.membership = Membership(
+            lambda: self._metadata,
+            config.registration_ttl,
+            SOFTWARE_VERSION,
+            self.disk_usage,
+            self.write_state,
+            lambda: self.bookie_id,
+            lambda: self._running,
+        )
+        self.write_state.on_change(self.membership.state_changed)
         self.storage = LedgerStorage(self._disk, config, stats, self._write_error)
         self.journal = Journal(
             self._disk,
@@ -152,12 +155,20 @@ class Bookie:
         self.ledgers = Ledgers(
             self.storage, self.journal, stats, journal_adds=config.journal_write_data
         )
+        self.gc = GcSchedule(
+            GarbageCollector(self.storage, config, stats, self.checkpoint),
+            config,
+            lambda: self._metadata,
+            lambda: self.bookie_id,
+            lambda: self._running,
+            self.write_state,
+            lambda: self.repairing,
+        )
         self.disk_monitor = DiskMonitor(
-            config, self._disk, self.write_state, self.journal, stats, self._forced_gc
+            config, self._disk, self.write_state, self.journal, stats, self.gc.forced
         )
         self.checkpoints = Checkpoints(self.storage, self.journal, stats, self._write_error)
         self.storage.on_cache_full = self.checkpoints.wake
-        self._gc = GarbageCollector(self.storage, config, stats, self.checkpoint)
         self.context = BookieContext(
             config,
             stats,
@@ -180,14 +191,11 @@ class Bookie:
         self._hooks = ConnectionHooks(
             journal.flush_idle, lambda: journal.urgent, tls=tls, policy=policy
         )
-        self._tasks: dict[str, asyncio.Task[None]] = {}  # background work while serving
+        self.background = Background(lambda: self.bookie_id)  # work beside serving
         self.booted = BootResult()  # what the last start found and did
         self._metadata = metadata
         self._owns_metadata = False
-        self._registry: Registry | None = None
-        self._secret: bytes | None = None  # the cluster's, once read (cluster_secret)
-        self._secret_recheck_at = 0.0
-        self._secret_lock = asyncio.Lock()
+        self.secret = ClusterSecret(lambda: self._metadata)  # read once it exists
 
     # ------------------------------------------------------------------ identity
 
@@ -214,7 +222,7 @@ class Bookie:
     @property
     def registration(self) -> Registration | None:
         """This bookie's lease in the registry, while it holds one."""
-        return self._registry.registration if self._registry is not None else None
+        return self.membership.registration
 
     @property
     def checkpoint_error(self) -> str | None:
@@ -257,7 +265,9 @@ class Bookie:
         try:
             await self._boot()
             await self._server.start_serving()
-            await self._register()
+            await self.membership.register(
+                self.advertised_address, self.booted.instance_id, self.booted.replaced_instances
+            )
         except BaseException:
             await self._close_server(abort=True)
             await self.disk_monitor.stop()
@@ -270,10 +280,12 @@ class Bookie:
         self._running = True
         self.flow.start()
         self.disk_monitor.run()
-        self._spawn("checkpoint", self.checkpoints.run(self.config.flush_interval, self._publish))
+        self.background.spawn(
+            "checkpoint", self.checkpoints.run(self.config.flush_interval, self.membership.publish)
+        )
         to_repair = self.booted.to_repair
         if to_repair and self._metadata is not None and self.config.boot_repair:
-            self._spawn(
+            self.background.spawn(
                 "repair",
                 run_repair(
                     self._make_repairer,
@@ -285,9 +297,11 @@ class Bookie:
                 ),
             )
         if self.config.gc_interval > 0 and self._metadata is not None:
-            self._spawn("gc", self._gc_loop())
+            self.background.spawn("gc", self.gc.run())
         if self.tls is not None and self.config.tls_reload_interval > 0:
-            self._spawn("tls-reload", self._tls_reload_loop(self.tls))
+            self.background.spawn(
+                "tls-reload", self.tls.reload_every(self.config.tls_reload_interval)
+            )
         compacting = self.config.gc_interval > 0 and self.config.metadata_history_revisions > 0
         if self._metadata is not None and not compacting:
             log.warning(
@@ -297,23 +311,8 @@ class Bookie:
                 self.bookie_id,
             )
         if self._metadata is not None:
-            for make in self._companion_factories:
-                companion = make(self.bookie_id, self._metadata)
-                await companion.start()
-                self.companions.append(companion)
+            await self.companions.start(self.bookie_id, self._metadata)
         log.info("bookie %s serving on %s", self.bookie_id, self.address)
-
-    def _spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=f"bookie-{name}")
-        task.add_done_callback(self._background_ended)
-        self._tasks[name] = task
-
-    def _background_ended(self, task: asyncio.Task[None]) -> None:
-        """A background task that fails is said at once, not only when the bookie stops."""
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "bookie %s: %s failed", self.bookie_id, task.get_name(), exc_info=task.exception()
-            )
 
     async def _boot(self) -> None:
         """Nothing is served before this ends (``bookie.boot``)."""
@@ -346,32 +345,12 @@ class Bookie:
         else:
             self.write_state.clear(OPERATOR)
 
-    @property
-    def instance_id(self) -> str:
-        """The id of this bookie's data, recorded in its cookies."""
-        return self.booted.instance_id
-
-    @property
-    def unclean_start(self) -> bool:
-        """Whether the last stop was not clean (the ``UNCLEAN`` marker was there)."""
-        return self.booted.unclean_start
-
-    @property
-    def limbo_ledgers(self) -> list[int]:
-        """The ledgers boot put in limbo (BP-46)."""
-        return self.booted.limbo_ledgers
-
-    @property
-    def replayed(self) -> int:
-        """Journal records replayed at boot."""
-        return self.booted.replayed
-
     async def stop(self) -> None:
         """Clean stop: no new requests, journal drained, a final checkpoint."""
         if not self._running:
             return
         self._running = False
-        await self._stop_companions()
+        await self.companions.stop()
         await self._deregister(clean=True)
         await self._close_server(abort=False)
         await self._cancel_background()
@@ -396,7 +375,7 @@ class Bookie:
         if not self._running:
             return
         self._running = False
-        await self._stop_companions()
+        await self.companions.stop()
         await self._deregister(clean=False)
         await self._close_server(abort=True)
         await self._cancel_background()
@@ -426,75 +405,18 @@ class Bookie:
     @property
     def repairing(self) -> bool:
         """The boot-time repair (BP-46 phase two) is still running."""
-        task = self._tasks.get("repair")
-        return task is not None and not task.done()
+        return self.background.running("repair")
 
     async def wait_repaired(self) -> None:
         """For tests and operators: until the boot-time repair (if any) has finished."""
-        task = self._tasks.get("repair")
-        if task is not None:
-            await asyncio.shield(task)
-
-    async def _stop_companions(self) -> None:
-        companions, self.companions = self.companions, []
-        for companion in reversed(companions):
-            await companion.stop()
+        await self.background.wait("repair")
 
     async def _cancel_background(self) -> None:
         await self.disk_monitor.stop()
-        tasks, self._tasks = self._tasks, {}
-        for task in tasks.values():
-            task.cancel()
-        for task in tasks.values():
-            # One that failed earlier (said then, ``_background_ended``) must not stop the
-            # rest of a stop or crash: the journal would be left undrained and running.
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    # ------------------------------------------------------------------ registration
-
-    async def _register(self) -> None:
-        """Publish this bookie under a lease, so clients can pick it while it runs."""
-        if self._metadata is None:
-            return
-        identity = BookieServiceInfo(
-            self.bookie_id,
-            self.advertised_address,
-            software_version=SOFTWARE_VERSION,
-            instance_id=self.instance_id,
-        )
-        self._registry = Registry(
-            self._metadata,
-            self.config.registration_ttl,
-            identity,
-            self._usage,
-            lambda: self._running,
-        )
-        await self._registry.register(self.booted.replaced_instances)
-
-    async def _usage(self) -> tuple[int, int, bool]:
-        free, total = await self.disk_usage()
-        return free, total, self.write_state.writable
-
-    async def _publish(self) -> None:
-        if self._registry is not None:
-            await self._registry.publish()
-
-    def _state_changed(self, writable: bool) -> None:
-        """Writable or read-only: registered as such at once (placement reads the registry)."""
-        log.warning(
-            "bookie %s is %s%s",
-            self.bookie_id,
-            "writable" if writable else "read-only",
-            "" if writable else f" ({'; '.join(self.write_state.reasons)})",
-        )
-        if self._running and self._registry is not None:
-            self._registry.publish_soon()
+        await self.background.cancel_all()
 
     async def _deregister(self, clean: bool) -> None:
-        registry, self._registry = self._registry, None
-        if registry is not None:
-            await registry.close(clean)
+        await self.membership.close(clean)
         if self._owns_metadata and self._metadata is not None:
             await self._metadata.close()
             self._metadata = None
@@ -510,59 +432,14 @@ class Bookie:
         ``checkpoint_error``)."""
         await self.checkpoints.checkpoint(release)
 
-    async def _tls_reload_loop(self, tls: BookieTls) -> None:
-        """Read the TLS files again when they change (``tls_reload_interval``)."""
-        while True:
-            await asyncio.sleep(self.config.tls_reload_interval)
-            tls.reload_if_changed()
-
-    async def _gc_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.gc_interval)
-            if not self._running:
-                return  # stopping: the stop cancels this task, maybe a moment after this wakes
-            try:
-                result = await self.collect_garbage()
-            except BookieStateError:
-                return  # the stop began during the pass
-            except Exception:  # a disk error, a metadata outage, ...: the next pass tries again
-                log.exception("garbage collection failed; trying again next time")
-                continue
-            if result.skipped:
-                log.warning("bookie %s: gc pass skipped: %s", self.bookie_id, result.skipped)
-            await self._compact_metadata_history()
-
-    async def _compact_metadata_history(self) -> None:
-        """Bound etcd's history (``MetadataStore.compact_history``), after each GC pass."""
-        keep = self.config.metadata_history_revisions
-        if keep <= 0 or self._metadata is None:
-            return
-        try:
-            await self._metadata.compact_history(keep)
-        except BKError as exc:
-            log.warning("bookie %s: cannot compact the metadata history: %s", self.bookie_id, exc)
-
-    async def _forced_gc(self) -> GcResult | None:
-        """The disk monitor's forced pass (needs the metadata store, as every pass)."""
-        if self._metadata is None or not self._running:
-            return None
-        return await self.collect_garbage(forced=True)
-
     async def collect_garbage(self, forced: bool = False) -> GcResult:
         """One pass reclaiming deleted ledgers' disk (``bookie.gc``); needs the metadata store.
         ``forced``: the disk is over its warning threshold (``bookie.disk_monitor``)."""
-        if self._metadata is None:
-            raise ConfigError("garbage collection needs a metadata store")
-        if not self._running:
-            raise BookieStateError("the bookie is not running")
-        short = forced or self.write_state.is_set(DISK)
-        return await self._gc.collect(
-            self._metadata, self.bookie_id, short_of_space=short, keep_limbo=self.repairing
-        )
+        return await self.gc.collect(forced)
 
     async def gc_report(self) -> dict[str, Any]:
         """Why each entry log's space is kept, and the pass running now (``bookie.gc_report``)."""
-        return await self._gc.report(self._metadata)
+        return await self.gc.report()
 
     # ------------------------------------------------------------------ helpers
 
@@ -576,19 +453,9 @@ class Bookie:
 
     async def cluster_secret(self) -> bytes | None:
         """The cluster's key-request secret (``bookie.ops.ledger_key``), read from the store
-        once it exists; None while no replication worker has made it, or without a store.
-        While it is absent the store is asked at most every SECRET_RECHECK seconds: a peer
-        sending key requests by the thousand costs etcd nothing more."""
-        loop = asyncio.get_running_loop()
-        async with self._secret_lock:  # one read at a time: the others wait for its answer
-            if (
-                self._secret is None
-                and self._metadata is not None
-                and loop.time() >= self._secret_recheck_at
-            ):
-                self._secret = await self._metadata.autorecovery.cluster_secret()
-                self._secret_recheck_at = loop.time() + SECRET_RECHECK
-        return self._secret
+        once it exists; None while no replication worker has made it, or without a store
+        (``bookie.secret``: absent, it is asked for again at most every few seconds)."""
+        return await self.secret.read()
 
     def log_corruption(self, exc: Exception) -> None:
         """Log a stored entry that cannot be served (it is answered EIO)."""

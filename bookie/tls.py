@@ -7,6 +7,7 @@ and ignored until fixed (the bookie keeps the last good pair).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import ssl
@@ -101,3 +102,10 @@ class BookieTls:
         self.reload_error = None
         log.info("TLS certificate files reloaded (%s)", self.config.tls_cert_file)
         return True
+
+    async def reload_every(self, interval: float) -> None:
+        """Read the files again when they change, every ``interval`` seconds
+        (``tls_reload_interval``), until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            self.reload_if_changed()

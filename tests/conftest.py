@@ -14,6 +14,7 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
 from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 from aiobk.runner import make_bookie
+from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS
 
@@ -95,3 +96,13 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[MetadataStore]:
         opened = open_store(server.uri(unique_name("contract")))
         yield opened
         await opened.close()
+
+
+@pytest.fixture
+async def etcd_cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Three in-process bookies registered in the session's etcd, which the CLI reaches."""
+    cluster = await start_cluster(tmp_path, 3, uri=etcd_server.uri(unique_name("cli")))
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()

@@ -15,7 +15,7 @@ from aiobk.metadata import MemoryKV
 from aiobk.metadata.etcd_process import AUTO_COMPACTION, free_port
 from tests.conftest import BookieFactory
 from tests.support.names import unique_name
-from tests.test_standalone import Standalone, _child_etcd, _free_pair
+from tests.support.standalone_process import StandaloneProcess, child_etcd, free_pair
 
 WARNING_TEXT = "nothing here compacts etcd's history"
 
@@ -29,10 +29,10 @@ def _cmdline(pid: int) -> list[str]:
 
 @pytest.mark.timeout(120)
 def test_standalone_runs_its_etcd_with_auto_compaction(tmp_path: Path) -> None:
-    standalone = Standalone(tmp_path / "data", _free_pair(), free_port())
+    standalone = StandaloneProcess(tmp_path / "data", free_pair(), free_port())
     try:
         standalone.wait_for("standalone cluster ready")
-        etcd_pid = _child_etcd(standalone.proc.pid)
+        etcd_pid = child_etcd(standalone.proc.pid)
         args = _cmdline(etcd_pid)
         assert args[0].endswith("etcd"), args  # etcd itself, not the launcher
         flags = dict(arg.split("=", 1) for arg in args[1:] if arg.startswith("--") and "=" in arg)

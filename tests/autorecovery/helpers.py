@@ -1,5 +1,6 @@
 """What the autorecovery tests check again and again: copies on every bookie a write set names,
-and which ledgers still name a bookie."""
+and which ledgers still name a bookie; and the settings that make a real cluster notice a lost
+bookie and replicate its copies within a test's seconds."""
 
 from __future__ import annotations
 
@@ -8,6 +9,15 @@ from aiobk.client import BookKeeper
 from aiobk.client.entry_read import ask
 from aiobk.metadata import MetadataStore, write_set
 from aiobk.protocol import StatusCode
+
+FAST = {
+    "registration_ttl": 1.0,
+    "lost_bookie_recovery_delay": 0.5,
+    "autorecovery_lease_ttl": 2.0,
+    "autorecovery_poll_interval": 0.2,
+    "rereplication_retry_delay": 0.2,
+    "open_ledger_rereplication_grace_period": 1.0,
+}
 
 
 async def assert_copies(bk: BookKeeper, ledger_id: int, *, read_back: bool = True) -> None:

@@ -22,8 +22,8 @@ from aiobk.bookie import Bookie
 from aiobk.client import BookKeeper
 from aiobk.metadata import EtcdProcess, MetadataStore
 from aiobk.runner import start_http_admin
-from tests.autorecovery.helpers import assert_copies
-from tests.autorecovery.test_cli import FAST, aiobk, one_line_error
+from tests.autorecovery.helpers import FAST, assert_copies
+from tests.support.cli import aiobk_child, one_line_error
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.wait import wait_until
@@ -85,7 +85,7 @@ async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
         await wait_until(
             lambda: _attempt_kind(bk.store, ledger_id, m.NO_TARGET), timeout=30, every=0.2
         )
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "explain", str(ledger_id), "--json", "--metadata", uri
         )
         assert code == 0, err
@@ -106,7 +106,9 @@ async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
         assert set(kinds[1:]) <= {m.CLAIMED, m.BACKOFF}, kinds
         assert any(a.startswith("add a bookie") for a in document["actions"])
 
-        code, out, err = await aiobk("autorecovery", "explain", str(ledger_id), "--metadata", uri)
+        code, out, err = await aiobk_child(
+            "autorecovery", "explain", str(ledger_id), "--metadata", uri
+        )
         assert code == 0, err
         lines = out.splitlines()
         assert lines[0].startswith(f"ledger {ledger_id} (closed) is under-replicated: copies of")
@@ -121,23 +123,27 @@ async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
 
         await wait_until(repaired, timeout=40, every=0.2)
         await assert_copies(bk, ledger_id)
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "explain", str(ledger_id), "--json", "--metadata", uri
         )
         document = json.loads(out)
         assert (document["status"], document["blockers"]) == ("healthy", []), document
         assert document["last_attempt"] is None  # removed once repaired
-        code, out, err = await aiobk("autorecovery", "explain", str(ledger_id), "--metadata", uri)
+        code, out, err = await aiobk_child(
+            "autorecovery", "explain", str(ledger_id), "--metadata", uri
+        )
         assert out.splitlines()[:2] == [
             f"ledger {ledger_id} (closed) is fully replicated",
             "fragments:",
         ], out
         assert "what holds it:" not in out
-        code, out, err = await aiobk("autorecovery", "explain", "123456789", "--metadata", uri)
+        code, out, err = await aiobk_child(
+            "autorecovery", "explain", "123456789", "--metadata", uri
+        )
         assert (code, out) == (0, "ledger 123456789 does not exist (never created, or deleted)\n")
-    code, _out, err = await aiobk("autorecovery", "explain", "x", "--metadata", uri)
+    code, _out, err = await aiobk_child("autorecovery", "explain", "x", "--metadata", uri)
     assert "'x' is not a valid integer" in one_line_error(code, err, 2)
-    code, _out, err = await aiobk("autorecovery", "explain", "1")
+    code, _out, err = await aiobk_child("autorecovery", "explain", "1")
     assert "--metadata (or AIOBK_METADATA) is required" in one_line_error(code, err, 2)
 
 
@@ -255,7 +261,7 @@ async def test_an_open_ledger_is_explained_as_waiting_out_its_grace_period(
             return await bk.store.autorecovery.read_mark(lh.ledger_id) is not None
 
         await wait_until(marked, timeout=20, every=0.2)
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "explain", str(lh.ledger_id), "--json", "--metadata", cluster.uri
         )
         assert code == 0, err
@@ -296,7 +302,7 @@ async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
             return await bk.store.autorecovery.auditor() is not None
 
         await wait_until(auditor, timeout=20, every=0.2)
-        code, _out, err = await aiobk(
+        code, _out, err = await aiobk_child(
             "bookies", "decommission", victim, "--metadata", cluster.uri,
             "--timeout", "3", "--poll-interval", "0.2",
         )  # fmt: skip
@@ -320,4 +326,4 @@ async def test_decommission_progress_names_the_ledgers_left_and_what_holds_them(
         assert "open_ledger_rereplication_grace_period (300s)" in lines[-1]
         for lh in handles:
             await lh.close()
-        await aiobk("bookies", "decommission", victim, "--cancel", "--metadata", cluster.uri)
+        await aiobk_child("bookies", "decommission", victim, "--cancel", "--metadata", cluster.uri)

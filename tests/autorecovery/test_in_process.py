@@ -11,17 +11,8 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper
-from tests.autorecovery.helpers import assert_copies
+from tests.autorecovery.helpers import FAST, assert_copies
 from tests.support.cluster import Cluster, forget, start_cluster
-
-FAST = {
-    "registration_ttl": 1.0,
-    "lost_bookie_recovery_delay": 0.5,
-    "autorecovery_lease_ttl": 2.0,
-    "autorecovery_poll_interval": 0.2,
-    "rereplication_retry_delay": 0.2,
-    "open_ledger_rereplication_grace_period": 1.0,
-}
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ async def test_the_key_goes_only_to_a_peer_that_proves_the_secret(cluster: Clust
             store: MetadataStore = bk.store
             secret = await store.autorecovery.cluster_secret(random.Random(3).randbytes)
             assert secret is not None
-            bookie._secret_recheck_at = 0.0  # as if the recheck interval had passed
+            bookie.secret.recheck_at = 0.0  # as if the recheck interval had passed
             wrong = key_request_proof(secret + b"x", lh.ledger_id)
             assert (await _ask(conn, lh.ledger_id, wrong)).status is StatusCode.EUA
             other = key_request_proof(secret, lh.ledger_id + 1)  # proof for another ledger

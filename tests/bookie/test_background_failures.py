@@ -95,8 +95,8 @@ async def test_a_failed_background_task_is_said_and_does_not_cut_a_stop_short(
     async def fails() -> None:
         raise OSError(errno.ENOSPC, "no space left on device")
 
-    with caplog.at_level(logging.ERROR, logger="aiobk.bookie.server"):
-        bookie._spawn("doomed", fails())
+    with caplog.at_level(logging.ERROR, logger="aiobk.bookie.background"):
+        bookie.background.spawn("doomed", fails())
         await asyncio.sleep(0.05)
     assert any("bookie-doomed failed" in r.getMessage() for r in caplog.records), caplog.text
     await bookie.stop()  # raised the task's OSError before, leaving the journal running

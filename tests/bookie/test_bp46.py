@@ -75,7 +75,7 @@ async def test_cookies_refuse_a_wiped_bookie_unless_fixing_is_allowed(tmp_path: 
     store = open_store(uri)
     remote = await store.read_cookie(bookie.bookie_id)
     assert remote is not None
-    assert remote.instance_id == bookie.instance_id
+    assert remote.instance_id == bookie.booted.instance_id
     await bookie.stop()
     restarted = Bookie(config)  # same cookies: boots
     await restarted.start()
@@ -85,7 +85,7 @@ async def test_cookies_refuse_a_wiped_bookie_unless_fixing_is_allowed(tmp_path: 
         await Bookie(config).start()
     fixed = Bookie(config.with_changes(allow_cookie_fix=True))
     await fixed.start()
-    assert fixed.instance_id != remote.instance_id
+    assert fixed.booted.instance_id != remote.instance_id
     await fixed.stop()
     await store.close()
     forget(Cluster(tmp_path, uri))
@@ -97,8 +97,8 @@ async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_p
         async with await BookKeeper.connect(cluster.uri) as bk:
             lh, victim = await _five_entries_then_a_crash(cluster, bk)
             restarted = await cluster.restart(victim)
-            assert restarted.unclean_start
-            assert restarted.limbo_ledgers == [lh.ledger_id]
+            assert restarted.booted.unclean_start
+            assert restarted.booted.limbo_ledgers == [lh.ledger_id]
             state = restarted.storage.ledgers[lh.ledger_id]
             assert state.fenced
             assert state.limbo
@@ -123,8 +123,8 @@ async def test_unclean_journal_less_restart_fences_and_limbos_open_ledgers(tmp_p
             del reader
             await restarted.stop()  # clean stop: no limbo next time
             again = await cluster.restart(restarted)
-            assert not again.unclean_start
-            assert again.limbo_ledgers == []
+            assert not again.booted.unclean_start
+            assert again.booted.limbo_ledgers == []
     finally:
         await cluster.stop()
         forget(cluster)
@@ -145,7 +145,7 @@ async def test_without_a_repairer_limbo_ledgers_stay_in_limbo_and_it_says_so(
             with caplog.at_level(logging.WARNING, logger="aiobk.bookie.repair"):
                 await bare.start()
                 await asyncio.wait_for(bare.wait_repaired(), 10)
-            assert bare.limbo_ledgers == [lh.ledger_id]
+            assert bare.booted.limbo_ledgers == [lh.ledger_id]
             assert bare.storage.ledgers[lh.ledger_id].limbo  # still: nobody repaired it
             said = [r.getMessage() for r in caplog.records if "no repairer" in r.getMessage()]
             assert len(said) == 1
@@ -291,7 +291,7 @@ async def test_cookie_show_and_fix_commands(etcd_server, tmp_path: Path) -> None
     assert fixed.returncode == 0, fixed.stderr
     restarted = Bookie(config)
     await restarted.start()
-    assert restarted.unclean_start  # the fix left the marker: the boot assumed lost data
+    assert restarted.booted.unclean_start  # the fix left the marker: the boot assumed lost data
     await restarted.stop()
     missing = await asyncio.to_thread(aiobk, "cookie", "fix", "--data-dir", config.data_dir)
     assert missing.returncode != 0
@@ -308,7 +308,7 @@ async def test_repair_recovers_copies_back_and_clears_limbo(tmp_path: Path) -> N
             victim = cluster.by_id(lh.metadata.ensemble[2])
             await victim.crash()  # loses the 8 unflushed entries
             restarted = await cluster.restart(victim)
-            assert restarted.limbo_ledgers == [lh.ledger_id]
+            assert restarted.booted.limbo_ledgers == [lh.ledger_id]
             await asyncio.wait_for(restarted.wait_repaired(), 30)
             metadata = await bk.store.read_ledger(lh.ledger_id)
             assert metadata.is_closed  # recovered by the bookie itself
@@ -335,7 +335,7 @@ async def test_a_wiped_bookie_gets_its_closed_ledgers_back(tmp_path: Path) -> No
             await victim.stop()
             shutil.rmtree(victim.config.data_dir)  # a new, empty disk
             restarted = await cluster.restart(victim)
-            assert restarted.limbo_ledgers == []  # closed: fenced, never in limbo
+            assert restarted.booted.limbo_ledgers == []  # closed: fenced, never in limbo
             state = restarted.storage.ledgers[lh.ledger_id]
             assert state.fenced
             await asyncio.wait_for(restarted.wait_repaired(), 30)

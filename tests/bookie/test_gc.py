@@ -173,16 +173,16 @@ async def test_a_pass_that_fails_unexpectedly_does_not_end_periodic_gc(
     async with _one_bookie(tmp_path, **{**SMALL_LOGS, "gc_interval": 0.1}) as (cluster, bk):
         keep, doomed = await _two_ledgers(bk)
         bookie = cluster.bookies[0]
-        real = type(bookie).collect_garbage
+        real = type(bookie.gc).collect
         failures = []
 
         async def failing_once(self: object, forced: bool = False) -> object:
             if not failures:
                 failures.append(1)
                 raise RuntimeError("an error no pass expects")
-            return await real(bookie, forced)
+            return await real(bookie.gc, forced)
 
-        monkeypatch.setattr(type(bookie), "collect_garbage", failing_once)
+        monkeypatch.setattr(type(bookie.gc), "collect", failing_once)
         await bk.delete_ledger(doomed.ledger_id)
         for _ in range(100):
             if doomed.ledger_id not in bookie.storage.ledgers and bookie.stats.gc_logs_removed:

@@ -148,7 +148,7 @@ async def test_a_bookie_upgraded_after_a_crash_serves_what_its_old_journal_held(
     await old.crash()  # nothing checkpointed: the adds live in the journal only
 
     upgraded = await start_bookie(data, port=port)
-    assert upgraded.replayed >= 20
+    assert upgraded.booted.replayed >= 20
     conn = await connect(upgraded)
     await _serves(conn, 7, range(20))
     before = upgraded.stats.journal_bytes

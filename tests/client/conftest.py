@@ -13,7 +13,6 @@ import pytest
 from aiobk.client import BookKeeper, ClientConfig, ProtocolSwitches
 from aiobk.metadata import (
     BookieServiceInfo,
-    EtcdProcess,
     MemoryKV,
     MetadataStore,
     Registration,
@@ -76,13 +75,3 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     yield cluster
     await cluster.stop()
     forget(cluster)
-
-
-@pytest.fixture
-async def etcd_cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterator[Cluster]:
-    """Three in-process bookies registered in the session's etcd, which the CLI reaches."""
-    cluster = await start_cluster(tmp_path, 3, uri=etcd_server.uri(unique_name("cli")))
-    try:
-        yield cluster
-    finally:
-        await cluster.stop()

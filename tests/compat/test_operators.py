@@ -12,8 +12,8 @@ import pytest
 
 from aiobk import BookKeeper
 from aiobk.metadata import AuditorStatus, open_store
-from tests.autorecovery.test_cli import aiobk
 from tests.compat.harness import Release
+from tests.support.cli import aiobk_child
 from tests.support.procs import BookieProcess
 
 # The release's code, run by ``Release.python``: an auditor of the release elected under a
@@ -58,7 +58,7 @@ async def test_the_gc_report_of_a_release_bookie_is_one_clear_error(
     host, port = bookie.address
     address = f"{host}:{port}"
     for flags in (("--report",), ("--report", "--json")):
-        code, out, err = await aiobk("bookie", "gc", address, *flags)
+        code, out, err = await aiobk_child("bookie", "gc", address, *flags)
         assert code == 1, err
         assert out == ""
         assert err.strip().splitlines() == [
@@ -66,12 +66,12 @@ async def test_the_gc_report_of_a_release_bookie_is_one_clear_error(
             f"older than this command): `aiobk bookie gc {address}` without --report runs a "
             "pass"
         ], err
-    code, out, err = await aiobk("bookie", "gc", address, "--json")
+    code, out, err = await aiobk_child("bookie", "gc", address, "--json")
     assert code == 0, err
     document = json.loads(out)
     assert document["report"] is None
     assert document["ledgers_deleted"] == 0
-    code, out, err = await aiobk("bookie", "gc", address)
+    code, out, err = await aiobk_child("bookie", "gc", address)
     assert code == 0, err
     assert out.splitlines()[-1] == f"{address}: no report (a bookie older than this command)"
 
@@ -92,7 +92,7 @@ async def test_explain_reads_the_release_auditor_and_asks_the_release_bookies(
     await lh.close()
     back = lh.metadata.fragments[0].ensemble[0]
     release.python(RELEASE_AUDITOR.format(uri=uri, ledger_id=lh.ledger_id, bookie=back))
-    code, out, err = await aiobk(
+    code, out, err = await aiobk_child(
         "autorecovery", "explain", str(lh.ledger_id), "--json", "--metadata", uri
     )
     assert code == 0, err
@@ -103,7 +103,7 @@ async def test_explain_reads_the_release_auditor_and_asks_the_release_bookies(
     assert document["copies_checked"]
     assert set(document["fragments"][0]["copies"].values()) == {"held"}
     assert [b["kind"] for b in document["blockers"]] == ["bookie-back"]
-    code, out, err = await aiobk("autorecovery", "status", "--json", "--metadata", uri)
+    code, out, err = await aiobk_child("autorecovery", "status", "--json", "--metadata", uri)
     assert code == 0, err
     assert json.loads(out)["auditor"] == "release-auditor"
 

@@ -274,8 +274,8 @@ class World:
         await self._check_fences(sim, bookie)
         self.trace(
             f"{sim.node}: up (life {sim.incarnation}"
-            + (", unclean" if bookie.unclean_start else "")
-            + (f", limbo {bookie.limbo_ledgers}" if bookie.limbo_ledgers else "")
+            + (", unclean" if bookie.booted.unclean_start else "")
+            + (f", limbo {bookie.booted.limbo_ledgers}" if bookie.booted.limbo_ledgers else "")
             + ")"
         )
         return True

@@ -1,4 +1,5 @@
-"""Running the ``aiobk`` console script from tests: piped, or on a pseudo-terminal."""
+"""Running the ``aiobk`` console script from tests: piped, on a pseudo-terminal, or as a child
+of the running loop; and what a command's one-line error looks like."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import sys
 import tempfile
 
 COMMAND = [sys.executable, "-c", "from aiobk.cli import main; main()"]
+CHILD_COMMAND = [sys.executable, "-m", "aiobk"]
+# Each command names its cluster: a URI in the environment running the tests reaches none.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}
 
 
 def aiobk_sync(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,3 +55,32 @@ def aiobk_on_terminal(*args: str, answer: bytes = b"") -> tuple[int, str, str]:
 
 async def aiobk(*args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(aiobk_sync, *args)
+
+
+async def aiobk_child(*args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """Run ``python -m aiobk`` as a child of the running loop, without ``AIOBK_METADATA``;
+    returns the status, stdout and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *CHILD_COMMAND,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=CHILD_ENV,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def one_line_error(code: int, err: str, expected_code: int = 1) -> str:
+    """The one line of ``aiobk: error: ...`` a command exiting with ``expected_code`` printed."""
+    assert code == expected_code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("aiobk: error: "), err
+    return lines[0]

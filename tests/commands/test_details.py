@@ -15,7 +15,7 @@ from aiobk import BookKeeper, errors
 from aiobk.metadata import MemoryKV, free_port
 from tests.support.cli import aiobk_on_terminal, aiobk_sync
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from aiobk.bookie import BookieConfig, ConfigError
-
-
-def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+from tests.support.cli import aiobk_sync
 
 
 def test_toml_with_overrides(tmp_path: Path) -> None:
@@ -113,7 +102,7 @@ def test_index_full_snapshot_every_is_ignored_with_a_warning(tmp_path: Path) -> 
 def test_a_deprecated_key_is_a_one_line_cli_warning(tmp_path: Path) -> None:
     path = tmp_path / "bookie.toml"
     path.write_text("lost_bookie_recovery_delay = 5\nport = 0\nbogus = 1\n")
-    result = _aiobk("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
+    result = aiobk_sync("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
     assert result.returncode != 0
     assert result.stderr.strip().splitlines() == [
         f"aiobk: warning: {path}: the bookie setting 'lost_bookie_recovery_delay' is deprecated: "
@@ -125,7 +114,7 @@ def test_a_deprecated_key_is_a_one_line_cli_warning(tmp_path: Path) -> None:
 def test_an_unknown_autorecovery_key_is_a_one_line_cli_error(tmp_path: Path) -> None:
     path = tmp_path / "bookie.toml"
     path.write_text("[autorecovery]\ncolour = 1\n")
-    result = _aiobk("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
+    result = aiobk_sync("bookie", "start", "--config", str(path), "--data-dir", str(tmp_path))
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -166,7 +155,7 @@ def test_config_validation() -> None:
     ],
 )
 def test_cli_bad_input_is_one_line(args: list[str], message: str) -> None:
-    result = _aiobk(*args)
+    result = aiobk_sync(*args)
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -176,13 +165,13 @@ def test_cli_bad_input_is_one_line(args: list[str], message: str) -> None:
 
 def test_format_refuses_to_wipe_without_force(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    assert _aiobk("bookie", "format", "--data-dir", str(data)).returncode == 0
+    assert aiobk_sync("bookie", "format", "--data-dir", str(data)).returncode == 0
     (data / "journal" / "0000000000000000.txn").write_bytes(b"x")
-    result = _aiobk("bookie", "format", "--data-dir", str(data))
+    result = aiobk_sync("bookie", "format", "--data-dir", str(data))
     assert result.returncode != 0
     assert "--force" in result.stderr
     assert (data / "journal" / "0000000000000000.txn").exists()
-    assert _aiobk("bookie", "format", "--data-dir", str(data), "--force").returncode == 0
+    assert aiobk_sync("bookie", "format", "--data-dir", str(data), "--force").returncode == 0
     assert list((data / "journal").iterdir()) == []
 
 
@@ -193,13 +182,13 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = _aiobk("bookie", "start", "--port", str(port), "--data-dir", str(tmp_path))
+        result = aiobk_sync("bookie", "start", "--port", str(port), "--data-dir", str(tmp_path))
     assert result.returncode != 0
     assert "cannot start bookie" in result.stderr.strip().splitlines()[-1]
 
 
 def test_journal_less_mode_needs_a_metadata_store(tmp_path: Path) -> None:
-    result = _aiobk(
+    result = aiobk_sync(
         "bookie", "start", "--port", "0", "--data-dir", str(tmp_path), "--no-journal-write-data"
     )
     assert result.returncode != 0
@@ -226,11 +215,12 @@ async def test_metrics_port_exports_counters(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("made", [False, True], ids=["missing-dir", "empty-dir"])
 def test_cookie_show_without_cookies_is_a_one_line_error(tmp_path: Path, made: bool) -> None:
-    """`cookie show --data-dir /nonexistent` used to print nulls and exit 0."""
+    """`cookie show --data-dir /nonexistent` says there is no cookie and fails, rather than
+    printing nulls and exiting 0."""
     data_dir = tmp_path / "never-started"
     if made:
         data_dir.mkdir()
-    result = _aiobk("cookie", "show", "--data-dir", str(data_dir))
+    result = aiobk_sync("cookie", "show", "--data-dir", str(data_dir))
     assert result.returncode != 0, result.stdout
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

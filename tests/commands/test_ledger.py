@@ -26,8 +26,8 @@ async def bookies_know_lac(bk: BookKeeper, ledger_id: int, password: bytes, lac:
 
 
 async def test_ledger_read_leaves_a_live_writer_writing(etcd_cluster: Cluster) -> None:
-    """``ledger read`` used to fence the ledger it read, so its writer's next
-    append failed with LedgerFencedError. It reads up to the LAC the bookies report instead."""
+    """``ledger read`` reads up to the LAC the bookies report and fences nothing: fencing the
+    ledger it reads would fail its writer's next append with LedgerFencedError."""
     uri = etcd_cluster.uri
     async with await BookKeeper.connect(uri) as bk:
         lh = await bk.create_ledger(3, 3, 2, password=b"pw")
@@ -141,8 +141,8 @@ async def test_ledger_read_recover_and_errors(etcd_cluster: Cluster) -> None:
 
 
 async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
-    """``ledger delete`` used to delete without asking. It asks on a terminal
-    unless --yes, refuses without one, and checks --password against the ledger's."""
+    """``ledger delete`` asks on a terminal unless --yes, refuses without one, and checks
+    --password against the ledger's."""
     uri = etcd_cluster.uri
     async with BookKeeper(uri) as bk:
         lh = await bk.create_ledger(3, 3, 2, password=b"pw")
@@ -229,8 +229,8 @@ async def test_ledger_delete_asks_first(etcd_cluster: Cluster) -> None:
 async def test_ledger_read_into_a_closed_pipe_ends_quietly(
     etcd_cluster: Cluster, tmp_path: Path
 ) -> None:
-    """``aiobk ledger read ID | head -1`` used to end with a BrokenPipeError
-    traceback and "Exception ignored" (status 1); now status 0 and nothing on stderr."""
+    """``aiobk ledger read ID | head -1`` ends with status 0 and nothing on stderr: no
+    BrokenPipeError traceback, no "Exception ignored"."""
     uri = etcd_cluster.uri
     async with BookKeeper(uri) as bk, await bk.create_ledger(3, 3, 2) as lh:
         # ~1 MiB: well past the pipe's and stdout's buffers, so writes fail once head exits.

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,23 +13,14 @@ from typing import Any
 import pytest
 
 from aiobk.bookie import Bookie, BookieConfig
+from tests.support.cli import aiobk_sync
 from tests.support.names import unique_name
 
 TTL = 9.0  # a refresh every 3 s: late after 4.5 s silent, gone after 9 s
 
 
-def _aiobk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 async def _listed(uri: str) -> dict[str, dict[str, Any]]:
-    result = await asyncio.to_thread(_aiobk, "bookies", "list", "--metadata", uri, "--json")
+    result = await asyncio.to_thread(aiobk_sync, "bookies", "list", "--metadata", uri, "--json")
     assert result.returncode == 0, result.stderr
     return {row["id"]: row for row in json.loads(result.stdout)}
 
@@ -84,7 +73,7 @@ async def test_a_killed_bookie_is_late_then_lost_in_bookies_list(
         rows = await _listed(uri)
         assert rows[survivor.bookie_id]["late"] is False
 
-        text = await asyncio.to_thread(_aiobk, "bookies", "list", "--metadata", uri)
+        text = await asyncio.to_thread(aiobk_sync, "bookies", "list", "--metadata", uri)
         assert text.returncode == 0, text.stderr
         (line,) = [ln for ln in text.stdout.splitlines() if ln.startswith(victim.bookie_id)]
         assert " lost " in line

@@ -1,7 +1,7 @@
 """``aiobk standalone`` as real processes: a second one on busy ports fails at once
-with one line naming the port and registers nothing in the first one's cluster (it used to say
-"ready" against the other etcd); ``kill -9`` of a standalone takes its etcd along (it was
-orphaned, and the next ``make run`` silently reused it); a start and a SIGINT stop still work."""
+with one line naming the port and registers nothing in the first one's cluster (never "ready"
+against the other etcd); ``kill -9`` of a standalone takes its etcd along (an orphan would be
+silently reused by the next ``make run``); a start and a SIGINT stop still work."""
 
 from __future__ import annotations
 
@@ -10,51 +10,21 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from aiobk.metadata import open_store
 from aiobk.metadata.etcd_process import exited, free_port, port_in_use
-
-
-def _free_pair() -> int:
-    """A port P with P + 1 free too (etcd's client and peer ports)."""
-    for _attempt in range(50):
-        port = free_port()
-        if port < 65535 and not port_in_use("127.0.0.1", port + 1):
-            return port
-    raise RuntimeError("no two consecutive free ports after 50 tries")
-
-
-def _until(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
-def _child_etcd(parent: int) -> int:
-    """The etcd process whose parent is ``parent``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        name = stat[stat.find("(") + 1 : stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if name == "etcd" and int(fields[1]) == parent and fields[0] not in "ZX":
-            return int(entry)
-    raise AssertionError(f"process {parent} has no etcd child")
+from tests.support.standalone_process import (
+    StandaloneProcess,
+    child_etcd,
+    free_pair,
+    holds_within,
+)
 
 
 def _bookies(uri: str) -> list[str]:
@@ -65,53 +35,9 @@ def _bookies(uri: str) -> list[str]:
     return asyncio.run(listing())
 
 
-class Standalone:
-    """One ``aiobk standalone`` process with one bookie."""
-
-    def __init__(self, data_dir: Path, etcd_port: int, bookie_port: int) -> None:
-        self.uri = f"etcd://127.0.0.1:{etcd_port}/aiobk"
-        self.output: list[str] = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "aiobk", "standalone", "--bookies", "1",
-                "--data-dir", str(data_dir), "--etcd-port", str(etcd_port),
-                "--bookie-port", str(bookie_port),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, name="standalone-stdout", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:  # until the process closes its end
-            self.output.append(line)
-
-    def wait_for(self, text: str, seconds: float = 60.0) -> None:
-        found = _until(lambda: any(text in line for line in self.output), seconds)
-        assert found, f"no {text!r} in {self.output} (exit status {self.proc.poll()})"
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._reader.join(10)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
 @pytest.fixture
-def standalones() -> Iterator[list[Standalone]]:
-    started: list[Standalone] = []
+def standalones() -> Iterator[list[StandaloneProcess]]:
+    started: list[StandaloneProcess] = []
     yield started
     for standalone in reversed(started):
         standalone.close()
@@ -119,17 +45,17 @@ def standalones() -> Iterator[list[Standalone]]:
 
 @pytest.mark.timeout(120)
 def test_a_second_standalone_on_busy_ports_fails_fast_and_joins_nothing(
-    tmp_path: Path, standalones: list[Standalone]
+    tmp_path: Path, standalones: list[StandaloneProcess]
 ) -> None:
-    etcd_port, bookie_port = _free_pair(), free_port()
-    first = Standalone(tmp_path / "first", etcd_port, bookie_port)
+    etcd_port, bookie_port = free_pair(), free_port()
+    first = StandaloneProcess(tmp_path / "first", etcd_port, bookie_port)
     standalones.append(first)
     first.wait_for("ready")
 
-    second = Standalone(tmp_path / "second", etcd_port, free_port())
+    second = StandaloneProcess(tmp_path / "second", etcd_port, free_port())
     standalones.append(second)
     started = time.monotonic()
-    exited = _until(lambda: second.proc.poll() is not None, 20)
+    exited = holds_within(lambda: second.proc.poll() is not None, 20)
     elapsed = time.monotonic() - started
     registered = _bookies(first.uri)  # while the second one runs, if it does
     assert second.proc.stderr is not None
@@ -146,7 +72,7 @@ def test_a_second_standalone_on_busy_ports_fails_fast_and_joins_nothing(
     busy_bookie = subprocess.run(
         [
             sys.executable, "-m", "aiobk", "standalone", "--bookies", "1",
-            "--data-dir", str(tmp_path / "fourth"), "--etcd-port", str(_free_pair()),
+            "--data-dir", str(tmp_path / "fourth"), "--etcd-port", str(free_pair()),
             "--bookie-port", str(bookie_port),
         ],
         capture_output=True, text=True, timeout=60, check=False,
@@ -160,41 +86,43 @@ def test_a_second_standalone_on_busy_ports_fails_fast_and_joins_nothing(
 
 @pytest.mark.timeout(120)
 def test_sigkill_of_a_standalone_takes_its_etcd_along(
-    tmp_path: Path, standalones: list[Standalone]
+    tmp_path: Path, standalones: list[StandaloneProcess]
 ) -> None:
-    etcd_port, bookie_port = _free_pair(), free_port()
-    killed = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    etcd_port, bookie_port = free_pair(), free_port()
+    killed = StandaloneProcess(tmp_path / "data", etcd_port, bookie_port)
     standalones.append(killed)
     killed.wait_for("ready")
-    etcd_pid = _child_etcd(killed.proc.pid)
+    etcd_pid = child_etcd(killed.proc.pid)
     try:
         killed.proc.kill()
         killed.proc.wait(10)
-        assert _until(lambda: exited(etcd_pid), 10), f"etcd {etcd_pid} outlived its standalone"
+        assert holds_within(lambda: exited(etcd_pid), 10), (
+            f"etcd {etcd_pid} outlived its standalone"
+        )
 
         # The next start on the same ports and directory runs an etcd of its own, and a
         # SIGINT stops everything.
-        restarted = Standalone(tmp_path / "data", etcd_port, bookie_port)
+        restarted = StandaloneProcess(tmp_path / "data", etcd_port, bookie_port)
         standalones.append(restarted)
         restarted.wait_for("ready")
-        own_etcd = _child_etcd(restarted.proc.pid)
+        own_etcd = child_etcd(restarted.proc.pid)
         assert own_etcd != etcd_pid
         assert _bookies(restarted.uri) == [f"127.0.0.1:{bookie_port}"]
         restarted.proc.send_signal(signal.SIGINT)
         assert restarted.proc.wait(30) == 0
         restarted.wait_for("standalone cluster stopped", 5)
-        assert _until(lambda: exited(own_etcd), 10)
+        assert holds_within(lambda: exited(own_etcd), 10)
     finally:
-        if not exited(etcd_pid):  # before the fix: the orphan is this test's to clean up
+        if not exited(etcd_pid):  # a failing run leaves an orphan for the test to clean up
             os.kill(etcd_pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(120)
 def test_the_printed_export_line_points_a_shell_at_the_cluster(
-    tmp_path: Path, standalones: list[Standalone]
+    tmp_path: Path, standalones: list[StandaloneProcess]
 ) -> None:
-    etcd_port, bookie_port = _free_pair(), free_port()
-    standalone = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    etcd_port, bookie_port = free_pair(), free_port()
+    standalone = StandaloneProcess(tmp_path / "data", etcd_port, bookie_port)
     standalones.append(standalone)
     standalone.wait_for("ready")
     exports = [line.strip() for line in standalone.output if line.startswith("export ")]
@@ -211,15 +139,15 @@ def test_the_printed_export_line_points_a_shell_at_the_cluster(
 
 @pytest.mark.timeout(120)
 def test_a_standalone_whose_etcd_dies_says_so_and_exits(
-    tmp_path: Path, standalones: list[Standalone]
+    tmp_path: Path, standalones: list[StandaloneProcess]
 ) -> None:
-    etcd_port, bookie_port = _free_pair(), free_port()
-    standalone = Standalone(tmp_path / "data", etcd_port, bookie_port)
+    etcd_port, bookie_port = free_pair(), free_port()
+    standalone = StandaloneProcess(tmp_path / "data", etcd_port, bookie_port)
     standalones.append(standalone)
     standalone.wait_for("ready")
-    etcd_pid = _child_etcd(standalone.proc.pid)
+    etcd_pid = child_etcd(standalone.proc.pid)
     os.kill(etcd_pid, signal.SIGTERM)
-    assert _until(lambda: standalone.proc.poll() is not None, 30), "it kept running"
+    assert holds_within(lambda: standalone.proc.poll() is not None, 30), "it kept running"
     assert standalone.proc.returncode == 1
     assert standalone.proc.stderr is not None
     errors = standalone.proc.stderr.read().splitlines()

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
-import sys
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -25,45 +23,12 @@ from aiobk.commands import autorecovery as autorecovery_commands
 from aiobk.commands import common
 from aiobk.metadata import CHECK, EtcdProcess, MetadataStore, free_port, open_store
 from aiobk.runner import make_bookie
-from tests.autorecovery.helpers import assert_copies, ledgers_naming
+from tests.autorecovery.helpers import FAST, assert_copies, ledgers_naming
 from tests.autorecovery.test_status import seed
+from tests.support.cli import CHILD_COMMAND, CHILD_ENV, aiobk_child, one_line_error
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.wait import wait_until
-
-FAST = {
-    "registration_ttl": 1.0,
-    "lost_bookie_recovery_delay": 0.5,
-    "autorecovery_lease_ttl": 2.0,
-    "autorecovery_poll_interval": 0.2,
-    "rereplication_retry_delay": 0.2,
-    "open_ledger_rereplication_grace_period": 1.0,
-}
-ENV = {k: v for k, v in os.environ.items() if k != "AIOBK_METADATA"}
-COMMAND = [sys.executable, "-m", "aiobk"]
-
-
-async def aiobk(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *COMMAND, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-def one_line_error(code: int, err: str, expected_code: int = 1) -> str:
-    assert code == expected_code, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("aiobk: error: "), err
-    return lines[0]
-
 
 StartCluster = Callable[..., Awaitable[Cluster]]
 
@@ -115,11 +80,13 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
     async with open_store(uri) as store:
         lease = await seed(store)  # marks of every kind, an auditor, b3:3 draining, disabled
         try:
-            code, out, err = await aiobk(
+            code, out, err = await aiobk_child(
                 "autorecovery", "list-underreplicated", "--json", "--metadata", uri
             )
             assert (code, out) == (0, "[10, 11, 13]\n"), err
-            code, out, err = await aiobk("autorecovery", "status", "--json", "--metadata", uri)
+            code, out, err = await aiobk_child(
+                "autorecovery", "status", "--json", "--metadata", uri
+            )
             assert code == 0, err
             assert json.loads(out) == {
                 "auditor": "auditor-1",
@@ -137,7 +104,7 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
                 "status_from": "auditor-1",
                 "decommissioning": ["b3:3"],
             }
-            code, out, err = await aiobk("autorecovery", "status", "--metadata", uri)
+            code, out, err = await aiobk_child("autorecovery", "status", "--metadata", uri)
             assert code == 0, err
             for line in (
                 "auditor: auditor-1",
@@ -154,7 +121,9 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
             ):
                 assert line in out, out
             await store.autorecovery.claim(11, "worker-7", lease.id)
-            code, out, err = await aiobk("autorecovery", "list-underreplicated", "--metadata", uri)
+            code, out, err = await aiobk_child(
+                "autorecovery", "list-underreplicated", "--metadata", uri
+            )
             assert code == 0, err
             rows = [line for line in out.splitlines() if line.split()[:1] == ["11"]]
             assert len(rows) == 1, out
@@ -162,7 +131,7 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
                 assert cell in rows[0], out
             assert "5, 7-8" in out
             # trigger-audit reaches the elected auditor through the store.
-            code, out, err = await aiobk(
+            code, out, err = await aiobk_child(
                 "autorecovery", "trigger-audit", "--json", "--metadata", uri
             )
             assert code == 0, err
@@ -175,20 +144,20 @@ async def test_status_list_and_switches_print_their_shapes(etcd_server: EtcdProc
             assert document["revision"] > 0
         finally:
             await lease.close()
-        code, out, err = await aiobk("autorecovery", "enable", "--json", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "enable", "--json", "--metadata", uri)
         assert (code, json.loads(out)) == (0, {"enabled": True, "was_enabled": False}), err
         assert await store.autorecovery.enabled()
-        code, out, err = await aiobk("autorecovery", "enable", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "enable", "--metadata", uri)
         assert (code, out) == (
             0,
             "autorecovery enabled: workers repair marked ledgers (it was already enabled)\n",
         )
-        code, out, err = await aiobk("autorecovery", "disable", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "disable", "--metadata", uri)
         assert code == 0, err
         assert out.startswith("autorecovery disabled: workers take no more ledgers")
         assert not await store.autorecovery.enabled()
         # No auditor any more (its lease closed): a trigger would reach nobody.
-        code, out, err = await aiobk("autorecovery", "trigger-audit", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "trigger-audit", "--metadata", uri)
         assert "no auditor is elected" in one_line_error(code, err)
 
 
@@ -198,7 +167,7 @@ async def test_disable_keeps_a_lost_bookies_mark_and_enable_repairs_it(
 ) -> None:
     cluster = await make_cluster()
     uri = cluster.uri
-    code, out, err = await aiobk("autorecovery", "disable", "--json", "--metadata", uri)
+    code, out, err = await aiobk_child("autorecovery", "disable", "--json", "--metadata", uri)
     assert (code, json.loads(out)) == (0, {"enabled": False, "was_enabled": True}), err
     async with BookKeeper(uri) as bk:
         store = bk.store
@@ -207,22 +176,22 @@ async def test_disable_keeps_a_lost_bookies_mark_and_enable_repairs_it(
         await _lose(cluster, cluster.by_id(victim_id))
         await wait_until(lambda: _marked(store, ledger_id), timeout=30, every=0.2)
         await asyncio.sleep(1.0)  # five polls of every worker: none takes it
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
         )
         assert (code, json.loads(out)) == (0, [ledger_id]), err
         assert victim_id in bookies_named(await store.read_ledger(ledger_id))
-        code, out, err = await aiobk("autorecovery", "status", "--json", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "status", "--json", "--metadata", uri)
         status = json.loads(out)
         assert status["enabled"] is False
         assert status["under_replicated_ledgers"] == 1
         assert status["auditor"] in {b.bookie_id for b in cluster.bookies}
         assert victim_id in status["lost_bookies"]
-        code, out, err = await aiobk("autorecovery", "enable", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "enable", "--metadata", uri)
         assert (code, out) == (0, "autorecovery enabled: workers repair marked ledgers again\n")
         await wait_until(lambda: _clear(store, ledger_id, victim_id), timeout=30, every=0.2)
         await assert_copies(bk, ledger_id)
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
         )
         assert (code, out) == (0, "[]\n")
@@ -265,7 +234,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
         cluster.bookies[1] = fresh
         await asyncio.sleep(1.0)  # the auditor's loop goes round: nothing is marked by itself
         assert not await _marked(store, ledger_id)
-        code, out, err = await aiobk("autorecovery", "trigger-audit", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "trigger-audit", "--metadata", uri)
         assert code == 0, err
         assert out.startswith("audit requested: auditor ")
         assert "autorecovery is disabled" in out
@@ -273,7 +242,7 @@ async def test_trigger_audit_finds_the_copies_a_wiped_bookie_lost(
         mark = await store.autorecovery.read_mark(ledger_id)
         assert mark is not None
         assert mark.missing == (fresh.bookie_id,)
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "autorecovery", "list-underreplicated", "--json", "--metadata", uri
         )
         assert (code, json.loads(out)) == (0, [ledger_id]), err
@@ -314,7 +283,7 @@ async def test_decommission_a_dead_bookie(make_cluster: StartCluster) -> None:
         await wait_until(lambda: _has_auditor(store), timeout=30, every=0.2)
         await _lose(cluster, cluster.by_id(victim_id))
         assert await store.read_cookie(victim_id) is not None
-        code, out, err = await aiobk(
+        code, out, err = await aiobk_child(
             "bookies",
             "decommission",
             victim_id,
@@ -341,10 +310,10 @@ async def test_decommission_a_dead_bookie(make_cluster: StartCluster) -> None:
         assert await store.autorecovery.decommissioning() == set()
         for ledger_id in replicated:
             await assert_copies(bk, ledger_id)
-        code, out, err = await aiobk("autorecovery", "status", "--json", "--metadata", uri)
+        code, out, err = await aiobk_child("autorecovery", "status", "--json", "--metadata", uri)
         assert json.loads(out)["lost_ledgers"] == [{"ledger_id": single, "ranges": [[0, 4]]}]
         # Done once: the bookie is unknown now.
-        code, out, err = await aiobk("bookies", "decommission", victim_id, "--metadata", uri)
+        code, out, err = await aiobk_child("bookies", "decommission", victim_id, "--metadata", uri)
         assert f"unknown bookie {victim_id!r}" in one_line_error(code, err)
 
 
@@ -361,9 +330,9 @@ async def test_decommission_a_live_bookie_waits_for_it_to_be_stopped(
         named = await ledgers_naming(store, victim_id)
         await wait_until(lambda: _has_auditor(store), timeout=30, every=0.2)
         proc = await asyncio.create_subprocess_exec(
-            *COMMAND, "bookies", "decommission", victim_id, "--metadata", uri,
+            *CHILD_COMMAND, "bookies", "decommission", victim_id, "--metadata", uri,
             "--timeout", "30", "--poll-interval", "0.2",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=CHILD_ENV,
         )  # fmt: skip
         assert proc.stderr is not None
         shown: list[str] = []
@@ -416,7 +385,7 @@ async def test_bad_input_and_an_unreachable_store_are_one_line_errors(
          "cannot start autorecovery: etcd://127.0.0.1"),
         (["autorecovery", "trigger-audit", "--metadata", uri], "no auditor is elected"),
     ]  # fmt: skip
-    results = await asyncio.gather(*(aiobk(*args) for args, _text in cases))
+    results = await asyncio.gather(*(aiobk_child(*args) for args, _text in cases))
     for (args, text), (code, out, err) in zip(cases, results, strict=True):
         assert text in one_line_error(code, err), (args, err)
         assert out == "", (args, out)
@@ -495,9 +464,9 @@ async def test_a_standalone_autorecovery_process_audits_repairs_exports_and_stop
     )
     metrics = free_port()
     proc = await asyncio.create_subprocess_exec(
-        *COMMAND, "autorecovery", "start", "--config", str(config), "--id", "ar-test",
+        *CHILD_COMMAND, "autorecovery", "start", "--config", str(config), "--id", "ar-test",
         "--metrics-port", str(metrics), "--rereplication-retry-delay", "0.2",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=CHILD_ENV,
     )  # fmt: skip
     assert proc.stdout is not None
     try:

@@ -2,8 +2,8 @@
 in text mode, UTF-8 shown as it is and every other byte, and every control character,
 backslash-escaped, so that newlines, tabs, NUL bytes, terminal escapes and bytes that are not
 UTF-8 in a record can neither split it nor reach the terminal; records with a key, headers and
-a time show all three. They used to be printed raw (a record with a newline became two lines),
-and ``ledger read`` on a log of such records dumped the envelope's binary header."""
+a time show all three, and ``ledger read`` on a log of such records shows the records, not the
+envelope's binary header."""
 
 from __future__ import annotations
 

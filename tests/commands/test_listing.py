@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from aiobk.bookie import Bookie, BookieConfig
 from aiobk.metadata import Fragment, LedgerMetadata, open_store
+from tests.support.cli import aiobk_sync
 from tests.support.names import unique_name
-
-
-def _aiobk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from aiobk.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
 
 
 async def test_cli_lists_bookies_and_ledgers(etcd_server, tmp_path: Path) -> None:
@@ -34,27 +22,29 @@ async def test_cli_lists_bookies_and_ledgers(etcd_server, tmp_path: Path) -> Non
         ensemble = ("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3")
         await store.create_ledger(ledger_id, LedgerMetadata(3, 2, 2, (Fragment(0, ensemble),)))
 
-        listed = await asyncio.to_thread(_aiobk, "bookies", "list", "--metadata", uri, "--json")
+        listed = await asyncio.to_thread(aiobk_sync, "bookies", "list", "--metadata", uri, "--json")
         assert listed.returncode == 0, listed.stderr
         (row,) = json.loads(listed.stdout)
         assert row["id"] == bookie.bookie_id
         assert row["state"] == "writable"
-        human = await asyncio.to_thread(_aiobk, "bookies", "list", "--metadata", uri)
+        human = await asyncio.to_thread(aiobk_sync, "bookies", "list", "--metadata", uri)
         assert bookie.bookie_id in human.stdout
 
-        ids = await asyncio.to_thread(_aiobk, "ledger", "list", "--metadata", uri, "--json")
+        ids = await asyncio.to_thread(aiobk_sync, "ledger", "list", "--metadata", uri, "--json")
         assert json.loads(ids.stdout) == [ledger_id]
         shown = await asyncio.to_thread(
-            _aiobk, "ledger", "show", str(ledger_id), "--metadata", uri, "--json"
+            aiobk_sync, "ledger", "show", str(ledger_id), "--metadata", uri, "--json"
         )
         document = json.loads(shown.stdout)
         assert document["ledger_id"] == ledger_id
         assert document["fragments"][0]["ensemble"] == list(ensemble)
-        table = await asyncio.to_thread(_aiobk, "ledger", "show", str(ledger_id), "--metadata", uri)
+        table = await asyncio.to_thread(
+            aiobk_sync, "ledger", "show", str(ledger_id), "--metadata", uri
+        )
         assert "127.0.0.1:2" in table.stdout
         assert "OPEN" in table.stdout
 
-        missing = await asyncio.to_thread(_aiobk, "ledger", "show", "999999", "--metadata", uri)
+        missing = await asyncio.to_thread(aiobk_sync, "ledger", "show", "999999", "--metadata", uri)
         assert missing.returncode != 0
         assert missing.stderr.strip() == "aiobk: error: ledger 999999 does not exist"
     finally:
@@ -69,7 +59,7 @@ def test_cli_metadata_errors_are_one_line() -> None:
         (["ledger", "show", "abc", "--metadata", "memory://x"], "LEDGER_ID"),
         (["bookies", "list", "--metadata", "etcd://127.0.0.1:1/x"], "etcd"),
     ]:
-        result = _aiobk(*args)
+        result = aiobk_sync(*args)
         assert result.returncode != 0
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1, result.stderr
