@@ -229,10 +229,26 @@ def choose_replacement(
     return chosen
 
 
+def read_order(bookies: Sequence[str], rack: str | None, spread: Spread) -> list[str]:
+    """``bookies`` (a write set, in its order) with those in ``rack`` first, then those in its
+    zone, then the rest, each group in write-set order (BookKeeper's read reordering); as they
+    are when the reader's rack is not known."""
+    if rack is None:
+        return list(bookies)
+    zone = zone_of(rack)
+
+    def distance(bookie: str) -> int:
+        theirs = spread.rack(bookie)
+        return 0 if theirs == rack else 1 if zone_of(theirs) == zone else 2
+
+    return sorted(bookies, key=distance)
+
+
 __all__ = [
     "Spread",
     "choose_ensemble",
     "choose_replacement",
+    "read_order",
     "shortfall",
     "spread_of",
     "write_sets",

@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 from aiobk.client.config import ClientConfig
 from aiobk.client.connection import BookieConnection
 from aiobk.client.net import AsyncioConnector, Connector
-from aiobk.client.placement import Spread
+from aiobk.client.placement import Spread, read_order
 from aiobk.metadata import MetadataStore
 from aiobk.protocol import Response
 from aiobk.protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
@@ -80,6 +80,13 @@ class BookiePool:
         return Spread(
             dict(self._racks), config.min_racks_per_write_quorum, config.enforce_min_racks
         )
+
+    def read_order(self, bookies: list[str]) -> list[str]:
+        """The order to ask ``bookies`` for an entry: the client's rack first, then its zone
+        (``ClientConfig.rack``; unset: as given)."""
+        if self._config.rack is None:
+            return bookies
+        return read_order(bookies, self._config.rack, Spread(self._racks))
 
     def recently_failed(self) -> set[str]:
         """Bookies whose last connection attempt failed and whose backoff has not run out:

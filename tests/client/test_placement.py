@@ -13,6 +13,7 @@ from aiobk.client.placement import (
     Spread,
     choose_ensemble,
     choose_replacement,
+    read_order,
     shortfall,
     spread_of,
     write_sets,
@@ -141,3 +142,10 @@ def test_racks_are_checked_and_stored_with_a_registration() -> None:
         ClientConfig(min_racks_per_write_quorum=0)
     with pytest.raises(ValueError, match="expected /ZONE/RACK"):
         ClientConfig(rack="nowhere")
+
+
+def test_a_reader_asks_its_own_rack_then_its_zone_first() -> None:
+    spread = Spread({"a": "/z1/r1", "b": "/z2/r2", "c": "/z1/r3", "d": "/z1/r1"})
+    assert read_order(["b", "c", "a"], "/z1/r1", spread) == ["a", "c", "b"]
+    assert read_order(["b", "c", "d", "a"], "/z1/r9", spread) == ["c", "d", "a", "b"]
+    assert read_order(["b", "c", "a"], None, spread) == ["b", "c", "a"]
