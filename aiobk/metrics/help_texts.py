@@ -146,6 +146,8 @@ CLIENT_HELP: dict[str, str] = {
     "entries_read": "Entries read and verified.",
     "speculative_reads": "Reads that asked a next bookie because the first was slow "
     "[SPECULATIVE_READ_COUNT].",
+    "placement_short_of_racks": "Ensembles and replacements placed on fewer racks than "
+    "min_racks_per_write_quorum asks (the cluster lacks them; not enforced).",
     "pending_appends": "Appends started and not finished yet [NUM_PENDING_ADD].",
     "pending_append_bytes": "Payload bytes of the appends started and not finished yet.",
     "appends_waiting": "Appends waiting for room in the client's budget of unfinished appends.",
