@@ -25,6 +25,10 @@ class ProtocolSwitches:
     # the change's latency would); the hold above then is all that keeps such an ack from
     # acknowledging an entry that recovery, reading the old ensemble, can find absent.
     replace_after_cas: bool = True
+    # Placement spreads write sets over racks (client/placement.py). Off, ensembles and
+    # replacements are chosen at random, as a cluster without racks chooses them: one rack lost
+    # can then hold every copy of an entry.
+    spread_over_racks: bool = True
 
 
 @dataclass(frozen=True, slots=True)

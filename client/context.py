@@ -60,10 +60,12 @@ class ClientContext:
         return chosen
 
     def check_spread(
-        self, ensemble: Sequence[str], write_quorum: int, spread: Spread, what: str
+        self, ensemble: Sequence[str], write_quorum: int, spread: Spread | None, what: str
     ) -> None:
         """Count and log a placement short of the racks it should span (made anyway: the
         client does not enforce ``min_racks_per_write_quorum``, or the cluster lacks racks)."""
+        if spread is None:
+            return
         reason = shortfall(ensemble, write_quorum, spread)
         if reason is not None:
             self.stats.placement_short_of_racks += 1

@@ -73,10 +73,12 @@ class BookiePool:
         self._writable = (loop.time(), ids)
         return ids
 
-    def spread(self) -> Spread:
+    def spread(self) -> Spread | None:
         """How placement spreads copies: the racks of the bookies listed so far (a bookie gone
-        since keeps the rack it was listed with) and the client's rules."""
+        since keeps the rack it was listed with) and the client's rules (None: it does not)."""
         config = self._config
+        if not config.switches.spread_over_racks:
+            return None
         return Spread(
             dict(self._racks), config.min_racks_per_write_quorum, config.enforce_min_racks
         )
