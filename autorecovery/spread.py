@@ -22,7 +22,7 @@ whose ensemble changes place spread, and is checked once the ledger is closed.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from aiobk.autorecovery.fragments import FragmentRange, closed_fragments
@@ -136,10 +136,6 @@ def rack_layout(infos: Iterable[BookieServiceInfo]) -> frozenset[tuple[str, str,
     return frozenset((info.bookie_id, info.rack, info.writable) for info in infos)
 
 
-def racks_of(spread: Spread, bookies: Iterable[str]) -> Mapping[str, str]:
-    return {b: spread.rack(b) for b in bookies}
-
-
 __all__ = [
     "Move",
     "cluster_spread",
@@ -147,7 +143,6 @@ __all__ = [
     "misplaced",
     "next_move",
     "rack_layout",
-    "racks_of",
     "score",
     "short_sets",
 ]
