@@ -21,7 +21,11 @@ One ledger, as the worker sees it:
    ensemble, not known bad), copy the entries the slot owes (``replicate.SlotCopy``), then
    compare-and-set the fragment's ensemble. A fragment changed meanwhile by someone else is
    left to the next pass (its copy is orphaned and garbage collected with the ledger).
-6. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
+6. A mark for placement (``spread``), or copies moved in step 5: move one copy at a time of a
+   closed fragment whose write set spans too few racks to a bookie of another rack, chosen as
+   a replacement is among those that spread it, copied and swapped as in step 5, until no
+   move spreads it further.
+7. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
    next pass). Entries no bookie has any more are recorded on the mark instead and the ledger
    is not tried again for them (apache/bookkeeper#4872). So are entries whose every copy is
    damaged: one failing its digest at once; one answered EIO (a checksum failing on disk, or
@@ -70,12 +74,14 @@ from aiobk.autorecovery.replicate import (
     Throttle,
     fetch_master_key,
 )
+from aiobk.autorecovery.spread import cluster_spread, next_move
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.metadata import (
     CHECK,
+    PLACEMENT,
     HeldLease,
     LedgerMetadata,
     LedgerState,
@@ -123,11 +129,13 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Job:
     """One slot of one closed fragment: its copies moved to a new bookie (``fill`` None), or
-    the entries in ``fill`` copied back onto the slot's own bookie, which lacks them."""
+    the entries in ``fill`` copied back onto the slot's own bookie, which lacks them; a move
+    for placement chooses among ``targets`` only."""
 
     fragment: FragmentRange
     slot: int
     fill: tuple[int, ...] | None = None
+    targets: tuple[str, ...] | None = None
 
     def size(self, metadata: LedgerMetadata) -> int:
         """How many entries the job copies."""
@@ -232,7 +240,7 @@ class ReplicationWorker:
                 async for mark in marks:
                     if wrapped and self._cursor is not None and mark.ledger_id > self._cursor:
                         break
-                    if not mark.missing:
+                    if not mark.missing and (PLACEMENT not in mark.reasons or mark.lost):
                         continue  # a report of lost entries: nothing left to do
                     failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
                     if loop.time() < not_before:
@@ -318,6 +326,7 @@ class ReplicationWorker:
             await self._marks.unmark(mark)
             return Outcome.GONE
         infos = await store.list_bookies()
+        await self._ctx.pool.writable_bookies(fresh=True)  # the racks replacements spread over
         registered = {info.bookie_id for info in infos}
         writable = [info.bookie_id for info in infos if info.writable]
         draining = await self._marks.decommissioning()
@@ -363,17 +372,17 @@ class ReplicationWorker:
 
         lost_ranges: list[tuple[int, int]] = []
         self._notes.to_copy(sum(job.size(metadata) for job in jobs))
+        found: list[bytes] = []
+        fetching = asyncio.Lock()
+
+        async def key() -> bytes:  # fetched once, when a first entry is to be written
+            async with fetching:  # by one of the copies in flight; the others wait
+                if not found:
+                    holders = registered  # a bookie being drained has the key too
+                    found.append(await self._master_key(ledger_id, metadata, holders))
+            return found[0]
+
         if jobs:
-            found: list[bytes] = []
-            fetching = asyncio.Lock()
-
-            async def key() -> bytes:  # fetched once, when a first entry is to be written
-                async with fetching:  # by one of the copies in flight; the others wait
-                    if not found:
-                        holders = registered  # a bookie being drained has the key too
-                        found.append(await self._master_key(ledger_id, metadata, holders))
-                return found[0]
-
             for job in jobs:
                 done = await self._run_job(
                     ledger_id, metadata, job, key, writable, registered, moving, mark,
@@ -389,6 +398,26 @@ class ReplicationWorker:
         still = moving & bookies_named(metadata)
         if still:  # e.g. a lost bookie still in the writer's fragment
             return self._deferred(ledger_id, CHANGED, f"still names {', '.join(sorted(still))}")
+        # Step 6, also after copies moved for other reasons (their targets spread only as far
+        # as one slot could); each move raises a bounded score, so there are few.
+        if PLACEMENT in mark.reasons or any(job.fill is None for job in jobs):
+            spread = cluster_spread(infos, self._config.min_racks_per_write_quorum)
+            targets = set(writable) - draining
+            for _move in range(sum(len(f.ensemble) for f in metadata.fragments) * 3):
+                move = next_move(metadata, spread, targets)
+                if move is None:  # spread as far as the racks allow: the mark goes
+                    break
+                job = Job(move.fragment, move.slot, targets=move.targets)
+                self._notes.to_copy(job.size(metadata))
+                done = await self._run_job(
+                    ledger_id, metadata, job, key, writable, registered, moving, mark,
+                    damaged_is_lost,
+                )  # fmt: skip
+                if done is None:
+                    return self._deferred(ledger_id, CHANGED, "its fragment changed during a move")
+                metadata, ranges = done
+                lost_ranges.extend(ranges)
+                self.stats.placement_moves += 1
         try:
             if lost_ranges or mark.lost:
                 report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)
@@ -521,7 +550,7 @@ class ReplicationWorker:
             exclude = moving | ctx.pool.recently_failed()
             try:
                 target = ctx.replacement(
-                    writable,
+                    writable if job.targets is None else job.targets,
                     fragment.ensemble,
                     exclude,
                     slot,

@@ -65,6 +65,7 @@ async def gather_facts(
         frozenset(info.bookie_id for info in infos if info.writable),
         frozenset(draining),
         probes,
+        {info.bookie_id: info.rack for info in infos},
     )
 
 
