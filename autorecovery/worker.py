@@ -40,10 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiobk.autorecovery.attempts import AttemptNotes
 from aiobk.autorecovery.checker import Holding, absent_entries, holds
@@ -63,10 +61,10 @@ from aiobk.autorecovery.fragments import (
     check_points,
     closed_fragments,
     open_fragment,
-    owed_count,
     replace_bookie,
     slot_entries,
 )
+from aiobk.autorecovery.jobs import Job, Outcome, RepairError, WorkerSwitches
 from aiobk.autorecovery.replicate import (
     CopyError,
     DamagedCopyError,
@@ -106,52 +104,7 @@ MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgot
 # reports such entries lost: a disk failing for a moment answers EIO too, and a report is for
 # good (the backoff puts rereplication_retry_delay, then twice that, between them).
 DAMAGED_ATTEMPTS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSwitches:
-    """The protection a test switches off to show the checker catches its absence."""
-
-    # Each fragment change is a compare-and-set on the version the worker read before copying.
-    # Off, the worker writes its (possibly stale) view over whatever is there now, as a worker
-    # that trusted its etcd lock would.
-    metadata_version_fence: bool = True
-
-
-class Outcome(enum.Enum):
-    REPAIRED = "repaired"  # mark removed
-    REPORTED = "reported"  # done, but entries are lost: the mark stays as the report
-    GONE = "gone"  # the ledger was deleted: mark removed
-    DEFERRED = "deferred"  # not now (grace period, recovery in progress, a race): soon again
-    FAILED = "failed"  # something was unreachable or nothing could take the copies: backoff
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One slot of one closed fragment: its copies moved to a new bookie (``fill`` None), or
-    the entries in ``fill`` copied back onto the slot's own bookie, which lacks them; a move
-    for placement chooses among ``targets`` only."""
-
-    fragment: FragmentRange
-    slot: int
-    fill: tuple[int, ...] | None = None
-    targets: tuple[str, ...] | None = None
-
-    def size(self, metadata: LedgerMetadata) -> int:
-        """How many entries the job copies."""
-        if self.fill is not None:
-            return len(self.fill)
-        first, last = self.fragment.first, self.fragment.last
-        return owed_count(first, last, self.slot, metadata.ensemble_size, metadata.write_quorum)
-
-
-class RepairError(Exception):
-    """This repair cannot finish now; the worker backs off and tries again. ``kind`` names
-    why for operators (``aiobk.autorecovery.explain``)."""
-
-    def __init__(self, message: str, kind: str = ERROR) -> None:
-        super().__init__(message)
-        self.kind = kind
+ALL_ON = WorkerSwitches()  # every protection on: what runs outside the tooth tests
 
 
 class ReplicationWorker:
@@ -164,7 +117,7 @@ class ReplicationWorker:
         stats: AutoRecoveryStats | None = None,
         wall_clock: Callable[[], float],
         secret_bytes: Callable[[int], bytes],
-        switches: WorkerSwitches = WorkerSwitches(),
+        switches: WorkerSwitches = ALL_ON,
         poll_interval: float = 2.0,
     ) -> None:
         self._ctx = ctx

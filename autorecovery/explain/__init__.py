@@ -34,7 +34,7 @@ each closed fragment (what ``probe_plan`` lists and the caller asks), as the aud
 does.
 """
 
-from aiobk.autorecovery.explain.decide import explain, probe_plan
+from aiobk.autorecovery.explain.decide import explain
 from aiobk.autorecovery.explain.gather import explain_ledger, gather_facts
 from aiobk.autorecovery.explain.model import (
     Blocker,
@@ -43,6 +43,7 @@ from aiobk.autorecovery.explain.model import (
     FragmentState,
     LedgerFacts,
 )
+from aiobk.autorecovery.explain.probes import probe_plan
 
 __all__ = [
     "Blocker",

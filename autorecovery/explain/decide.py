@@ -1,6 +1,6 @@
-"""The verdict: ``explain`` turns a ledger's facts into its explanation, and ``probe_plan``
-says which copies to ask the bookies about first. Pure (``aiobk.autorecovery.explain`` has the
-theory; ``gather`` does the I/O)."""
+"""The verdict: ``explain`` turns a ledger's facts into its explanation. Pure
+(``aiobk.autorecovery.explain`` has the theory; ``probes`` says which copies to ask the bookies
+about first, ``gather`` does the I/O)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ from aiobk.autorecovery.explain.model import (
     span,
     when,
 )
+from aiobk.autorecovery.explain.probes import holders
 from aiobk.autorecovery.fragments import (
-    FragmentRange,
     bookies_named,
     closed_fragments,
     open_fragment,
@@ -60,42 +60,9 @@ from aiobk.metadata import (
     LedgerState,
     RepairAttempt,
     UnderReplication,
-    write_set,
 )
 from aiobk.metadata.autorecovery import DEFERRED, FAILED, REPAIRING
 from aiobk.protocol import DigestType
-
-# ---------------------------------------------------------------------------------- what to ask
-
-
-def probe_plan(metadata: LedgerMetadata, registered: frozenset[str]) -> list[tuple[str, int]]:
-    """The (bookie, entry) pairs to ask about: for each closed fragment (the first
-    ``MAX_FRAGMENTS_CHECKED``), each registered bookie's first and last owed entry, and for
-    each bookie that is not registered, its first and last owed entry on every registered
-    bookie of that entry's write set (where its copies would be read from)."""
-    e, wq = metadata.ensemble_size, metadata.write_quorum
-    asks: dict[tuple[str, int], None] = {}
-    for fragment in closed_fragments(metadata)[:MAX_FRAGMENTS_CHECKED]:
-        for slot, bookie in enumerate(fragment.ensemble):
-            bounds = slot_bounds(fragment.first, fragment.last, slot, e, wq)
-            if bounds is None:
-                continue
-            for entry in sorted(set(bounds)):
-                if bookie in registered:
-                    asks.setdefault((bookie, entry), None)
-                    continue
-                for source in _holders(entry, fragment, metadata):
-                    if source in registered:
-                        asks.setdefault((source, entry), None)
-    return list(asks)
-
-
-def _holders(entry: int, fragment: FragmentRange, metadata: LedgerMetadata) -> list[str]:
-    return [
-        fragment.ensemble[s]
-        for s in write_set(entry, metadata.ensemble_size, metadata.write_quorum)
-    ]
-
 
 # ---------------------------------------------------------------------------------- the verdict
 
@@ -420,7 +387,7 @@ def _sources(
             for entry in entries:
                 if any(lo <= entry <= hi for lo, hi in mark.lost):
                     continue
-                others = [h for h in _holders(entry, fragment, metadata) if h != bookie]
+                others = [h for h in holders(entry, fragment, metadata) if h != bookie]
                 if bookie in moving and bookie in facts.registered:
                     others.append(bookie)  # a draining bookie is a source while it lives
                 verdict = _source_verdict(facts, others, entry, lost_bookies)
