@@ -17,6 +17,10 @@ the nemesis's usual faults:
    With the version fence the stale swap fails; without it, it writes the second lost bookie
    back into the ledger, and I15 catches it.
 
+The racks profile's plan (``LossPlan.rack``) instead: once ledgers are written on every rack,
+one whole rack lost for good at one instant, with the side faults of step 2 and maybe a bookie
+declared lost and returning after the repair (tests.sim.racks).
+
 Each wait is bounded. Every other fault lasts seconds, so a repair not done ``REPAIR_WAIT``
 after a loss is one autorecovery does not make by itself: an I15 violation, reported then (the
 checker's own recoveries at the end would otherwise close what the workers left stuck).

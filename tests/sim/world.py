@@ -28,6 +28,15 @@ PORT = 3181
 _RUNS = itertools.count()
 
 
+def _rack(index: int, bookies: int, racks: int) -> str:
+    """Bookie ``index`` (from 1)'s rack: ``racks`` racks of consecutive bookies, in one zone;
+    none, every bookie in the default rack, where placement draws as a cluster without racks
+    does (the other profiles' seeds replay as before)."""
+    if not racks:
+        return DEFAULT_RACK
+    return f"/zone-a/rack-{(index - 1) * racks // bookies + 1}"
+
+
 @dataclass(frozen=True)
 class Switches:
     """The protection each tooth test switches off (docs/design/invariants.md)."""
@@ -126,11 +135,7 @@ class World:
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
             config = BookieConfig(
-                # ``racks`` racks of consecutive bookies; none given, every bookie in the
-                # default rack, where placement draws as a cluster without racks does.
-                rack=f"/zone-a/rack-{(index - 1) * racks // bookies + 1}"
-                if racks
-                else DEFAULT_RACK,
+                rack=_rack(index, bookies, racks),
                 data_dir=f"/sim/{node}",
                 host=node,
                 port=PORT,
