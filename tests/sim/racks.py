@@ -8,9 +8,9 @@ The profile itself is spread over the simulator: nine bookies in three racks of 
 instant (``loss.LossPlan.rack``), and the tooth (``Switches.spread_over_racks``: placement at
 random, an entry's every copy in one rack).
 
-The check waits on ``SPREAD_AGAIN``: it holds only once the auditor re-places the copies of a
-ledger whose write sets span fewer racks than the surviving bookies allow (a replacement chosen
-slot by slot cannot always spread them), which autorecovery does not do yet.
+A replacement chosen slot by slot cannot always spread a ledger's write sets; the auditor's
+placement marks and the workers' moves do (autorecovery/spread.py), and this check holds them
+to it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from aiobk.metadata import LedgerMetadata
 from tests.sim.history import History
 from tests.sim.world import World
 
-SPREAD_AGAIN = False  # True once the auditor re-places ledgers short of racks
 MIN_RACKS = 2  # ClientConfig.min_racks_per_write_quorum as the simulator's clients have it
 
 
