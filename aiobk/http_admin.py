@@ -324,6 +324,7 @@ class HttpAdmin:
             "id": bookie.bookie_id,
             "address": bookie.advertised_address,
             "listening": str(bookie.address),
+            "rack": config.rack,
             "version": SOFTWARE_VERSION,
             **{k: v for k, v in self._state_document().items() if k != "id"},
             "directories": {**directories, "ledgers": config.ledgers_path},

@@ -13,6 +13,11 @@ ledgers with copies missing and marks them for the workers (BookKeeper's Auditor
   trigger-audit``): every ledger's closed fragments, every registered bookie in them, asked
   about the first and last entries it owes and a sampled share between (``checker``); a
   definite "not here" marks the ledger. Marks of deleted ledgers are dropped.
+- **Placement** (``spread``): the bookie check's walk also marks a ledger (reason
+  ``PLACEMENT``, naming no bookie) whose closed fragments have a write set spanning fewer racks
+  than ``min_racks_per_write_quorum`` while a move to another rack's writable bookie would
+  spread it; a change of the registered bookies' racks or writability runs that walk at once.
+  A ledger too few racks can spread is not marked, so it is not marked again and again.
 - **Status** for operators (lost and absent bookies, when the checks last ran) is published
   under the auditor's lease, with the count of marks as gauges.
 
@@ -29,9 +34,17 @@ from collections.abc import Callable
 from aiobk.autorecovery.checker import Holding, check_ledger
 from aiobk.autorecovery.config import AutoRecoveryConfig, published_settings
 from aiobk.autorecovery.fragments import bookies_named
+from aiobk.autorecovery.spread import cluster_spread, misplaced, rack_layout
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
-from aiobk.metadata import CHECK, LOST_BOOKIE, AuditorStatus, HeldLease, LedgerMetadata
+from aiobk.metadata import (
+    CHECK,
+    LOST_BOOKIE,
+    PLACEMENT,
+    AuditorStatus,
+    HeldLease,
+    LedgerMetadata,
+)
 from aiobk.protocol.errors import NoSuchLedgerError
 from aiobk.tasks import TaskKeeper
 
@@ -66,6 +79,8 @@ class Auditor:
         self._last_bookie_check = 0
         self._audit_seen = 0
         self._published: AuditorStatus | None = None
+        self._layout: frozenset[tuple[str, str, bool]] | None = None  # racks as last checked
+        self._seen_layout: frozenset[tuple[str, str, bool]] | None = None  # ... as last read
 
     @property
     def tick(self) -> float:
@@ -87,7 +102,8 @@ class Auditor:
         while True:
             newly_lost = await self._watch_registry()
             now = loop.time()
-            if newly_lost or now >= next_bookie_check:
+            relaid = self._layout is not None and self._layout != self._seen_layout
+            if newly_lost or relaid or now >= next_bookie_check:
                 await self.bookie_check()
                 next_bookie_check = now + (config.auditor_periodic_bookie_check_interval or 1e18)
             requested = await self._marks.audit_requested()
@@ -109,6 +125,7 @@ class Auditor:
         """Update the absence clocks from the registry; the bookies that just became lost."""
         loop = asyncio.get_running_loop()
         infos = await self._store.list_bookies()
+        self._seen_layout = rack_layout(infos)
         registered = {info.bookie_id for info in infos}
         writable = sum(info.writable for info in infos)
         self.stats.bookies_registered = len(infos)
@@ -139,9 +156,14 @@ class Auditor:
 
     async def bookie_check(self) -> None:
         """Walk every ledger's metadata: learn the bookies named, mark the ledgers that name a
-        lost one."""
+        lost one, and those whose copies are not spread over racks as they could be."""
         now_ms = self._now_ms()
         named_everywhere: set[str] = set()
+        infos = await self._store.list_bookies()
+        layout = rack_layout(infos)
+        spread = cluster_spread(infos, self._config.min_racks_per_write_quorum)
+        draining = await self._marks.decommissioning()
+        targets = {i.bookie_id for i in infos if i.writable and i.bookie_id not in draining}
         async for ledger_id, metadata in self._store.scan_ledgers():
             if metadata is None:
                 continue
@@ -150,6 +172,9 @@ class Auditor:
             gone = named & self.lost
             if gone:
                 await self._mark(ledger_id, gone, LOST_BOOKIE, now_ms)
+            elif misplaced(metadata, spread, targets):
+                await self._mark_placement(ledger_id, now_ms)
+        self._layout = layout
         # Known: registered now, or named in some ledger (one named but never seen registered
         # by this auditor starts its clock now). A bookie that is neither -- decommissioned,
         # or lost with every copy moved -- is forgotten, and no longer reported lost.
@@ -218,13 +243,24 @@ class Auditor:
         self.stats.ledgers_marked += 1
         log.info("auditor: ledger %d under-replicated (%s: %s)", ledger_id, reason, sorted(bookies))
 
+    async def _mark_placement(self, ledger_id: int, now_ms: int) -> None:
+        """Mark the ledger for its placement, unless it is already (the walk runs often) or
+        reported with entries lost (never retried)."""
+        mark = await self._marks.read_mark(ledger_id)
+        if mark is not None and (PLACEMENT in mark.reasons or mark.lost):
+            return
+        self.stats.ledgers_marked_for_placement += 1
+        await self._mark(ledger_id, set(), PLACEMENT, now_ms)
+
     async def _publish(self, lease: HeldLease) -> None:
-        under = lost = 0
+        under = lost = placement = 0
         async for mark in self._marks.marks():
             under += bool(mark.missing)
             lost += bool(mark.lost)
+            placement += PLACEMENT in mark.reasons and not mark.missing and not mark.lost
         self.stats.under_replicated_ledgers = under
         self.stats.lost_ledgers = lost
+        self.stats.misplaced_ledgers = placement
         status = AuditorStatus(
             self.auditor_id,
             dict(self._lost_wall),

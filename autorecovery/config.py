@@ -15,6 +15,7 @@ PUBLISHED = (
     "rereplication_max_bytes_per_second",
     "rereplication_retry_delay",
     "autorecovery_poll_interval",
+    "min_racks_per_write_quorum",
 )
 
 

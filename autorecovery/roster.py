@@ -44,6 +44,7 @@ class RosterEntry:
     late: bool = False  # registered, and silent for longer than a refresh should take
     absent_since: int | None = None  # lost: ms since the epoch the auditor first missed it
     lost_by_auditor: bool = False  # lost: past lost_bookie_recovery_delay, being re-replicated
+    rack: str | None = None  # registered: its failure domain (a lost one's is not known)
 
     @property
     def registered(self) -> bool:
@@ -64,6 +65,7 @@ class RosterEntry:
             "late": self.late,
             "absent_since": self.absent_since,
             "lost_by_auditor": self.lost_by_auditor,
+            "rack": self.rack,
         }
 
 
@@ -90,6 +92,7 @@ def roster(
                 info.total_bytes,
                 last_heard,
                 late,
+                rack=info.rack,
             )
         )
     live = {info.bookie_id for info in registered}

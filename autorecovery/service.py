@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable
@@ -53,7 +54,11 @@ class AutoRecovery:
         self._store = store
         self.config = config
         self.node_id = node_id
-        self._client_config = client_config or ClientConfig()
+        # Replacements spread over as many racks as autorecovery's own setting asks.
+        self._client_config = dataclasses.replace(
+            client_config or ClientConfig(),
+            min_racks_per_write_quorum=config.min_racks_per_write_quorum,
+        )
         self._connector = connector
         self._rng = rng or random.Random()
         self._wall_clock = wall_clock
@@ -142,6 +147,7 @@ class AutoRecovery:
             # (its last ones stayed exported, and a sum over processes counted them twice).
             stats = self.stats
             stats.under_replicated_ledgers = stats.lost_ledgers = stats.lost_bookies = 0
+            stats.misplaced_ledgers = 0
         log.info("autorecovery %s: no longer the auditor", self.node_id)
 
 

@@ -18,6 +18,8 @@ class AutoRecoveryStats:
     bookies_registered: int = 0  # gauge: live bookies in the registry, as the auditor last read
     bookies_writable: int = 0  # gauge: ... of them writable
     bookies_readonly: int = 0  # gauge: ... of them read-only
+    ledgers_marked_for_placement: int = 0  # marks made for write sets spanning too few racks
+    misplaced_ledgers: int = 0  # gauge: marks for placement alone waiting for a worker
     # workers
     ledgers_repaired: int = 0  # marks a worker of this process resolved
     fragments_replicated: int = 0  # (fragment, bookie) copies moved to a new bookie
@@ -25,6 +27,7 @@ class AutoRecoveryStats:
     bytes_replicated: int = 0
     ledgers_recovered: int = 0  # open ledgers a worker fenced and closed after the grace period
     repair_failures: int = 0  # repairs that stopped (retried after a backoff)
+    placement_moves: int = 0  # copies moved to another rack to spread a write set
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -21,7 +21,11 @@ One ledger, as the worker sees it:
    ensemble, not known bad), copy the entries the slot owes (``replicate.SlotCopy``), then
    compare-and-set the fragment's ensemble. A fragment changed meanwhile by someone else is
    left to the next pass (its copy is orphaned and garbage collected with the ledger).
-6. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
+6. A mark for placement (``spread``), or copies moved in step 5: move one copy at a time of a
+   closed fragment whose write set spans too few racks to a bookie of another rack, chosen as
+   a replacement is among those that spread it, copied and swapped as in step 5, until no
+   move spreads it further.
+7. Remove the mark at the version read (if the auditor widened it meanwhile, it stays for the
    next pass). Entries no bookie has any more are recorded on the mark instead and the ledger
    is not tried again for them (apache/bookkeeper#4872). So are entries whose every copy is
    damaged: one failing its digest at once; one answered EIO (a checksum failing on disk, or
@@ -36,10 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import enum
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiobk.autorecovery.attempts import AttemptNotes
 from aiobk.autorecovery.checker import Holding, absent_entries, holds
@@ -59,10 +61,10 @@ from aiobk.autorecovery.fragments import (
     check_points,
     closed_fragments,
     open_fragment,
-    owed_count,
     replace_bookie,
     slot_entries,
 )
+from aiobk.autorecovery.jobs import Job, Outcome, RepairError, WorkerSwitches
 from aiobk.autorecovery.replicate import (
     CopyError,
     DamagedCopyError,
@@ -70,13 +72,14 @@ from aiobk.autorecovery.replicate import (
     Throttle,
     fetch_master_key,
 )
+from aiobk.autorecovery.spread import cluster_spread, next_move
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
-from aiobk.client.placement import choose_replacement
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.metadata import (
     CHECK,
+    PLACEMENT,
     HeldLease,
     LedgerMetadata,
     LedgerState,
@@ -101,50 +104,7 @@ MAX_BACKOFF_ENTRIES = 10_000  # ledgers remembered as failing (the oldest forgot
 # reports such entries lost: a disk failing for a moment answers EIO too, and a report is for
 # good (the backoff puts rereplication_retry_delay, then twice that, between them).
 DAMAGED_ATTEMPTS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSwitches:
-    """The protection a test switches off to show the checker catches its absence."""
-
-    # Each fragment change is a compare-and-set on the version the worker read before copying.
-    # Off, the worker writes its (possibly stale) view over whatever is there now, as a worker
-    # that trusted its etcd lock would.
-    metadata_version_fence: bool = True
-
-
-class Outcome(enum.Enum):
-    REPAIRED = "repaired"  # mark removed
-    REPORTED = "reported"  # done, but entries are lost: the mark stays as the report
-    GONE = "gone"  # the ledger was deleted: mark removed
-    DEFERRED = "deferred"  # not now (grace period, recovery in progress, a race): soon again
-    FAILED = "failed"  # something was unreachable or nothing could take the copies: backoff
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """One slot of one closed fragment: its copies moved to a new bookie (``fill`` None), or
-    the entries in ``fill`` copied back onto the slot's own bookie, which lacks them."""
-
-    fragment: FragmentRange
-    slot: int
-    fill: tuple[int, ...] | None = None
-
-    def size(self, metadata: LedgerMetadata) -> int:
-        """How many entries the job copies."""
-        if self.fill is not None:
-            return len(self.fill)
-        first, last = self.fragment.first, self.fragment.last
-        return owed_count(first, last, self.slot, metadata.ensemble_size, metadata.write_quorum)
-
-
-class RepairError(Exception):
-    """This repair cannot finish now; the worker backs off and tries again. ``kind`` names
-    why for operators (``aiobk.autorecovery.explain``)."""
-
-    def __init__(self, message: str, kind: str = ERROR) -> None:
-        super().__init__(message)
-        self.kind = kind
+ALL_ON = WorkerSwitches()  # every protection on: what runs outside the tooth tests
 
 
 class ReplicationWorker:
@@ -157,7 +117,7 @@ class ReplicationWorker:
         stats: AutoRecoveryStats | None = None,
         wall_clock: Callable[[], float],
         secret_bytes: Callable[[int], bytes],
-        switches: WorkerSwitches = WorkerSwitches(),
+        switches: WorkerSwitches = ALL_ON,
         poll_interval: float = 2.0,
     ) -> None:
         self._ctx = ctx
@@ -233,7 +193,7 @@ class ReplicationWorker:
                 async for mark in marks:
                     if wrapped and self._cursor is not None and mark.ledger_id > self._cursor:
                         break
-                    if not mark.missing:
+                    if not mark.missing and (PLACEMENT not in mark.reasons or mark.lost):
                         continue  # a report of lost entries: nothing left to do
                     failures, not_before = self._backoff.get(mark.ledger_id, (0, 0.0))
                     if loop.time() < not_before:
@@ -319,6 +279,7 @@ class ReplicationWorker:
             await self._marks.unmark(mark)
             return Outcome.GONE
         infos = await store.list_bookies()
+        await self._ctx.pool.writable_bookies(fresh=True)  # the racks replacements spread over
         registered = {info.bookie_id for info in infos}
         writable = [info.bookie_id for info in infos if info.writable]
         draining = await self._marks.decommissioning()
@@ -364,17 +325,17 @@ class ReplicationWorker:
 
         lost_ranges: list[tuple[int, int]] = []
         self._notes.to_copy(sum(job.size(metadata) for job in jobs))
+        found: list[bytes] = []
+        fetching = asyncio.Lock()
+
+        async def key() -> bytes:  # fetched once, when a first entry is to be written
+            async with fetching:  # by one of the copies in flight; the others wait
+                if not found:
+                    holders = registered  # a bookie being drained has the key too
+                    found.append(await self._master_key(ledger_id, metadata, holders))
+            return found[0]
+
         if jobs:
-            found: list[bytes] = []
-            fetching = asyncio.Lock()
-
-            async def key() -> bytes:  # fetched once, when a first entry is to be written
-                async with fetching:  # by one of the copies in flight; the others wait
-                    if not found:
-                        holders = registered  # a bookie being drained has the key too
-                        found.append(await self._master_key(ledger_id, metadata, holders))
-                return found[0]
-
             for job in jobs:
                 done = await self._run_job(
                     ledger_id, metadata, job, key, writable, registered, moving, mark,
@@ -390,6 +351,26 @@ class ReplicationWorker:
         still = moving & bookies_named(metadata)
         if still:  # e.g. a lost bookie still in the writer's fragment
             return self._deferred(ledger_id, CHANGED, f"still names {', '.join(sorted(still))}")
+        # Step 6, also after copies moved for other reasons (their targets spread only as far
+        # as one slot could); each move raises a bounded score, so there are few.
+        if PLACEMENT in mark.reasons or any(job.fill is None for job in jobs):
+            spread = cluster_spread(infos, self._config.min_racks_per_write_quorum)
+            targets = set(writable) - draining
+            for _move in range(sum(len(f.ensemble) for f in metadata.fragments) * 3):
+                move = next_move(metadata, spread, targets)
+                if move is None:  # spread as far as the racks allow: the mark goes
+                    break
+                job = Job(move.fragment, move.slot, targets=move.targets)
+                self._notes.to_copy(job.size(metadata))
+                done = await self._run_job(
+                    ledger_id, metadata, job, key, writable, registered, moving, mark,
+                    damaged_is_lost,
+                )  # fmt: skip
+                if done is None:
+                    return self._deferred(ledger_id, CHANGED, "its fragment changed during a move")
+                metadata, ranges = done
+                lost_ranges.extend(ranges)
+                self.stats.placement_moves += 1
         try:
             if lost_ranges or mark.lost:
                 report = dataclasses.replace(mark, missing=()).with_lost(lost_ranges)
@@ -521,7 +502,14 @@ class ReplicationWorker:
         if job.fill is None:
             exclude = moving | ctx.pool.recently_failed()
             try:
-                target = choose_replacement(writable, fragment.ensemble, exclude, ctx.rng)
+                target = ctx.replacement(
+                    writable if job.targets is None else job.targets,
+                    fragment.ensemble,
+                    exclude,
+                    slot,
+                    metadata.write_quorum,
+                    f"ledger {ledger_id}: re-replication",
+                )
             except NotEnoughBookiesError as exc:
                 raise RepairError(str(exc), NO_TARGET) from None
         else:

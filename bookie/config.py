@@ -14,6 +14,7 @@ from typing import Any
 
 from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT
 from aiobk.metadata.autorecovery import AutoRecoveryConfig
+from aiobk.metadata.records import DEFAULT_RACK, check_rack
 from aiobk.metadata.uri import redact_uri
 
 # The largest frame a bookie may be set to take: an add must fit one journal record (64 MiB).
@@ -55,6 +56,9 @@ class BookieConfig:
     advertised_address: str | None = None
     # etcd://[USER:PASSWORD@]HOST:PORT/PREFIX or memory://NAME; None runs unregistered.
     metadata_uri: str | None = None
+    # Its failure domain, /ZONE/RACK (or /RACK), in its registration: clients spread every
+    # write set over racks and zones (docs/design/placement.md).
+    rack: str = DEFAULT_RACK
     registration_ttl: float = 10.0  # lease TTL: a dead bookie vanishes from the registry after it
     # BP-46: rewrite disagreeing cookies at boot (and then fence and recover) instead of refusing.
     allow_cookie_fix: bool = False
@@ -169,6 +173,10 @@ class BookieConfig:
             raise ConfigError("data_dir is required")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is not in 0..65535")
+        try:
+            check_rack(self.rack)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         positive = (
             "journal_buffered_writes_threshold",
             "journal_max_file_size",

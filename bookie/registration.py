@@ -17,7 +17,14 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiobk.bookie.write_state import WriteState
-from aiobk.metadata import READ_ONLY, WRITABLE, BookieServiceInfo, MetadataStore, Registration
+from aiobk.metadata import (
+    DEFAULT_RACK,
+    READ_ONLY,
+    WRITABLE,
+    BookieServiceInfo,
+    MetadataStore,
+    Registration,
+)
 from aiobk.protocol.errors import BKError, MetadataStoreError
 
 REREGISTER_INTERVAL = 1.0  # seconds between attempts to register again after losing the lease
@@ -167,10 +174,11 @@ class Membership:
         write_state: WriteState,
         owner: Callable[[], str],
         running: Callable[[], bool],
+        rack: str = DEFAULT_RACK,
     ) -> None:
         """``metadata``: the bookie's store (None: it has none, or not yet); ``version``: its
         software's; ``disk_usage``: free and total bytes of its data directory; ``owner``: its
-        id; ``running``: whether it serves."""
+        id; ``running``: whether it serves; ``rack``: its failure domain."""
         self._metadata = metadata
         self._ttl = ttl
         self._version = version
@@ -178,6 +186,7 @@ class Membership:
         self._write_state = write_state
         self._owner = owner
         self._running = running
+        self._rack = rack
         self._registry: Registry | None = None
 
     @property
@@ -201,6 +210,7 @@ class Membership:
             address,
             software_version=self._version,
             instance_id=instance_id,
+            rack=self._rack,
         )
         self._registry = Registry(store, self._ttl, identity, self._usage, self._running)
         await self._registry.register(replaced)

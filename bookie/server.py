@@ -135,6 +135,7 @@ class Bookie:
             self.write_state,
             lambda: self.bookie_id,
             lambda: self._running,
+            config.rack,
         )
         self.write_state.on_change(self.membership.state_changed)
         self.storage = LedgerStorage(self._disk, config, stats, self._write_error)

@@ -226,7 +226,11 @@ class BookKeeper:
         avoid = self.pool.recently_failed()  # registered, but its lease has not run out yet
         if len(set(bookies) - avoid) < ensemble_size:
             avoid = set()
-        ensemble = choose_ensemble(bookies, ensemble_size, avoid, self._rng)
+        spread = self.pool.spread()
+        ensemble = choose_ensemble(
+            bookies, ensemble_size, avoid, self._rng, write_quorum=write_quorum, spread=spread
+        )
+        self.context.check_spread(ensemble, write_quorum, spread, "a new ledger")
         # A fresh salt per ledger, from the client's random source (seeded in the simulator,
         # from the OS otherwise): not secret, only unlike every other ledger's.
         salt = self._rng.randbytes(SALT_SIZE)

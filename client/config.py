@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiobk.metadata.records import check_rack
 from aiobk.protocol import DigestType
 
 
@@ -29,6 +30,10 @@ class ProtocolSwitches:
     # sequence is appended, as a log without producers would: a producer that re-sends what it
     # was unsure of after a crash writes duplicates.
     deduplicate_producers: bool = True
+    # Placement spreads write sets over racks (client/placement.py). Off, ensembles and
+    # replacements are chosen at random, as a cluster without racks chooses them: one rack lost
+    # can then hold every copy of an entry.
+    spread_over_racks: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,17 @@ class ClientConfig:
     # restart or leader election. Each attempt may take metadata_timeout on top.
     metadata_retry_timeout: float = 30.0
     bookie_list_ttl: float = 2.0  # how long a fetched list of writable bookies is reused
+    # Failure domains (docs/design/placement.md): every write set of a new ensemble, a
+    # replacement and a re-replicated copy spans at least this many racks when the writable
+    # bookies are in that many, and as many zones as it can.
+    min_racks_per_write_quorum: int = 2
+    # True: a placement that cannot span min_racks_per_write_quorum racks is refused
+    # (NotEnoughBookiesError naming the constraint). False: it is made, logged and counted
+    # (placement_short_of_racks in the client's figures).
+    enforce_min_racks: bool = False
+    # The client's own rack, /ZONE/RACK: reads ask a bookie in it first, then one in its zone,
+    # then the rest (None: in write-set order).
+    rack: str | None = None
     # Each protocol trap's fix, on (ProtocolSwitches); switched off only by tests.
     switches: ProtocolSwitches = field(default_factory=ProtocolSwitches)
 
@@ -101,5 +117,9 @@ class ClientConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"ClientConfig.{name} must be positive")
+        if self.min_racks_per_write_quorum < 1:
+            raise ValueError("ClientConfig.min_racks_per_write_quorum must be at least 1")
+        if self.rack is not None:
+            check_rack(self.rack)
         if self.explicit_lac_delay < 0:
             raise ValueError("ClientConfig.explicit_lac_delay must not be negative (0 disables)")

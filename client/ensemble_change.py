@@ -28,7 +28,6 @@ from aiobk.client.add_batches import PendingAdd
 from aiobk.client.config import ClientConfig
 from aiobk.client.context import ClientContext
 from aiobk.client.metadata_retry import MetadataRetry
-from aiobk.client.placement import choose_replacement
 from aiobk.metadata import LedgerMetadata, LedgerState
 from aiobk.protocol.errors import BKError, LedgerFencedError, MetadataVersionError
 
@@ -65,7 +64,9 @@ async def change_ensemble(
     )
     new = list(ensemble)
     for slot in sorted(failed):
-        new[slot] = choose_replacement(candidates, new, bad, ctx.rng)
+        new[slot] = ctx.replacement(
+            candidates, new, bad, slot, current().write_quorum, f"ledger {ledger_id}"
+        )
     if chosen is not None:  # ProtocolSwitches.replace_after_cas off: write before the CAS
         chosen(list(new))
     metadata = current()

@@ -19,6 +19,7 @@ from typing import Generic, TypeVar
 from aiobk.client.config import ClientConfig
 from aiobk.client.connection import BookieConnection
 from aiobk.client.net import AsyncioConnector, Connector
+from aiobk.client.placement import Spread, read_order
 from aiobk.metadata import MetadataStore
 from aiobk.protocol import Response
 from aiobk.protocol.errors import BKError, BookieUnavailableError, MetadataStoreError
@@ -48,6 +49,7 @@ class BookiePool:
         self._down_until: dict[str, float] = {}
         self._backoff: dict[str, float] = {}
         self._addresses: dict[str, str] = {}
+        self._racks: dict[str, str] = {}  # each bookie's, as last listed (placement.Spread)
         self.txn_ids = itertools.count(1)
         self._writable: tuple[float, list[str]] | None = None
         self._closed = False
@@ -66,9 +68,27 @@ class BookiePool:
         infos = await self._store.list_bookies(writable_only=True)
         for info in infos:
             self._addresses[info.bookie_id] = info.address
+            self._racks[info.bookie_id] = info.rack
         ids = [info.bookie_id for info in infos]
         self._writable = (loop.time(), ids)
         return ids
+
+    def spread(self) -> Spread | None:
+        """How placement spreads copies: the racks of the bookies listed so far (a bookie gone
+        since keeps the rack it was listed with) and the client's rules (None: it does not)."""
+        config = self._config
+        if not config.switches.spread_over_racks:
+            return None
+        return Spread(
+            dict(self._racks), config.min_racks_per_write_quorum, config.enforce_min_racks
+        )
+
+    def read_order(self, bookies: list[str]) -> list[str]:
+        """The order to ask ``bookies`` for an entry: the client's rack first, then its zone
+        (``ClientConfig.rack``; unset: as given)."""
+        if self._config.rack is None:
+            return bookies
+        return read_order(bookies, self._config.rack, Spread(self._racks))
 
     def recently_failed(self) -> set[str]:
         """Bookies whose last connection attempt failed and whose backoff has not run out:

@@ -71,12 +71,13 @@ class EntryReader:
     async def fetch(self, metadata: LedgerMetadata, entry_id: int) -> EntryBody:
         """The entry's verified body from the first bookie of its write set with a good copy.
 
-        Bookies are asked in write-set order; one that has not answered after
+        Bookies are asked in write-set order (those in the client's rack, then its zone,
+        first: ``ClientConfig.rack``); one that has not answered after
         ``speculative_read_timeout`` keeps its request but the next one is asked as well, so a
         silent bookie costs a short delay rather than a full read timeout."""
         fragment = metadata.fragment_for(entry_id)
         slots = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
-        bookies = [fragment.ensemble[s] for s in slots]
+        bookies = self._pool.read_order([fragment.ensemble[s] for s in slots])
         errors: list[BKError] = []
         running: set[asyncio.Task[EntryBody]] = set()
         asked: list[asyncio.Task[EntryBody]] = []  # the order to look at them in (not a set's)

@@ -28,7 +28,6 @@ from aiobk.client.context import ClientContext
 from aiobk.client.digest import Digester
 from aiobk.client.ensemble_change import ReplacementsChosen
 from aiobk.client.entry_read import ask, verified
-from aiobk.client.placement import choose_replacement
 from aiobk.client.quorum import write_set
 from aiobk.client.read import EntryReader
 from aiobk.client.recovery_decisions import FenceTracker, Outcome, ReadTracker
@@ -297,7 +296,14 @@ class LedgerRecovery:
         candidates = await self._pool.writable_bookies(fresh=True)
         new = list(ensemble)
         for slot in sorted(failed):
-            new[slot] = choose_replacement(candidates, new, self._bad, self._rng)
+            new[slot] = self._ctx.replacement(
+                candidates,
+                new,
+                self._bad,
+                slot,
+                self._local.write_quorum,
+                f"ledger {self.ledger_id}: recovery",
+            )
         self._local = self._local.with_fragment(first_entry, tuple(new))
         if not self._config.switches.recovery_changes_local:
             self._local = await self._store.write_ledger(self.ledger_id, self._local)

@@ -26,6 +26,8 @@ class ClientStats:
     recovery_failures: int = 0
     entries_read: int = 0
     speculative_reads: int = 0  # a next bookie asked because the first was slow
+    # ensembles and replacements placed on fewer racks than min_racks_per_write_quorum asks
+    placement_short_of_racks: int = 0
     # Not counters (``as_dict`` leaves them out):
     append_latency: Histogram = field(default_factory=Histogram)  # add -> confirmed, seconds
     clock: Clock = field(default=loop_clock, repr=False)  # times the histogram (module doc)

@@ -5,6 +5,7 @@ from aiobk.metadata.autorecovery import (
     CHECK,
     DECOMMISSION,
     LOST_BOOKIE,
+    PLACEMENT,
     AuditorStatus,
     AutoRecoveryStore,
     RepairAttempt,
@@ -31,6 +32,7 @@ from aiobk.metadata.model import (
     write_set,
 )
 from aiobk.metadata.records import (
+    DEFAULT_RACK,
     READ_ONLY,
     WRITABLE,
     BookieServiceInfo,
@@ -38,15 +40,19 @@ from aiobk.metadata.records import (
     Cookie,
     LogMetadata,
     ProducerState,
+    check_rack,
+    zone_of,
 )
 from aiobk.metadata.registration import Registration
 from aiobk.metadata.store import DEFAULT_BOOKIE_TTL, MetadataStore
 from aiobk.metadata.uri import DEFAULT_TIMEOUT, MetadataURIError, open_store, redact_uri
 
 __all__ = [
+    "DEFAULT_RACK",
     "CHECK",
     "DECOMMISSION",
     "LOST_BOOKIE",
+    "PLACEMENT",
     "AuditorStatus",
     "AutoRecoveryStore",
     "HeldLease",
@@ -70,6 +76,8 @@ __all__ = [
     "LedgerState",
     "LogMetadata",
     "ProducerState",
+    "check_rack",
+    "zone_of",
     "MemoryKV",
     "MetadataAuthError",
     "MetadataFormatError",

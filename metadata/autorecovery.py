@@ -17,7 +17,8 @@ Keys under ``PREFIX/autorecovery/`` (``KeyLayout``)::
     decommission/BOOKIE         a bookie being drained: workers move its copies away
 
 Theory of operation. The auditor marks a ledger when a bookie named in it is lost, or a check
-finds copies missing; a worker claims one marked ledger at a time, repairs it, and removes the
+finds copies missing, or a write set spans too few racks (``PLACEMENT``: the
+mark names no bookie); a worker claims one marked ledger at a time, repairs it, and removes the
 mark -- with a compare-and-set on the version it read, so a mark the auditor widened meanwhile
 survives for another pass. Claims only keep workers out of each other's way: a worker whose
 lease lapsed may still be running, so every change it makes to a ledger is a compare-and-set on
@@ -51,6 +52,10 @@ SECRET_SIZE = 32
 LOST_BOOKIE = "lost-bookie"  # a bookie named in an ensemble is gone for good
 CHECK = "check"  # a periodic check found a copy missing
 DECOMMISSION = "decommission"  # an operator drains a bookie
+# A write set spans fewer racks than the cluster allows (``min_racks_per_write_quorum``): no
+# copy is missing, so the mark names no bookie. A release whose workers take only marks naming
+# bookies passes such a mark by, as it does a report of lost entries.
+PLACEMENT = "placement"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,11 @@ class AutoRecoveryConfig:
     # How often an idle worker looks for marks, and a candidate for a vacant auditor's seat
     # (each look is one or two store reads; jittered).
     autorecovery_poll_interval: float = 2.0
+    # Racks each write set of a closed fragment should span, as the client's setting of the
+    # same name: the auditor marks a ledger whose write sets span fewer while a move of a copy
+    # to another rack's writable bookie would spread them, and the workers' copies spread this
+    # far; 1 turns the placement check off.
+    min_racks_per_write_quorum: int = 2
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -107,6 +117,7 @@ class AutoRecoveryConfig:
             "rereplication_retry_delay",
             "autorecovery_lease_ttl",
             "autorecovery_poll_interval",
+            "min_racks_per_write_quorum",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -137,7 +148,7 @@ class UnderReplication:
     ledger_id: int
     missing: tuple[str, ...]  # bookies whose copies are, or may be, missing; sorted
     since: int  # milliseconds (the marker's wall clock) when first marked
-    reasons: tuple[str, ...] = ()  # LOST_BOOKIE, CHECK, DECOMMISSION; sorted
+    reasons: tuple[str, ...] = ()  # LOST_BOOKIE, CHECK, DECOMMISSION, PLACEMENT; sorted
     lost: tuple[tuple[int, int], ...] = ()  # entry ranges with no copy anywhere: not retried
     version: int = field(default=-1, compare=False)
 
@@ -566,6 +577,7 @@ __all__ = [
     "DEFERRED",
     "FAILED",
     "LOST_BOOKIE",
+    "PLACEMENT",
     "REPAIRING",
     "AuditorStatus",
     "AutoRecoveryConfig",

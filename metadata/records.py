@@ -39,6 +39,31 @@ def _dump(document: dict[str, Any]) -> bytes:
 WRITABLE = "writable"
 READ_ONLY = "readonly"
 
+# A bookie's failure domain, "/ZONE/RACK" (docs/design/placement.md): bookies that one fault
+# (a switch, a power feed, a cloud zone) can take down together share a rack; racks that one
+# larger fault can take down share a zone.
+DEFAULT_RACK = "/default-zone/default-rack"
+
+
+def check_rack(rack: str) -> str:
+    """``rack`` when it names a failure domain, ``/ZONE/RACK`` or ``/RACK`` (a rack in the
+    default zone); ValueError naming the form otherwise."""
+    parts = rack.split("/")
+    if (
+        len(parts) not in (2, 3)
+        or parts[0]
+        or not all(parts[1:])
+        or any(c.isspace() or not c.isprintable() for c in rack)
+    ):
+        raise ValueError(f"rack {rack!r}: expected /ZONE/RACK (or /RACK), without spaces")
+    return rack
+
+
+def zone_of(rack: str) -> str:
+    """The zone a rack is in: ``/ZONE`` of ``/ZONE/RACK``; a ``/RACK`` is in the default zone."""
+    parts = rack.split("/")
+    return f"/{parts[1]}" if len(parts) == 3 else "/default-zone"
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterRecord:
@@ -75,6 +100,7 @@ class BookieServiceInfo:
     total_bytes: int = 0
     instance_id: str = ""  # identity of the bookie's data directories (a restart keeps it)
     version: int = field(default=-1, compare=False)
+    rack: str = DEFAULT_RACK  # its failure domain (check_rack)
 
     @property
     def writable(self) -> bool:
@@ -90,6 +116,7 @@ class BookieServiceInfo:
                 "free_bytes": self.free_bytes,
                 "total_bytes": self.total_bytes,
                 "instance_id": self.instance_id,
+                "rack": self.rack,
             }
         )
 
@@ -109,6 +136,7 @@ class BookieServiceInfo:
                 int(d.get("total_bytes", 0)),
                 str(d.get("instance_id", "")),
                 version,
+                check_rack(str(d.get("rack", DEFAULT_RACK))),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise MetadataFormatError(f"unreadable bookie registration: {exc!r}") from None

@@ -102,6 +102,12 @@ def _node_id() -> str:
 @click.option("--autorecovery-poll-interval", type=float, default=None)
 @click.option("--autorecovery-lease-ttl", type=float, default=None)
 @click.option(
+    "--min-racks-per-write-quorum",
+    type=click.IntRange(1),
+    default=None,
+    help="Racks each write set should span; 1: no placement check.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default=None,

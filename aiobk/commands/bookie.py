@@ -80,6 +80,12 @@ def bookie_group() -> None:
     help="host:port clients dial (default --host:--port; with --host 0.0.0.0, this host's "
     "address toward other hosts).",
 )
+@click.option(
+    "--rack",
+    default=None,
+    help="Its failure domain, /ZONE/RACK: clients spread each entry's copies over racks and "
+    "zones (default /default-zone/default-rack).",
+)
 @click.option("--tls-cert-file", default=None, help="The bookie's TLS certificate (PEM).")
 @click.option("--tls-key-file", default=None, help="Its private key (PEM).")
 @click.option("--tls-ca-file", default=None, help="CA certificates peers' certificates chain to.")
@@ -116,6 +122,7 @@ def start_command(
     bookie_id: str | None,
     metadata: str | None,
     advertised_address: str | None,
+    rack: str | None,
     tls_cert_file: str | None,
     tls_key_file: str | None,
     tls_ca_file: str | None,
@@ -136,6 +143,7 @@ def start_command(
         "tls_only": tls_only,
         "tls_reload_interval": tls_reload_interval,
         "advertised_address": advertised_address,
+        "rack": rack,
         "port": port,
         "data_dir": data_dir,
         "journal_dir": journal_dir,

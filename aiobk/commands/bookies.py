@@ -47,6 +47,7 @@ def bookies_list(metadata: str | None, as_json: bool) -> None:
         (
             entry.bookie_id,
             entry.address,
+            entry.rack or "-",
             entry.state,
             f"{entry.free_bytes / 2**30:.1f}" if entry.registered else "-",
             entry.software_version or "-",
@@ -54,7 +55,7 @@ def bookies_list(metadata: str | None, as_json: bool) -> None:
         )
         for entry in entries
     ]
-    echo_table(rows, ("id", "address", "state", "free GiB", "version", "last heard"))
+    echo_table(rows, ("id", "address", "rack", "state", "free GiB", "version", "last heard"))
 
 
 def _heard(entry: RosterEntry, now: float) -> str:

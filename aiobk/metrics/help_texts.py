@@ -19,6 +19,7 @@ AUTORECOVERY_GAUGES = frozenset(
         "bookies_registered",
         "bookies_writable",
         "bookies_readonly",
+        "misplaced_ledgers",
     }
 )
 
@@ -127,12 +128,18 @@ AUTORECOVERY_HELP: dict[str, str] = {
     "last read the registry.",
     "bookies_writable": "Writable bookies registered, as the auditor last read the registry.",
     "bookies_readonly": "Read-only bookies registered, as the auditor last read the registry.",
+    "ledgers_marked_for_placement": "Ledgers this process's auditor marked because a write "
+    "set spans fewer racks than min_racks_per_write_quorum and a move would spread it.",
+    "misplaced_ledgers": "Ledgers marked for their placement alone, waiting for a worker "
+    "(the auditor's count).",
     "ledgers_repaired": "Under-replicated marks this process's workers resolved.",
     "fragments_replicated": "Fragment copies this process's workers moved to a new bookie.",
     "entries_replicated": "Entries this process's workers copied to a new bookie.",
     "bytes_replicated": "Entry bytes this process's workers copied to a new bookie.",
     "ledgers_recovered": "Open ledgers a worker fenced and closed after the grace period.",
     "repair_failures": "Repairs that stopped (each retried after a backoff).",
+    "placement_moves": "Copies this process's workers moved to another rack to spread a "
+    "write set over min_racks_per_write_quorum racks.",
 }
 
 CLIENT_HELP: dict[str, str] = {
@@ -146,6 +153,8 @@ CLIENT_HELP: dict[str, str] = {
     "entries_read": "Entries read and verified.",
     "speculative_reads": "Reads that asked a next bookie because the first was slow "
     "[SPECULATIVE_READ_COUNT].",
+    "placement_short_of_racks": "Ensembles and replacements placed on fewer racks than "
+    "min_racks_per_write_quorum asks (the cluster lacks them; not enforced).",
     "pending_appends": "Appends started and not finished yet [NUM_PENDING_ADD].",
     "pending_append_bytes": "Payload bytes of the appends started and not finished yet.",
     "appends_waiting": "Appends waiting for room in the client's budget of unfinished appends.",

@@ -22,6 +22,9 @@ also use when they record why an attempt stopped (``RepairAttempt``):
   for now (``BOOKIE_ABSENT``: the copy waits for them, or for the auditor to call them lost);
 - the last attempt failed or was put off, and the worker backs off until a time (``BACKOFF``,
   ``DEFERRED``);
+- the mark is for placement (``MISPLACED``): no copy is missing, but a closed fragment's write
+  set spans fewer racks than ``min_racks_per_write_quorum`` while another rack's bookie could
+  take a copy; a worker moves one copy per such write set;
 - none of these: it waits for a worker's next look (``QUEUED``).
 
 A ledger with no mark may still be at risk: a bookie it names is absent but not yet lost (the
@@ -31,7 +34,7 @@ each closed fragment (what ``probe_plan`` lists and the caller asks), as the aud
 does.
 """
 
-from aiobk.autorecovery.explain.decide import explain, probe_plan
+from aiobk.autorecovery.explain.decide import explain
 from aiobk.autorecovery.explain.gather import explain_ledger, gather_facts
 from aiobk.autorecovery.explain.model import (
     Blocker,
@@ -40,6 +43,7 @@ from aiobk.autorecovery.explain.model import (
     FragmentState,
     LedgerFacts,
 )
+from aiobk.autorecovery.explain.probes import probe_plan
 
 __all__ = [
     "Blocker",

@@ -1,6 +1,6 @@
-"""The verdict: ``explain`` turns a ledger's facts into its explanation, and ``probe_plan``
-says which copies to ask the bookies about first. Pure (``aiobk.autorecovery.explain`` has the
-theory; ``gather`` does the I/O)."""
+"""The verdict: ``explain`` turns a ledger's facts into its explanation. Pure
+(``aiobk.autorecovery.explain`` has the theory; ``probes`` says which copies to ask the bookies
+about first, ``gather`` does the I/O)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from aiobk.autorecovery.explain.model import (
     LOST_BOOKIE,
     LOST_ENTRIES,
     MAX_FRAGMENTS_CHECKED,
+    MISPLACED,
     MISSING,
     NO_AUTORECOVERY,
     NO_SOURCE,
@@ -44,48 +45,24 @@ from aiobk.autorecovery.explain.model import (
     span,
     when,
 )
+from aiobk.autorecovery.explain.probes import holders
 from aiobk.autorecovery.fragments import (
-    FragmentRange,
     bookies_named,
     closed_fragments,
     open_fragment,
     slot_bounds,
 )
-from aiobk.metadata import LedgerMetadata, LedgerState, RepairAttempt, UnderReplication, write_set
+from aiobk.autorecovery.spread import short_sets
+from aiobk.client.placement import Spread
+from aiobk.metadata import (
+    PLACEMENT,
+    LedgerMetadata,
+    LedgerState,
+    RepairAttempt,
+    UnderReplication,
+)
 from aiobk.metadata.autorecovery import DEFERRED, FAILED, REPAIRING
 from aiobk.protocol import DigestType
-
-# ---------------------------------------------------------------------------------- what to ask
-
-
-def probe_plan(metadata: LedgerMetadata, registered: frozenset[str]) -> list[tuple[str, int]]:
-    """The (bookie, entry) pairs to ask about: for each closed fragment (the first
-    ``MAX_FRAGMENTS_CHECKED``), each registered bookie's first and last owed entry, and for
-    each bookie that is not registered, its first and last owed entry on every registered
-    bookie of that entry's write set (where its copies would be read from)."""
-    e, wq = metadata.ensemble_size, metadata.write_quorum
-    asks: dict[tuple[str, int], None] = {}
-    for fragment in closed_fragments(metadata)[:MAX_FRAGMENTS_CHECKED]:
-        for slot, bookie in enumerate(fragment.ensemble):
-            bounds = slot_bounds(fragment.first, fragment.last, slot, e, wq)
-            if bounds is None:
-                continue
-            for entry in sorted(set(bounds)):
-                if bookie in registered:
-                    asks.setdefault((bookie, entry), None)
-                    continue
-                for source in _holders(entry, fragment, metadata):
-                    if source in registered:
-                        asks.setdefault((source, entry), None)
-    return list(asks)
-
-
-def _holders(entry: int, fragment: FragmentRange, metadata: LedgerMetadata) -> list[str]:
-    return [
-        fragment.ensemble[s]
-        for s in write_set(entry, metadata.ensemble_size, metadata.write_quorum)
-    ]
-
 
 # ---------------------------------------------------------------------------------- the verdict
 
@@ -101,6 +78,12 @@ def explain(facts: LedgerFacts) -> Explanation:
     if mark is not None and mark.missing:
         status = UNDER_REPLICATED
         blockers = _marked_blockers(facts, metadata, mark, fragments)
+        if PLACEMENT in mark.reasons:
+            blockers.append(_placement(facts, metadata))
+    elif mark is not None and PLACEMENT in mark.reasons and not mark.lost:
+        status = UNDER_REPLICATED
+        blockers = [_placement(facts, metadata)]
+        blockers += _claimed(facts, facts.attempt) if facts.claimant is not None else []
     else:
         blockers = _unmarked_blockers(facts, metadata, fragments)
         status = AT_RISK if blockers else (LOST if lost_ranges else HEALTHY)
@@ -119,7 +102,7 @@ def explain(facts: LedgerFacts) -> Explanation:
     missing_now = any(
         c.state in (MISSING, LOST_BOOKIE) or c.draining for f in fragments for c in f.copies
     )
-    under = status == UNDER_REPLICATED or missing_now
+    under = (status == UNDER_REPLICATED and mark is not None and bool(mark.missing)) or missing_now
     summary = _summary(facts.ledger_id, status, metadata, fragments, blockers)
     return Explanation(
         facts.ledger_id,
@@ -257,6 +240,24 @@ def _marked_blockers(
     return out
 
 
+def _placement(facts: LedgerFacts, metadata: LedgerMetadata) -> Blocker:
+    """Why the ledger is marked for its placement: its write sets on too few racks."""
+    min_racks = int(facts.setting("min_racks_per_write_quorum"))
+    spread = Spread(dict(facts.racks), min_racks)
+    short = []
+    for fragment in closed_fragments(metadata):
+        for slots in short_sets(fragment.ensemble, metadata.write_quorum, spread):
+            racks = sorted({spread.rack(fragment.ensemble[s]) for s in slots})
+            short.append(f"entries {fragment.first}-{fragment.last}: {', '.join(racks)}")
+    where = "; ".join(short[:3]) + (f"; and {len(short) - 3} more" if len(short) > 3 else "")
+    return Blocker(
+        MISPLACED,
+        f"marked for its placement: write sets span fewer than min_racks_per_write_quorum="
+        f"{min_racks} racks ({where or 'spread since the mark'}); a worker moves one copy of "
+        "each such write set to another rack's bookie",
+    )
+
+
 def _holds_all(bookie: str, fragments: list[FragmentState]) -> bool:
     states = [c.state for f in fragments for c in f.copies if c.bookie == bookie]
     return bool(states) and all(s == HELD for s in states)
@@ -386,7 +387,7 @@ def _sources(
             for entry in entries:
                 if any(lo <= entry <= hi for lo, hi in mark.lost):
                     continue
-                others = [h for h in _holders(entry, fragment, metadata) if h != bookie]
+                others = [h for h in holders(entry, fragment, metadata) if h != bookie]
                 if bookie in moving and bookie in facts.registered:
                     others.append(bookie)  # a draining bookie is a source while it lives
                 verdict = _source_verdict(facts, others, entry, lost_bookies)
@@ -560,6 +561,8 @@ def _summary(
         LOST: f"ledger {ledger_id} ({state}) has lost entries",
         AT_RISK: f"ledger {ledger_id} ({state}) is not marked for repair: {copies}",
     }[status]
+    if status == UNDER_REPLICATED and not missing and blockers and blockers[0].kind == MISPLACED:
+        return f"ledger {ledger_id} ({state}) is marked for its placement; {blockers[0].message}"
     if status == HEALTHY:
         return head
     return f"{head}; {blockers[0].message}" if blockers else head

@@ -9,8 +9,9 @@ import time
 from collections.abc import Callable
 
 from aiobk.autorecovery.checker import Holding, holds
-from aiobk.autorecovery.explain.decide import explain, probe_plan
+from aiobk.autorecovery.explain.decide import explain
 from aiobk.autorecovery.explain.model import Explanation, LedgerFacts, Probes
+from aiobk.autorecovery.explain.probes import probe_plan
 from aiobk.client.pool import BookiePool
 from aiobk.metadata import LedgerMetadata, MetadataStore
 from aiobk.protocol.errors import NoSuchLedgerError
@@ -65,6 +66,7 @@ async def gather_facts(
         frozenset(info.bookie_id for info in infos if info.writable),
         frozenset(draining),
         probes,
+        {info.bookie_id: info.rack for info in infos},
     )
 
 

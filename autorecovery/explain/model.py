@@ -5,7 +5,7 @@ JSON and text forms. ``aiobk.autorecovery.explain`` has the theory."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ QUEUED = "waiting-for-worker"
 BOOKIE_BACK = "bookie-back"
 NOT_MARKED = "not-marked-yet"
 LOST_ENTRIES = "entries-lost"
+MISPLACED = "placement"  # marked because a write set spans too few racks (no copy missing)
 
 # Explanation.status
 HEALTHY = "healthy"
@@ -67,6 +68,7 @@ class LedgerFacts:
     writable: frozenset[str] = frozenset()
     draining: frozenset[str] = frozenset()
     probes: Probes | None = None  # None: the bookies were not asked
+    racks: Mapping[str, str] = field(default_factory=dict)  # registered bookies' racks
 
     def setting(self, name: str) -> float:
         """The auditor's published setting, else the default."""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from aiobk import BookKeeper
-from aiobk.metadata import AuditorStatus, open_store
+from aiobk.metadata import LOST_BOOKIE, PLACEMENT, AuditorStatus, open_store
 from tests.compat.harness import Release
 from tests.support.cli import aiobk_child
 from tests.support.procs import BookieProcess
@@ -43,6 +43,19 @@ async def main():
         status = await store.autorecovery.read_status()
         print(json.dumps([status.auditor, status.lost_bookies, status.missing_bookies,
                           status.last_check, status.last_bookie_check]))
+
+asyncio.run(main())
+"""
+
+RELEASE_READS_MARKS = """
+import asyncio, json
+from aiobk.metadata import open_store
+
+async def main():
+    async with open_store({uri!r}) as store:
+        marks = [m async for m in store.autorecovery.marks()]
+        print(json.dumps([[m.ledger_id, list(m.missing), list(m.reasons), list(m.lost)]
+                          for m in marks]))
 
 asyncio.run(main())
 """
@@ -121,3 +134,18 @@ async def test_the_release_reads_the_auditor_status_this_tree_writes(
         read = json.loads(release.python(RELEASE_READS_STATUS.format(uri=uri)))
         assert read == ["head-auditor", {"b1:1": 5}, {"b2:2": 6}, 7, 8]
         await store.kv.revoke_lease(lease)
+
+
+@pytest.mark.timeout(60)
+async def test_the_release_reads_a_placement_mark_this_tree_writes(
+    release: Release, uri: str
+) -> None:
+    async with open_store(uri) as store:
+        await store.autorecovery.mark(41, (), PLACEMENT, 9000)
+        await store.autorecovery.mark(42, ["b1:1"], LOST_BOOKIE, 9000)
+        await store.autorecovery.mark(42, (), PLACEMENT, 9001)
+        read = json.loads(release.python(RELEASE_READS_MARKS.format(uri=uri)))
+        assert read == [
+            [41, [], [PLACEMENT], []],
+            [42, ["b1:1"], [LOST_BOOKIE, PLACEMENT], []],
+        ]

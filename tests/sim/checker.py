@@ -21,6 +21,7 @@ from aiobk.protocol import parse_entry
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from tests.sim.history import History
 from tests.sim.loss import unrepaired
+from tests.sim.racks import check_spread_again
 from tests.sim.sequences import check_producers, spans
 from tests.sim.workload import LOG
 from tests.sim.world import SimBookie, World
@@ -111,6 +112,8 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
     _check_metadata_history(world, history)
     if restoring:
         await check_restored(world, history)
+        if world.racked:
+            await check_spread_again(world, history)
     return final
 
 

@@ -17,6 +17,10 @@ the nemesis's usual faults:
    With the version fence the stale swap fails; without it, it writes the second lost bookie
    back into the ledger, and I15 catches it.
 
+The racks profile's plan (``LossPlan.rack``) instead: once ledgers are written on every rack,
+one whole rack lost for good at one instant, with the side faults of step 2 and maybe a bookie
+declared lost and returning after the repair (tests.sim.racks).
+
 Each wait is bounded. Every other fault lasts seconds, so a repair not done ``REPAIR_WAIT``
 after a loss is one autorecovery does not make by itself: an I15 violation, reported then (the
 checker's own recoveries at the end would otherwise close what the workers left stuck).
@@ -52,6 +56,8 @@ class LossPlan:
     auditor_lapse: float  # chance, per repair, of the auditor's lease lapsing mid-audit
     worker_lapse: float  # chance, per repair, of a busy worker's lease lapsing mid-copy
     race: float  # chance that the second loss comes as the worker race
+    # The racks profile instead (tests.sim.racks): one whole rack lost at once, nothing after.
+    rack: bool = False
 
 
 PLANS: dict[str, LossPlan] = {
@@ -59,6 +65,8 @@ PLANS: dict[str, LossPlan] = {
                      race=0.3),
     "worker_race": LossPlan(brief_bounce=0.0, long_bounce=0.0, auditor_lapse=0.0,
                             worker_lapse=0.0, race=1.0),
+    "racks": LossPlan(brief_bounce=0.4, long_bounce=0.3, auditor_lapse=0.5, worker_lapse=0.5,
+                      race=0.0, rack=True),
 }  # fmt: skip
 
 
@@ -133,6 +141,9 @@ class Loss:
 
     async def _run(self) -> None:
         rng, plan = self.rng, self.plan
+        if plan.rack:
+            await self._lose_rack()
+            return
         race = rng.random() < plan.race
         brief = rng.random() < plan.brief_bounce
         long = rng.random() < plan.long_bounce
@@ -159,6 +170,32 @@ class Loss:
         await self._lose()
         self._meanwhile()
         await self.settled()
+
+    async def _lose_rack(self) -> None:
+        """The racks profile: once ledgers are written on every rack (some closed), a whole
+        rack lost for good at one instant; meanwhile maybe a bookie down briefly, and after the
+        repair maybe one declared lost and returning while its ledgers are copied."""
+        rng, world = self.rng, self.world
+        brief = rng.random() < self.plan.brief_bounce
+        long = rng.random() < self.plan.long_bounce
+        await asyncio.sleep(rng.uniform(3.0, 10.0))
+        by_rack: dict[str, list[SimBookie]] = {}
+        for sim in world.bookies.values():
+            by_rack.setdefault(sim.config.rack, []).append(sim)
+        rack = rng.choice(sorted(by_rack))
+        sims = by_rack[rack]
+        self._count("lose_rack")
+        self.workload.history.unsynced_loss = True
+        self.trace(f"rack {rack} lost whole: {[sim.node for sim in sims]}")
+        await world.lose_together(sims)
+        self._meanwhile()
+        bounce = asyncio.create_task(self._bounce(brief=True)) if brief else None
+        await self.settled()
+        if bounce is not None:
+            await bounce
+        if long:
+            await self._bounce(brief=False)
+            await self.settled()
 
     def _pick(self) -> SimBookie | None:
         nemesis = self.nemesis

@@ -43,6 +43,12 @@ PROFILES: dict[str, dict[str, float]] = {
         "reset_request": 1, "reset_reply": 1, "recover": 1, "read_errors": 1, "slow": 1,
         "slow_metadata": 1, "change_race": 0.5,
     },
+    # tests.sim.racks: a whole rack lost for good; besides, the loss profile's faults.
+    "racks": {
+        "crash": 2, "stop": 1, "pause": 2, "partition": 1, "partition_one_way": 1,
+        "reset_request": 1, "reset_reply": 1, "recover": 1, "read_errors": 1, "slow": 1,
+        "slow_metadata": 1, "change_race": 0.5,
+    },
     # Two workers racing on one ledger, one with a stale view (the plan's race, nothing else).
     "worker_race": {"pause": 1},
     # Producers (tests.sim.producers) dying mid-append and re-sending, while bookies fail

@@ -35,7 +35,7 @@ from tests.sim.loop import SimLoop, SpinError
 from tests.sim.loss import PLANS, Loss, autorecovery_config
 from tests.sim.nemesis import Nemesis
 from tests.sim.producers import Producers
-from tests.sim.workload import Workload
+from tests.sim.workload import SHAPES, Workload
 from tests.sim.world import Switches, World
 
 WORKLOAD_LIMIT = 300.0  # virtual seconds for the faulty phase; beyond it the run hung
@@ -56,6 +56,8 @@ class Scale:
     pace: float = 0.004  # most seconds between a writer's appends
     log_pace: float = 0.01
     reader_rounds: int = 12
+    racks: int = 0  # bookies in this many racks (0: all in the default rack)
+    shapes: tuple[tuple[int, int, int], ...] = SHAPES  # the writers' (E, WQ, AQ)
 
 
 SCALES: dict[str, Scale] = {
@@ -63,6 +65,10 @@ SCALES: dict[str, Scale] = {
                   reader_rounds=40),
     "worker_race": Scale(bookies=7, faults=0, duration=1.0, writing=90.0, pace=0.2,
                          log_pace=0.4, reader_rounds=12),
+    # tests.sim.racks: three racks of three, one lost whole. AQ 2 of E 3: with every write set
+    # over two racks or more, an acknowledged entry has a copy outside any one rack.
+    "racks": Scale(bookies=9, faults=10, duration=30.0, writing=90.0, pace=0.1, log_pace=0.2,
+                   reader_rounds=40, racks=3, shapes=((3, 3, 2), (3, 2, 2))),
 }  # fmt: skip
 
 
@@ -200,10 +206,15 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         switches=options.switches,
         trace=note,
         autorecovery=None if plan is None else autorecovery_config(rng),
+        racks=scale.racks,
     )
     history = History()
     world.net.tap = WireTap(world, history)
-    note(f"seed {seed}: {scale.bookies} bookies" + (" without journal" if journal_less else ""))
+    note(
+        f"seed {seed}: {scale.bookies} bookies"
+        + (f" in {scale.racks} racks" if scale.racks else "")
+        + (" without journal" if journal_less else "")
+    )
     if world.autorecovery is not None:
         note(f"autorecovery: {world.autorecovery}")
     try:
@@ -211,7 +222,13 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             if not await world.start_bookie(sim):
                 history.violations.append(f"{sim.node} did not boot on a fresh disk")
         workload = Workload(
-            world, history, rng, options.stall_rate, pace=scale.pace, log_pace=scale.log_pace
+            world,
+            history,
+            rng,
+            options.stall_rate,
+            pace=scale.pace,
+            log_pace=scale.log_pace,
+            shapes=scale.shapes,
         )
         nemesis = Nemesis(world, rng, workload, options.profile, rng.choice((1, 2)))
         now = asyncio.get_running_loop().time()

@@ -11,8 +11,10 @@ import pytest
 import aiobk.bookie.gc as bookie_gc
 from aiobk.client import LogPosition
 from aiobk.client.log.position import LogRecord
+from aiobk.metadata import Fragment, LedgerMetadata, LedgerState
 from tests.sim.checker import _check_ledger, _check_log_order
 from tests.sim.history import Append, History, LogAppend, ProducerAppend
+from tests.sim.racks import best_spread, short_of_racks
 from tests.sim.run import SimOptions, run_seed, run_seeds
 from tests.sim.sequences import check_producers
 from tests.sim.world import Switches
@@ -188,6 +190,34 @@ def test_checker_catches_a_gc_that_removes_live_entry_logs(
     pytest.fail("a gc that removes live entry logs went unnoticed for 20 seeds")
 
 
+def test_spread_check_asks_what_the_racks_left_allow() -> None:
+    """Two racks left: E3 WQ3 can span both in every write set, E3 WQ2 cannot (three slots
+    round a cycle, two racks); a write set in one rack is flagged only where two were
+    possible."""
+    assert best_spread(3, 3, {"/a/1": 3, "/a/2": 3}, 2) == 2
+    assert best_spread(3, 2, {"/a/1": 3, "/a/2": 3}, 2) == 1
+    assert best_spread(2, 2, {"/a/1": 3, "/a/2": 3}, 2) == 2
+    assert best_spread(2, 2, {"/a/1": 6}, 2) == 1
+    racks = {"b1": "/a/1", "b2": "/a/1", "c1": "/a/2", "c2": "/a/2"}
+    alive = sorted(racks)
+
+    def ledger(ensemble: tuple[str, ...], write_quorum: int) -> LedgerMetadata:
+        return LedgerMetadata(
+            ensemble_size=len(ensemble),
+            write_quorum=write_quorum,
+            ack_quorum=write_quorum,
+            fragments=(Fragment(0, ensemble),),
+            state=LedgerState.CLOSED,
+            last_entry_id=9,
+        )
+
+    (short,) = short_of_racks(7, ledger(("b1", "b2"), 2), racks, alive)
+    assert short.startswith("I15 ledger 7 not spread again"), short
+    assert short_of_racks(7, ledger(("b1", "c1"), 2), racks, alive) == []
+    assert short_of_racks(7, ledger(("b1", "b2", "c1"), 2), racks, alive) == []
+    assert len(short_of_racks(7, ledger(("b1", "b2", "c1", "c2"), 2), racks, alive)) == 2
+
+
 # Each protection switched off, with the fault pattern it exists for: the checker must catch
 # the loss within a bounded number of seeds (docs/design/invariants.md). With it on, the same seeds
 # hold (test_protections_on_hold_under_their_patterns).
@@ -197,7 +227,7 @@ def test_checker_catches_a_gc_that_removes_live_entry_logs(
 # default sends to it only after the CAS (``replace_after_cas``, a second defence), so the
 # tooth switches both off, and the "on" run keeps the second defence off to show that holding
 # acks alone is enough.
-TEETH: dict[str, tuple[tuple[str, ...], str, bool, str]] = {
+TEETH: dict[str, tuple[tuple[str, ...], str, bool, str | tuple[str, ...]]] = {
     "recovery_reads_fence": (("recovery_reads_fence",), "unfenced_read", False, "I1"),
     # I11 (the lost fence) and often I1 as well
     "boot_fence": (("boot_fence",), "stale_writer", False, "I"),
@@ -219,6 +249,10 @@ TEETH: dict[str, tuple[tuple[str, ...], str, bool, str]] = {
     # handing the log on and re-sending their last few): without deduplication, a re-sent
     # sequence the log already holds lands again (I17).
     "deduplicate_producers": (("deduplicate_producers",), "producers", False, "I17"),
+    # Placement at random over three racks of three, then one rack lost whole: some write set
+    # had every copy in it. A closed ledger reads short (I2) or closes short (I1); an open
+    # one whose every copy of an entry is gone cannot be recovered at all (I13).
+    "spread_over_racks": (("spread_over_racks",), "racks", False, ("I1 ", "I2 ", "I13 ledger")),
 }
 TEETH_SEEDS = 60
 

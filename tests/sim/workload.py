@@ -27,8 +27,10 @@ class Workload:
         stall_rate: float = 0.005,
         pace: float = 0.004,
         log_pace: float = 0.01,
+        shapes: tuple[tuple[int, int, int], ...] = SHAPES,
     ) -> None:
         self.world = world
+        self.shapes = shapes  # the (E, WQ, AQ) a writer's ledger takes, one at random
         self.stall_rate = stall_rate  # chance, per append, that a writer stalls for a while
         self.pace = pace  # most seconds between a writer's appends
         self.log_pace = log_pace  # ... and between a log writer's
@@ -65,7 +67,7 @@ class Workload:
         lh: LedgerHandle | None = None
         volatile = self.rng.random() < 0.2  # BP-14: acknowledged once written
         for _attempt in range(20):
-            shape = self.rng.choice(SHAPES)
+            shape = self.rng.choice(self.shapes)
             if volatile:
                 shape = (shape[1], shape[1], shape[2])  # no striping for volatile ledgers
             try:

@@ -18,7 +18,7 @@ from aiobk.bookie.repair import Repairer
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.config import ProtocolSwitches
 from aiobk.client.repair import BookieRepairer
-from aiobk.metadata import MetadataStore
+from aiobk.metadata import DEFAULT_RACK, MetadataStore
 from aiobk.metadata.kv import KV, KeyValue, Watch
 from aiobk.metadata.kv_memory import MemoryKV
 from tests.sim.disk import SimDisk
@@ -27,6 +27,15 @@ from tests.sim.network import SimNetwork
 PORT = 3181
 
 _RUNS = itertools.count()
+
+
+def _rack(index: int, bookies: int, racks: int) -> str:
+    """Bookie ``index`` (from 1)'s rack: ``racks`` racks of consecutive bookies, in one zone;
+    none, every bookie in the default rack, where placement draws as a cluster without racks
+    does (the other profiles' seeds replay as before)."""
+    if not racks:
+        return DEFAULT_RACK
+    return f"/zone-a/rack-{(index - 1) * racks // bookies + 1}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Switches:
     metadata_version_fence: bool = True
     # A producer's writer appends each sequence once (client ``ProtocolSwitches``).
     deduplicate_producers: bool = True
+    # Placement spreads every write set over racks (the racks profile: a whole rack lost).
+    spread_over_racks: bool = True
 
     def client(self) -> ProtocolSwitches:
         return ProtocolSwitches(
@@ -49,6 +60,7 @@ class Switches:
             hold_acks_during_change=self.hold_acks_during_change,
             replace_after_cas=self.replace_after_cas,
             deduplicate_producers=self.deduplicate_producers,
+            spread_over_racks=self.spread_over_racks,
         )
 
 
@@ -172,6 +184,7 @@ class World:
         switches: Switches,
         trace: Callable[[str], None],
         autorecovery: AutoRecoveryConfig | None = None,
+        racks: int = 0,
     ) -> None:
         self.seed = seed
         self.rng = rng
@@ -196,9 +209,11 @@ class World:
         self._holds: list[Hold] = []
         self.restored: dict[str, int] = {}  # what the I15 check found (tests.sim.checker)
         self._by_name: dict[str, BookKeeper] = {}
+        self.racked = racks > 0  # bookies in racks (the racks profile)
         for index in range(1, bookies + 1):
             node = f"10.0.0.{index}"
             config = BookieConfig(
+                rack=_rack(index, bookies, racks),
                 data_dir=f"/sim/{node}",
                 host=node,
                 port=PORT,
@@ -436,6 +451,18 @@ class World:
         await self.wipe(sim)
         sim.lost_forever = True
         self.trace(f"{sim.node}: lost for good")
+
+    async def lose_together(self, sims: list[SimBookie]) -> None:
+        """Every bookie of ``sims`` lost for good at the same virtual instant (a rack's power
+        or switch gone): none of them answers once the first is gone."""
+        for sim in sims:
+            self.net.crash(sim.node)
+        await asyncio.gather(*(self.lose(sim) for sim in sims))
+
+    @property
+    def racks(self) -> dict[str, str]:
+        """Each bookie's rack, by id."""
+        return {sim.bookie_id: sim.config.rack for sim in self.bookies.values()}
 
     @property
     def lost(self) -> set[str]:
