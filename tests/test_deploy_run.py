@@ -791,7 +791,7 @@ class Container:
         """A flag's (or a setting's) value as seen from the host."""
         if PORT_FLAG.fullmatch(flag) and value.isdigit():
             return str(self.network.port(self.name, int(value)))
-        if value.startswith("/"):
+        if value.startswith("/") and flag != "--rack":  # a rack is /ZONE/RACK, not a path
             return str(self.path(value))
         return self.network.resolve(value, self.name)
 

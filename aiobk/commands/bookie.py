@@ -20,7 +20,7 @@ from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.journal.format import JournalCorruptError
 from aiobk.client import BookieConnection
 from aiobk.client.connection import status_error
-from aiobk.commands.common import QuietPipeGroup, client_connector, run_loop
+from aiobk.commands.common import QuietPipeGroup, client_connector, metadata_option, run_loop
 from aiobk.commands.cookie import cookie_alias
 from aiobk.commands.extras import require_extras
 from aiobk.commands.text import echo_table
@@ -73,7 +73,7 @@ def bookie_group() -> None:
 )
 @click.option("--http-host", default=None, help="Address of the HTTP admin API (default --host).")
 @click.option("--bookie-id", default=None, help="Identity in metadata (default host:port).")
-@click.option("--metadata", envvar="AIOBK_METADATA", default=None, help="Metadata service URI.")
+@metadata_option
 @click.option(
     "--advertised-address",
     default=None,

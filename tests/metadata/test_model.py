@@ -177,13 +177,13 @@ def test_fields_a_newer_version_wrote_survive_an_update() -> None:
     assert json.loads(closed.to_json())["state"] == "CLOSED"
 
     log = json.loads(LogMetadata("orders", (1, 2), record_format="envelope", writer=1).to_json())
-    log["producers"] = {"svc": [7, 3]}
+    log["retention"] = {"days": 7}
     record = LogMetadata.from_json(json.dumps(log).encode())
     assert (record.ledgers, record.writer, record.record_format) == ((1, 2), 1, "envelope")
     truncated = json.loads(record.with_ledgers((2,)).to_json())
-    assert truncated["producers"] == {"svc": [7, 3]}
+    assert truncated["retention"] == {"days": 7}
     assert truncated["ledgers"] == [2]
     taken = LogMetadata.from_json(record.taken((2, 9), 9).to_json())
-    assert (taken.writer, taken.extra) == (9, {"producers": {"svc": [7, 3]}})
+    assert (taken.writer, taken.extra) == (9, {"retention": {"days": 7}})
     with pytest.raises(MetadataFormatError, match="writer"):
         LogMetadata.from_json(b'{"format":1,"name":"x","ledgers":[],"writer":"me"}')
