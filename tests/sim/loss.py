@@ -159,14 +159,7 @@ class Loss:
         await asyncio.sleep(rng.uniform(0.3, 1.5))
         if not await self._lose():
             return
-        self._meanwhile()
-        bounce = asyncio.create_task(self._bounce(brief=True)) if brief else None
-        await self.settled()
-        if bounce is not None:
-            await bounce
-        if long:
-            await self._bounce(brief=False)
-            await self.settled()
+        await self._after_loss(brief, long)
         await self._lose()
         self._meanwhile()
         await self.settled()
@@ -188,6 +181,11 @@ class Loss:
         self.workload.history.unsynced_loss = True
         self.trace(f"rack {rack} lost whole: {[sim.node for sim in sims]}")
         await world.lose_together(sims)
+        await self._after_loss(brief, long)
+
+    async def _after_loss(self, brief: bool, long: bool) -> None:
+        """What follows a loss: the faults meanwhile, maybe a bookie down briefly while the
+        repair runs, then maybe one declared lost and returning while its ledgers are copied."""
         self._meanwhile()
         bounce = asyncio.create_task(self._bounce(brief=True)) if brief else None
         await self.settled()
