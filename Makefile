@@ -74,7 +74,8 @@ docs: setup
 
 test: lint unit-protocol docs
 	timeout --kill-after=30 $(SUITE_TIMEOUT) env $(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) \
-		--dist loadfile --max-worker-restart=0 --durations=25 $(PYTEST_ARGS)
+		--dist loadfile --max-worker-restart=0 --durations=25 $(PYTEST_ARGS) \
+		|| { status=$$?; df -h "$${TMPDIR:-/tmp}" | tail -1 | awk '{print "free space for test data:", $$4, "of", $$2}'; exit $$status; }
 
 # The soak of real processes (tests/soak): etcd and bookies, a log writer, a tailing reader,
 # retention, churn, bookie kills and etcd restarts for SOAK_MINUTES of load, judged at the end;
