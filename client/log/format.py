@@ -94,6 +94,28 @@ def check_producer_id(producer_id: str) -> bytes:
     return encoded
 
 
+class ProducerStamp:
+    """The envelope of a producer's records without key or headers, the common case, packed in
+    one call: the producer's part of the header is fixed, so one ``struct`` holds all of it."""
+
+    __slots__ = ("_head", "_producer")
+
+    def __init__(self, producer: bytes) -> None:
+        self._producer = producer  # checked and encoded (check_producer_id)
+        self._head = struct.Struct(f">BqiHB{len(producer)}sq")
+
+    def encode(self, data: bytes, timestamp: int, sequence: int) -> bytes:
+        """What ``encode(data, timestamp, None, None, producer, sequence)`` returns."""
+        producer = self._producer
+        if sequence < 0:
+            return encode(data, timestamp, None, None, producer, sequence)  # raises its error
+        try:
+            head = self._head.pack(VERSION_2, timestamp, -1, 0, len(producer), producer, sequence)
+        except struct.error:  # a timestamp or sequence past 64 bits: encode names which
+            return encode(data, timestamp, None, None, producer, sequence)
+        return b"".join((head, data))
+
+
 def check_format(name: str) -> str:
     """``name`` if it is a record format, else ValueError naming the formats."""
     if name not in FORMATS:
@@ -224,6 +246,7 @@ __all__ = [
     "FORMATS",
     "RAW",
     "Envelope",
+    "ProducerStamp",
     "RecordFormatError",
     "check_format",
     "check_producer_id",

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from aiobk.client.ledger_handle import LedgerHandle
-from aiobk.client.log.format import ENVELOPE, RAW, check_producer_id, encode
+from aiobk.client.log.format import ENVELOPE, RAW, ProducerStamp, check_producer_id, encode
 from aiobk.client.log.ledger_client import LedgerClient
 from aiobk.client.log.ownership import LogOwnership
 from aiobk.client.log.position import LogPosition
@@ -136,8 +136,10 @@ class LogWriter:
         self.name = name
         self._settings = settings
         self._producer: bytes | None = None  # the producer id, encoded
+        self._stamp: ProducerStamp | None = None  # its records' envelope, packed at once
         if settings.producer_id is not None:
             self._producer = check_producer_id(settings.producer_id)
+            self._stamp = ProducerStamp(self._producer)
         self.last_sequence = -1  # the producer's last sequence durably in the log
         self._accepted = -1  # ... and the last one an append was accepted with
         self._in_flight: dict[int, _Append] = {}  # sequence: its append, until settled
@@ -243,7 +245,11 @@ class LogWriter:
         if self.record_format == ENVELOPE:
             if timestamp is None:
                 timestamp = int(self._settings.clock() * 1000)
-            data = encode(data, timestamp, key, headers, producer, sequence or 0)
+            stamp = self._stamp
+            if stamp is not None and key is None and not headers and sequence is not None:
+                data = stamp.encode(data, timestamp, sequence)
+            else:
+                data = encode(data, timestamp, key, headers, producer, sequence or 0)
         elif key is not None or headers or timestamp is not None:
             raise ValueError(
                 f"log {self.name!r} holds raw records: a key, headers or a timestamp need a "

@@ -94,3 +94,26 @@ def test_records_that_cannot_be_enveloped_are_refused() -> None:
         timestamp_of(b"raw bytes, not an envelope")
     with pytest.raises(ValueError, match="unknown log record format 'zstd'"):
         log_format.check_format("zstd")
+
+
+@given(
+    data=st.binary(max_size=64),
+    timestamp=st.integers(min_value=-(2**64), max_value=2**64),
+    producer=st.text(min_size=1, max_size=40),
+    sequence=st.integers(min_value=-5, max_value=2**64),
+)
+def test_a_producers_stamp_packs_what_the_encoder_does(
+    data: bytes, timestamp: int, producer: str, sequence: int
+) -> None:
+    """The one-call envelope of a producer's plain records: the same bytes as the general
+    encoder, and the same error where the encoder refuses (a timestamp or sequence out of range)."""
+    encoded = log_format.check_producer_id(producer)
+    stamp = log_format.ProducerStamp(encoded)
+    try:
+        expected = encode(data, timestamp, None, None, encoded, sequence)
+    except RecordFormatError as exc:
+        with pytest.raises(RecordFormatError, match=str(exc)):
+            stamp.encode(data, timestamp, sequence)
+    else:
+        assert stamp.encode(data, timestamp, sequence) == expected
+        assert decode(expected) == Envelope(data, timestamp, None, {}, producer, sequence)
