@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The source directories; each but aiobk/ is mapped into the aiobk namespace by a symlink there.
-SOURCES := protocol bookie client metadata autorecovery pipeline bench aiobk
+SOURCES := protocol bookie client metadata tiered autorecovery pipeline bench aiobk
 PYTEST_ARGS ?=
 
 .PHONY: setup system-packages test soak lint unit-protocol docs run bench sim chaos fuzz pipeline-demo clean

@@ -1,5 +1,10 @@
 """Ledger metadata and the stores that hold it (etcd, memory). Neither the client nor the bookie
-touches etcd except through ``MetadataStore``."""
+touches etcd except through ``MetadataStore``.
+
+Offloading's metadata: a ledger's ``OffloadRecord`` (``LedgerMetadata.offload``, its
+``OffloadState``), a log's ``OffloadPolicy`` (``LogMetadata.offload_policy``), and the
+cluster's ``OffloadStoreSettings`` with the work list of offloaded ledgers, both kept by
+``MetadataStore``."""
 
 from aiobk.metadata.autorecovery import (
     CHECK,
@@ -29,6 +34,8 @@ from aiobk.metadata.model import (
     LedgerMetadata,
     LedgerState,
     MetadataFormatError,
+    OffloadRecord,
+    OffloadState,
     write_set,
 )
 from aiobk.metadata.records import (
@@ -39,6 +46,8 @@ from aiobk.metadata.records import (
     ClusterRecord,
     Cookie,
     LogMetadata,
+    OffloadPolicy,
+    OffloadStoreSettings,
     ProducerState,
     check_rack,
     zone_of,
@@ -75,6 +84,10 @@ __all__ = [
     "LedgerMetadata",
     "LedgerState",
     "LogMetadata",
+    "OffloadPolicy",
+    "OffloadRecord",
+    "OffloadState",
+    "OffloadStoreSettings",
     "ProducerState",
     "check_rack",
     "zone_of",

@@ -12,6 +12,10 @@
     PREFIX/logs/NAME                     a log's ordered ledger list
     PREFIX/autorecovery/...              the auditor, under-replication marks, workers'
                                          claims (metadata.autorecovery has the list)
+    PREFIX/offload/store                 the cluster's offload store (JSON)
+    PREFIX/offload/ledgers/<id>          the offload work list: one empty key per ledger
+                                         with an offload record or an attempt at one,
+                                         the id zero-padded as in PREFIX/ledgers/
 
 Nothing else in aiobk builds keys.
 """
@@ -45,6 +49,9 @@ class KeyLayout:
         self.claims_prefix = recovery + b"claims/"
         self.attempts_prefix = recovery + b"attempts/"
         self.decommission_prefix = recovery + b"decommission/"
+        offload = self.offload = self.root + b"/offload/"
+        self.offload_store = offload + b"store"
+        self.offloading_prefix = offload + b"ledgers/"
 
     def ledger(self, ledger_id: int) -> bytes:
         return self.ledgers + _padded(ledger_id)
@@ -60,6 +67,10 @@ class KeyLayout:
 
     def attempt(self, ledger_id: int) -> bytes:
         return self.attempts_prefix + _padded(ledger_id)
+
+    def offloading(self, ledger_id: int) -> bytes:
+        """The ledger's key in the offload work list."""
+        return self.offloading_prefix + _padded(ledger_id)
 
     def decommission(self, bookie_id: str) -> bytes:
         return self.decommission_prefix + _component(bookie_id, "bookie id")

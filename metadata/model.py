@@ -7,6 +7,9 @@ CLOSED, and one or more fragments: (first entry id, ensemble) pairs whose first 
 strictly increase from 0 ("A Guide to the BookKeeper Replication Protocol", "Ledger
 Fragments"). Bookies are named by bookie id.
 
+A closed ledger copied to an object store carries an ``OffloadRecord``: which attempt copied it,
+where to, and how far the copy got (copying, copied, bookie copies released).
+
 Serialized as JSON (readable with ``etcdctl get``) carrying a ``format`` number so later
 versions can read what earlier ones wrote. ``version`` is the store's version of the value
 (etcd's mod revision); it is not part of the JSON.
@@ -61,6 +64,121 @@ class Fragment:
         return f"{self.first_entry_id}:[{', '.join(self.ensemble)}]"
 
 
+class OffloadState(StrEnum):
+    """How far the copy of a ledger to an object store got: ``COPYING`` (an attempt is writing
+    the object, which may be incomplete), ``COPIED`` (the object is whole and verified; the
+    bookies still hold the entries), ``RELEASED`` (the bookies' copies may be dropped: the
+    object is the ledger's only copy)."""
+
+    COPYING = "copying"
+    COPIED = "copied"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadRecord:
+    """A ledger's copy in an object store (``LedgerMetadata.offload``, JSON key ``"offload"``).
+
+    ``uid`` names the attempt, so an attempt that finds another uid knows it lost the ledger;
+    ``store`` is the store's URL without credentials (the record stays readable after the
+    cluster's store changes) and ``key`` the object's key in it. Times are milliseconds since
+    the epoch: ``started`` when the attempt took the ledger, ``copied`` and ``released`` when
+    it reached those states. The rest describe the object once it is copied: its ``size``, its
+    index (``index_offset``, ``index_length``, ``index_crc``), the number of ``entries`` and
+    the ``block_size`` it was written with. Fields a newer version adds (``extra``) are kept
+    as read and written back."""
+
+    uid: str
+    store: str
+    key: str
+    state: OffloadState
+    started: int  # milliseconds
+    copied: int | None = None
+    released: int | None = None
+    size: int = 0
+    index_offset: int = 0
+    index_length: int = 0
+    index_crc: int = 0
+    entries: int = 0
+    block_size: int = 0
+    extra: Mapping[str, Any] = field(
+        default_factory=lambda: MappingProxyType({}), compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("uid", "store", "key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"offload {name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.state, OffloadState):
+            raise ValueError(f"unknown offload state {self.state!r}")
+        for name in _OFFLOAD_COUNTS:
+            value = getattr(self, name)
+            if value is None and name in ("copied", "released"):
+                continue
+            if _int(value) < 0:
+                raise ValueError(f"offload {name} must not be negative, got {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the record (``copied`` and ``released`` only when set)."""
+        document: dict[str, Any] = {
+            **self.extra,
+            "uid": self.uid,
+            "store": self.store,
+            "key": self.key,
+            "state": self.state.value,
+        }
+        for name in _OFFLOAD_COUNTS:
+            value = getattr(self, name)
+            if value is not None:
+                document[name] = value
+        return document
+
+    @classmethod
+    def from_dict(cls, document: object) -> OffloadRecord:
+        """The record of a JSON object; TypeError or ValueError naming what is wrong."""
+        if not isinstance(document, dict):
+            raise TypeError(f"offload must be an object, got {document!r}")
+        state = document.get("state")
+        if state not in _OFFLOAD_STATES:
+            raise ValueError(f"unknown offload state {state!r}")
+        for name in ("uid", "store", "key"):
+            if not isinstance(document.get(name), str):
+                raise TypeError(f"offload {name} must be a string, got {document.get(name)!r}")
+
+        def count(name: str) -> int:
+            return _int(document.get(name, 0))
+
+        def moment(name: str) -> int | None:
+            value = document.get(name)
+            return None if value is None else _int(value)
+
+        return cls(
+            uid=document["uid"],
+            store=document["store"],
+            key=document["key"],
+            state=OffloadState(state),
+            started=_int(document.get("started")),
+            copied=moment("copied"),
+            released=moment("released"),
+            size=count("size"),
+            index_offset=count("index_offset"),
+            index_length=count("index_length"),
+            index_crc=count("index_crc"),
+            entries=count("entries"),
+            block_size=count("block_size"),
+            extra=MappingProxyType({k: v for k, v in document.items() if k not in _OFFLOAD_FIELDS}),
+        )
+
+
+_OFFLOAD_COUNTS = (
+    "started", "copied", "released", "size", "index_offset", "index_length", "index_crc",
+    "entries", "block_size",
+)  # fmt: skip
+_OFFLOAD_FIELDS = frozenset({"uid", "store", "key", "state", *_OFFLOAD_COUNTS})
+_OFFLOAD_STATES = frozenset(state.value for state in OffloadState)
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerMetadata:
     ensemble_size: int
@@ -79,6 +197,9 @@ class LedgerMetadata:
     custom_metadata: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
     creation_time: int = 0  # milliseconds, from the creating client's clock
     password_salt: bytes = b""  # per ledger, random; empty: the legacy digest
+    # Its copy in an object store, once a copy was attempted (only a closed ledger's); kept by
+    # every other change, as every field is.
+    offload: OffloadRecord | None = None
     version: int = field(default=-1, compare=False)
     # Fields a newer version wrote that this one does not know: kept as read and written back
     # with every change (closing, an ensemble change, a repair), so what a newer client
@@ -111,6 +232,8 @@ class LedgerMetadata:
             raise ValueError(f"a ledger in state {self.state.value} has no last entry id yet")
         if self.length < 0:
             raise ValueError("length must not be negative")
+        if self.offload is not None and not isinstance(self.offload, OffloadRecord):
+            raise ValueError(f"offload must be an OffloadRecord, got {self.offload!r}")
         if not isinstance(self.custom_metadata, MappingProxyType):
             object.__setattr__(
                 self, "custom_metadata", MappingProxyType(dict(self.custom_metadata))
@@ -166,6 +289,10 @@ class LedgerMetadata:
             fragments.append(Fragment(first_entry_id, tuple(ensemble)))
         return self.replace(fragments=tuple(fragments))
 
+    def with_offload(self, record: OffloadRecord | None) -> LedgerMetadata:
+        """The same ledger with its offload record replaced (None: removed)."""
+        return self.replace(offload=record)
+
     def __repr__(self) -> str:
         last = "" if self.last_entry_id is None else f" last={self.last_entry_id}"
         frags = ", ".join(repr(f) for f in self.fragments)
@@ -199,6 +326,8 @@ class LedgerMetadata:
         }
         if self.password_salt:  # absent: the legacy form, as written before the salt existed
             document["password_salt"] = _b64(self.password_salt)
+        if self.offload is not None:  # absent until a copy is attempted: older versions' form
+            document["offload"] = self.offload.to_dict()
         return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -231,6 +360,9 @@ class LedgerMetadata:
                 },
                 creation_time=_int(document["creation_time"]),
                 password_salt=_unb64(document.get("password_salt", "")),
+                offload=None
+                if document.get("offload") is None
+                else OffloadRecord.from_dict(document["offload"]),
                 version=version,
                 extra=MappingProxyType(
                     {k: v for k, v in document.items() if k not in _LEDGER_FIELDS}
@@ -245,7 +377,7 @@ class LedgerMetadata:
 _LEDGER_FIELDS = frozenset({
     "format", "ensemble_size", "write_quorum", "ack_quorum", "state", "last_entry_id", "length",
     "fragments", "durability", "digest_type", "password_digest", "custom_metadata",
-    "creation_time", "password_salt",
+    "creation_time", "password_salt", "offload",
 })  # fmt: skip
 
 

@@ -1,5 +1,5 @@
 """The other values the metadata store keeps: the cluster record, bookie registrations, cookies,
-log records.
+log records (with a log's offload policy), the cluster's offload store.
 
 All JSON with a ``format`` number, all immutable, each carrying the store version it was read
 at (``version``, not serialized).
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,6 +224,61 @@ class ProducerState:
         return cls(as_of, last)
 
 
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"{what} must be a finite number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    return float(value)
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadPolicy:
+    """Which closed ledgers of a log are copied to the cluster's object store
+    (``LogMetadata.offload_policy``): those whose next ledger was created more than
+    ``older_than`` seconds ago (the roll that closed them), and those beyond the newest
+    ``beyond_bytes`` of the log, counting ledgers' lengths from its tail. None: that rule is
+    off. Never the log's open ledger, nor one already offloaded."""
+
+    older_than: float | None = None
+    beyond_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.older_than is not None:
+            _number(self.older_than, "offload_policy.older_than")
+        if self.beyond_bytes is not None:
+            _count(self.beyond_bytes, "offload_policy.beyond_bytes")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the rules that are on."""
+        document: dict[str, Any] = {}
+        if self.older_than is not None:
+            document["older_than"] = self.older_than
+        if self.beyond_bytes is not None:
+            document["beyond_bytes"] = self.beyond_bytes
+        return document
+
+    @classmethod
+    def from_dict(cls, document: object) -> OffloadPolicy:
+        """The policy of a JSON object; TypeError or ValueError naming what is wrong."""
+        if not isinstance(document, dict):
+            raise TypeError(f"offload_policy must be an object, got {document!r}")
+        older_than = document.get("older_than")
+        beyond_bytes = document.get("beyond_bytes")
+        return cls(
+            None if older_than is None else _number(older_than, "offload_policy.older_than"),
+            None if beyond_bytes is None else _count(beyond_bytes, "offload_policy.beyond_bytes"),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class LogMetadata:
     """A named log: its ledgers in order (docs/design/logs.md), how its entries hold its
@@ -248,6 +304,7 @@ class LogMetadata:
     writer: int = -1
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     producers: ProducerState | None = None  # None: no producer has written to the log
+    offload_policy: OffloadPolicy | None = None  # None: the log's ledgers are not offloaded
 
     def to_json(self) -> bytes:
         fields: dict[str, Any] = {**self.extra, "name": self.name, "ledgers": list(self.ledgers)}
@@ -257,6 +314,8 @@ class LogMetadata:
             fields["writer"] = self.writer
         if self.producers is not None:
             fields["producers"] = self.producers.to_dict()
+        if self.offload_policy is not None:
+            fields["offload_policy"] = self.offload_policy.to_dict()
         return _dump(fields)
 
     @classmethod
@@ -275,9 +334,14 @@ class LogMetadata:
             producers = d.get("producers")
             if producers is not None:
                 producers = ProducerState.from_dict(producers)
+            policy = d.get("offload_policy")
+            if policy is not None:
+                policy = OffloadPolicy.from_dict(policy)
             extra = {k: v for k, v in d.items() if k not in _LOG_FIELDS}
-            return cls(str(d["name"]), ledgers, version, record_format, writer, extra, producers)
-        except (KeyError, TypeError) as exc:
+            return cls(
+                str(d["name"]), ledgers, version, record_format, writer, extra, producers, policy
+            )
+        except (KeyError, TypeError, ValueError) as exc:
             raise MetadataFormatError(f"unreadable log record: {exc!r}") from None
 
     def with_ledgers(self, ledgers: tuple[int, ...]) -> LogMetadata:
@@ -297,5 +361,77 @@ class LogMetadata:
         """The same log with what is known of its producers replaced (a roll)."""
         return dataclasses.replace(self, producers=producers)
 
+    def with_offload_policy(self, policy: OffloadPolicy | None) -> LogMetadata:
+        """The same log with its offload policy replaced (None: its ledgers stay on bookies)."""
+        return dataclasses.replace(self, offload_policy=policy)
 
-_LOG_FIELDS = frozenset({"format", "name", "ledgers", "record_format", "writer", "producers"})
+
+_LOG_FIELDS = frozenset({
+    "format", "name", "ledgers", "record_format", "writer", "producers", "offload_policy",
+})  # fmt: skip
+
+# Pulsar's managedLedgerOffloadDeletionLagMs, "(default is 4 hours)" in broker.conf.
+DEFAULT_DELETION_LAG = 4 * 3600.0
+OFFLOAD_SCHEMES = ("file", "s3")
+
+
+def check_offload_url(url: str) -> str:
+    """``url`` when it names a store of a kind offloading writes to (``file://`` or
+    ``s3://``) on one line; ValueError naming the kinds otherwise. Its other parts are the
+    object-store layer's to check (``aiobk.tiered.open``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in OFFLOAD_SCHEMES or not rest:
+        raise ValueError(f"offload store {url!r}: expected a file:// or s3:// URL")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError(f"offload store {url!r}: a URL has no spaces or control characters")
+    return url
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadStoreSettings:
+    """The cluster's offload store (key ``PREFIX/offload/store``): where new offloads write
+    (``url``, without credentials: those come from the environment of whoever opens it), how
+    long, in seconds, a copied ledger keeps its bookie copies before they are released
+    (``deletion_lag``), and when the record was set (``set_at``, milliseconds since the epoch).
+    A new URL affects only offloads that start after it: each ledger's ``OffloadRecord`` names
+    the store it went to. Fields this version does not know are kept as read."""
+
+    url: str
+    deletion_lag: float = DEFAULT_DELETION_LAG
+    set_at: int = 0
+    version: int = field(default=-1, compare=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.url, str) or not self.url:
+            raise ValueError(f"offload store url must be a non-empty string, got {self.url!r}")
+        _number(self.deletion_lag, "deletion_lag")
+        _count(self.set_at, "set_at")
+
+    def to_json(self) -> bytes:
+        return _dump({
+            **self.extra,
+            "url": self.url,
+            "deletion_lag": self.deletion_lag,
+            "set_at": self.set_at,
+        })  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> OffloadStoreSettings:
+        d = _load(data, "offload store record")
+        try:
+            url = d["url"]
+            if not isinstance(url, str):
+                raise TypeError(f"url must be a string, got {url!r}")
+            return cls(
+                url,
+                _number(d.get("deletion_lag", DEFAULT_DELETION_LAG), "deletion_lag"),
+                _count(d.get("set_at", 0), "set_at"),
+                version,
+                {k: v for k, v in d.items() if k not in _STORE_FIELDS},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MetadataFormatError(f"unreadable offload store record: {exc!r}") from None
+
+
+_STORE_FIELDS = frozenset({"format", "url", "deletion_lag", "set_at"})

@@ -20,6 +20,7 @@ from aiobk.metadata.kv import KV, KeyExistsError, KeyMissingError, RevisionMisma
 from aiobk.metadata.listing import walk_ids
 from aiobk.metadata.log_records import LogRecords
 from aiobk.metadata.model import LedgerMetadata, MetadataFormatError
+from aiobk.metadata.offload_records import OffloadRecords
 from aiobk.metadata.records import ClusterRecord
 from aiobk.protocol.errors import (
     LedgerExistsError,
@@ -31,9 +32,10 @@ from aiobk.protocol.errors import (
 __all__ = ["DEFAULT_BOOKIE_TTL", "MetadataStore"]
 
 
-class MetadataStore(BookieRecords, LogRecords):
+class MetadataStore(BookieRecords, OffloadRecords, LogRecords):
     """Every record of one cluster: the cluster record and ledgers (here), bookies and cookies
-    (``BookieRecords``), logs (``LogRecords``), and autorecovery's keys (``autorecovery``)."""
+    (``BookieRecords``), logs (``LogRecords``), offloading's store and work list
+    (``OffloadRecords``), and autorecovery's keys (``autorecovery``)."""
 
     def __init__(self, kv: KV, prefix: str = "aiobk", uri: str = "") -> None:
         super().__init__(kv, KeyLayout(prefix))

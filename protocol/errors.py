@@ -317,6 +317,40 @@ class NoSuchClusterError(BKError):
     default_message = "no aiobk cluster under this metadata prefix"
 
 
+class ObjectStoreError(BKError):
+    """The object store that holds offloaded ledgers did not answer: unreachable, refusing,
+    or slower than its timeout.
+
+    Retriable: the objects are still there; an offload in progress leaves nothing it cannot
+    finish or clean up later."""
+
+    code = -47
+    retriable = True
+    default_message = "object store unavailable"
+
+
+class NoSuchObjectError(ObjectStoreError):
+    """An object the metadata names is not in the store: deleted by hand, or a store that
+    is not the one the ledger was offloaded to.
+
+    Not retriable: the copy is gone; the bookies' copies are the only others, if they have
+    not been released."""
+
+    code = -48
+    retriable = False
+    default_message = "no such object in the object store"
+
+
+class MalformedObjectError(BKError):
+    """An offloaded ledger's object is not what the format says: a bad magic word, a version
+    this release cannot read, a checksum that does not match, lengths past its end.
+
+    Not retriable: the object is damaged or is not an aiobk object."""
+
+    code = -49
+    default_message = "malformed offload object"
+
+
 class MetadataVersionError(BKError):
     """A compare-and-set on ledger or log metadata lost: someone else changed it since it
     was read.

@@ -19,7 +19,7 @@ import pytest
 
 from tests.test_packaging import _copy_checkout
 
-LAYERS = ("protocol", "metadata", "bookie", "client", "autorecovery", "pipeline", "bench")
+LAYERS = ("protocol", "metadata", "tiered", "bookie", "client", "autorecovery", "pipeline", "bench")
 
 
 @cache

@@ -41,7 +41,7 @@ def test_pyproject_applies_without_a_setuptools_warning(monkeypatch) -> None:
     assert dist.metadata.license_expression == "Apache-2.0"
 
 
-LAYERS = ("protocol", "metadata", "bookie", "client", "autorecovery", "pipeline", "bench")
+LAYERS = ("protocol", "metadata", "tiered", "bookie", "client", "autorecovery", "pipeline", "bench")
 
 
 def _copy_checkout(dest: Path) -> None:

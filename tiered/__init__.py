@@ -1,0 +1,16 @@
+"""Object storage for offloaded ledgers: the store seam and its backends.
+
+A closed ledger can be copied whole into an object store (a directory, or any S3-compatible
+store) and its bookies' copies released; its readers then read the object. This layer sits
+above the metadata (an offloaded ledger's metadata names its object) and below the client,
+the bookie and the pipeline, which read objects through it.
+
+- ``ObjectStore``: the seam every backend implements (tiered/store.py), and ``Upload``, what an
+  interrupted upload leaves behind.
+- ``MemoryObjectStore``: the store in memory (tiered/memory.py).
+"""
+
+from aiobk.tiered.memory import MemoryObjectStore
+from aiobk.tiered.store import ObjectStore, Upload
+
+__all__ = ["MemoryObjectStore", "ObjectStore", "Upload"]
