@@ -84,6 +84,12 @@ A ledger without entries is a header, an index block of 32 bytes and a footer. T
 metadata repeats the index offset, length and CRC and the object's length, so a reader with
 the metadata skips the footer.
 
+A reader with a range of ids goes ``index_span`` -> ``parse_locations`` -> ``check_body``;
+a full check (after a copy, or a tool with the object's bytes) goes ``parse_header``,
+``parse_footer``, ``check_footer``, then ``parse_index`` (the index's CRC, and its blocks and
+locations tiling the data exactly) and ``parse_block`` for each block; ``parse_object`` does all
+of it for an object in memory.
+
 Every failure to parse raises ``MalformedObjectError`` with a one-line message; what an encoder
 is given wrongly (ids out of order, a body too long for its length field) is a ``ValueError``.
 Pure: no I/O here (``tiered.objects`` moves the bytes).
