@@ -117,12 +117,13 @@ CHAOS_WIPES ?= 2
 chaos: setup
 	$(PY) -m tests.chaos --seconds $(CHAOS_SECONDS) --faults $(CHAOS_FAULTS) --wipes $(CHAOS_WIPES)
 
-# Coverage-guided fuzzing of every byte parser (frames, messages, entries, journal records)
-# and of the storage encoders with every value the protocol admits.
+# Coverage-guided fuzzing of every byte parser (frames, messages, entries, journal records,
+# offload objects) and of the storage encoders with every value the protocol admits.
 FUZZ_RUNS ?= 2000000
 fuzz: setup
 	$(PY) -m tests.fuzz.codec -runs=$(FUZZ_RUNS)
 	$(PY) -m tests.fuzz.storage -runs=$(FUZZ_RUNS)
+	$(PY) -m tests.fuzz.offload -runs=$(FUZZ_RUNS)
 
 # The example Spark job: JSON events in a log -> totals per kind -> Parquet (demo-output/).
 pipeline-demo: setup

@@ -1,4 +1,11 @@
-"""The aiobk wire protocol: frames, messages, status codes and the entry body. Pure: no I/O."""
+"""The aiobk wire protocol: frames, messages, status codes and the entry body. Pure: no I/O.
+
+Also the offload object (``protocol.offload_object``), the storage format of a ledger copied
+into an object store: ``ObjectEncoder`` writes one, ``parse_footer``, ``index_span``,
+``parse_locations`` and ``check_body`` read entries back from ranges of it, ``parse_object``
+checks a whole one. Its header functions and sizes (``pack_header``, ``parse_header``,
+``HEADER_SIZE``) are reached through that module: here those names are the entry format's.
+"""
 
 from aiobk.protocol.batch import (
     MAX_BATCH_ENTRIES,
@@ -102,6 +109,19 @@ from aiobk.protocol.messages import (
     WriteLacRequest,
     WriteLacResponse,
 )
+from aiobk.protocol.offload_object import (
+    BlockLocation,
+    EntryLocation,
+    ObjectEncoder,
+    ObjectFooter,
+    ObjectHeader,
+    ObjectIndex,
+    check_body,
+    index_span,
+    parse_footer,
+    parse_locations,
+    parse_object,
+)
 from aiobk.protocol.roles import ADMIN, BOOKIE, CLIENT, KNOWN_ROLES, NO_ROLES
 from aiobk.protocol.status import StatusCode
 
@@ -183,6 +203,18 @@ __all__ = [
     "MASTER_KEY_SIZE",
     "key_request_proof",
     "master_key",
+    # the offload object
+    "BlockLocation",
+    "EntryLocation",
+    "ObjectEncoder",
+    "ObjectFooter",
+    "ObjectHeader",
+    "ObjectIndex",
+    "check_body",
+    "index_span",
+    "parse_footer",
+    "parse_locations",
+    "parse_object",
     # errors
     "BKError",
     "BadRequestError",

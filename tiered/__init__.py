@@ -8,9 +8,30 @@ the bookie and the pipeline, which read objects through it.
 - ``ObjectStore``: the seam every backend implements (tiered/store.py), and ``Upload``, what an
   interrupted upload leaves behind.
 - ``MemoryObjectStore``: the store in memory (tiered/memory.py).
+- ``OffloadRef``, ``object_key``, ``write_object``, ``ObjectReader``, ``verify_object``: one
+  ledger's object (format in protocol/offload_object.py) written as a stream, its entries read
+  back in bounded requests, and the whole object checked (tiered/objects.py).
 """
 
 from aiobk.tiered.memory import MemoryObjectStore
+from aiobk.tiered.objects import (
+    DEFAULT_MAX_READ_BYTES,
+    ObjectReader,
+    OffloadRef,
+    object_key,
+    verify_object,
+    write_object,
+)
 from aiobk.tiered.store import ObjectStore, Upload
 
-__all__ = ["MemoryObjectStore", "ObjectStore", "Upload"]
+__all__ = [
+    "MemoryObjectStore",
+    "ObjectStore",
+    "Upload",
+    "DEFAULT_MAX_READ_BYTES",
+    "ObjectReader",
+    "OffloadRef",
+    "object_key",
+    "verify_object",
+    "write_object",
+]
