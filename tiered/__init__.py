@@ -8,9 +8,25 @@ the bookie and the pipeline, which read objects through it.
 - ``ObjectStore``: the seam every backend implements (tiered/store.py), and ``Upload``, what an
   interrupted upload leaves behind.
 - ``MemoryObjectStore``: the store in memory (tiered/memory.py).
+- ``open_object_store``: the store a URL names, a ``DirectoryStore`` (``file:///DIR``,
+  tiered/file.py) or an ``S3ObjectStore`` (``s3://BUCKET/PREFIX?endpoint=URL&region=R``,
+  tiered/s3.py); ``redact``, a URL without its secrets; ``StoreCache``, one open store per URL
+  (tiered/open.py).
 """
 
+from aiobk.tiered.file import DirectoryStore
 from aiobk.tiered.memory import MemoryObjectStore
+from aiobk.tiered.open import StoreCache, open_object_store, redact
+from aiobk.tiered.s3 import S3ObjectStore
 from aiobk.tiered.store import ObjectStore, Upload
 
-__all__ = ["MemoryObjectStore", "ObjectStore", "Upload"]
+__all__ = [
+    "MemoryObjectStore",
+    "ObjectStore",
+    "Upload",
+    "DirectoryStore",
+    "S3ObjectStore",
+    "StoreCache",
+    "open_object_store",
+    "redact",
+]
