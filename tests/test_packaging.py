@@ -130,10 +130,20 @@ def test_the_wheel_installs_one_top_level_name_aiobk(tmp_path: Path) -> None:
 
 
 # What `pip install aiobk` may bring: the client's own dependencies (msgpack, crc32c, aetcd with
-# grpcio and protobuf, click) and theirs. A fresh venv also holds pip (and setuptools before
-# Python 3.12), which are not counted.
+# grpcio and protobuf, click, obstore) and theirs. A fresh venv also holds pip (and setuptools
+# before Python 3.12), which are not counted.
 CLIENT_DISTRIBUTIONS = frozenset(
-    {"aiobk", "msgpack", "crc32c", "aetcd", "grpcio", "protobuf", "typing-extensions", "click"}
+    {
+        "aiobk",
+        "msgpack",
+        "crc32c",
+        "aetcd",
+        "grpcio",
+        "protobuf",
+        "typing-extensions",
+        "click",
+        "obstore",
+    }
 )
 VENV_SEEDS = frozenset({"pip", "setuptools"})
 # The modules that are the servers' and the optional parts': everything else of the client,
@@ -163,7 +173,7 @@ def _extra_names(extras: dict[str, list[str]], extra: str) -> set[str]:
 def test_the_base_install_is_the_client_and_the_extras_are_those_the_commands_name() -> None:
     project = _project()
     base = {canonicalize_name(Requirement(s).name) for s in project["dependencies"]}
-    assert base == {"msgpack", "crc32c", "aetcd", "click"}
+    assert base == {"msgpack", "crc32c", "aetcd", "click", "obstore"}
     extras: dict[str, list[str]] = project["optional-dependencies"]
     # docs and dev are for people working on aiobk, not for users of it.
     assert set(extras) == {*EXTRAS, "all", "docs", "dev"}
@@ -265,7 +275,7 @@ async def test_pip_install_alone_is_a_working_client(
     listed = await asyncio.to_thread(run, python, "-m", "pip", "list", "--format=json")
     names = {canonicalize_name(d["name"]) for d in json.loads(listed.stdout)}
     assert names - VENV_SEEDS <= CLIENT_DISTRIBUTIONS, sorted(names - VENV_SEEDS)
-    assert {"aiobk", "msgpack", "crc32c", "aetcd", "click"} <= names
+    assert {"aiobk", "msgpack", "crc32c", "aetcd", "click", "obstore"} <= names
 
     cluster = await start_cluster(tmp_path / "cluster", 3, uri=etcd_server.uri(unique_name("slim")))
     try:

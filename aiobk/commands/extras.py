@@ -2,9 +2,10 @@
 part it needs is not installed.
 
 ``pip install aiobk`` is the client and the client side of the command line: the wire codec,
-the metadata store's etcd client, click. A server command needs an extra: a bookie, the
-standalone cluster and a standalone autorecovery process the ``bookie`` extra (RocksDB, the
-HTTP admin API, the Prometheus exporter, uvloop), the benchmarks the ``bench`` extra (which
+the metadata store's etcd client, click, and obstore to read offloaded ledgers. A server
+command needs an extra: a bookie, the standalone cluster and a standalone autorecovery process
+the ``bookie`` extra (RocksDB, the HTTP admin API, the Prometheus exporter, uvloop, and
+aiobotocore for the sweep of incomplete S3 uploads), the benchmarks the ``bench`` extra (which
 brings the bookie's too) and the Spark benchmark the ``spark`` extra besides. Such a command
 checks before it imports anything of the server's, so that a client install answers with
 ``aiobk bookie start needs the bookie extra: pip install 'aiobk[bookie]'`` rather than a
@@ -26,6 +27,7 @@ _BOOKIE = (
     "aiohttp",
     "prometheus-client",
     *(("uvloop",) if sys.platform != "win32" else ()),
+    "aiobotocore",
 )
 
 EXTRAS: dict[str, tuple[str, ...]] = {
