@@ -165,8 +165,8 @@ class Auditor:
         draining = await self._marks.decommissioning()
         targets = {i.bookie_id for i in infos if i.writable and i.bookie_id not in draining}
         async for ledger_id, metadata in self._store.scan_ledgers():
-            if metadata is None:
-                continue
+            if metadata is None or metadata.is_offloaded:
+                continue  # gone, or held by its object store copy: no bookie copy to keep
             named = bookies_named(metadata)
             named_everywhere |= named
             gone = named & self.lost
@@ -228,7 +228,7 @@ class Auditor:
 
         try:
             async for ledger_id, metadata in self._store.scan_ledgers():
-                if metadata is None or ledger_id in reported:
+                if metadata is None or ledger_id in reported or metadata.is_offloaded:
                     continue
                 await room.acquire()  # at most `concurrency` ledgers checked at once
                 pending.spawn(check(ledger_id, metadata))

@@ -304,9 +304,9 @@ class Decommission:
             except NoSuchLedgerError:
                 self._remaining.discard(ledger_id)
                 continue
-            if self.bookie_id in bookies_named(metadata):
+            if self.bookie_id in bookies_named(metadata) and not metadata.is_offloaded:
                 await self._mark(ledger_id)
-            else:
+            else:  # moved off it, or held by its object store copy: no copy needed here
                 self._remaining.discard(ledger_id)
 
     async def explain_left(self, count: int = SHOWN) -> tuple[LedgerLeft, ...]:

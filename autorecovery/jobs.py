@@ -27,6 +27,7 @@ class Outcome(enum.Enum):
     REPAIRED = "repaired"  # mark removed
     REPORTED = "reported"  # done, but entries are lost: the mark stays as the report
     GONE = "gone"  # the ledger was deleted: mark removed
+    OFFLOADED = "offloaded"  # its object store copy holds it, not its bookies: mark removed
     DEFERRED = "deferred"  # not now (grace period, recovery in progress, a race): soon again
     FAILED = "failed"  # something was unreachable or nothing could take the copies: backoff
 

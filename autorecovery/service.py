@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from aiobk.autorecovery.auditor import Auditor
 from aiobk.autorecovery.config import AutoRecoveryConfig
+from aiobk.autorecovery.offload_pass import OffloadPass
 from aiobk.autorecovery.stats import AutoRecoveryStats
 from aiobk.autorecovery.worker import ReplicationWorker, WorkerSwitches
 from aiobk.client.config import ClientConfig
@@ -28,6 +29,7 @@ from aiobk.client.net import Connector
 from aiobk.client.pool import BookiePool
 from aiobk.metadata import HeldLease, MetadataStore
 from aiobk.protocol.errors import BKError
+from aiobk.tiered.open import StoreCache
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,12 @@ class AutoRecovery:
         switches: WorkerSwitches = WorkerSwitches(),  # noqa: B008 (frozen)
         run_worker: bool = True,
         run_auditor: bool = True,
+        objects: Callable[[], StoreCache] | None = None,
     ) -> None:
         """``node_id`` names this process in the election and in claims (a bookie's id, or a
         host-and-pid for a standalone one). ``connector``, ``rng``, ``wall_clock`` and
-        ``secret_bytes`` are the seams the simulator replaces."""
+        ``secret_bytes`` are the seams the simulator replaces, and ``objects`` (a new cache of
+        object stores for each term as auditor)."""
         self._store = store
         self.config = config
         self.node_id = node_id
@@ -69,6 +73,9 @@ class AutoRecovery:
         self._run_auditor = run_auditor
         self.stats = AutoRecoveryStats()
         self.auditor: Auditor | None = None  # while this process audits
+        self.offload_pass: OffloadPass | None = None  # ... and runs the offload pass
+        # The object stores the offload pass writes to (the simulator's, in the simulator).
+        self._objects = objects or StoreCache
         self.worker: ReplicationWorker | None = None
         self._pool: BookiePool | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -132,15 +139,24 @@ class AutoRecovery:
         auditor = self.auditor = Auditor(
             ctx, self.config, self.node_id, stats=self.stats, wall_clock=self._wall_clock
         )
-        audit = asyncio.get_running_loop().create_task(auditor.run(lease), name="auditor")
-        lost = asyncio.get_running_loop().create_task(lease.lost.wait(), name="auditor-lease")
+        loop = asyncio.get_running_loop()
+        audit = loop.create_task(auditor.run(lease), name="auditor")
+        lost = loop.create_task(lease.lost.wait(), name="auditor-lease")
+        offloads = self.offload_pass = OffloadPass(
+            ctx, self.config, wall_clock=self._wall_clock, objects=self._objects()
+        )
+        offloading = loop.create_task(offloads.run(), name="auditor-offload")
         try:
             await asyncio.wait({audit, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.auditor = None
-            for task in (audit, lost):
+            self.auditor = self.offload_pass = None
+            for task in (audit, lost, offloading):
                 task.cancel()
-            outcome, _lost = await asyncio.gather(audit, lost, return_exceptions=True)
+            outcome, _lost, offloaded = await asyncio.gather(
+                audit, lost, offloading, return_exceptions=True
+            )
+            if isinstance(offloaded, Exception):
+                log.warning("autorecovery %s: offload pass stopped: %r", self.node_id, offloaded)
             if isinstance(outcome, Exception):
                 log.warning("autorecovery %s: auditor stopped: %r", self.node_id, outcome)
             # The gauges are the auditor's counts: a process that no longer audits shows none

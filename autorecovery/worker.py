@@ -239,7 +239,7 @@ class ReplicationWorker:
             return delay
         self._backoff.pop(ledger_id, None)
         self._damaged.pop(ledger_id, None)
-        if outcome is not Outcome.GONE:
+        if outcome not in (Outcome.GONE, Outcome.OFFLOADED):
             self.stats.ledgers_repaired += 1
         return 0.0
 
@@ -278,6 +278,11 @@ class ReplicationWorker:
         except NoSuchLedgerError:
             await self._marks.unmark(mark)
             return Outcome.GONE
+        if metadata.is_offloaded:
+            # Its object store copy is complete: readers fall back to it, and the bookies
+            # drop theirs once it is released, so copies on bookies need no repair.
+            await self._marks.unmark(mark)
+            return Outcome.OFFLOADED
         infos = await store.list_bookies()
         await self._ctx.pool.writable_bookies(fresh=True)  # the racks replacements spread over
         registered = {info.bookie_id for info in infos}

@@ -9,7 +9,9 @@ with its scan-and-compare collector, and compaction).
    (ids are never reused); neither side is held whole in memory.
 2. Read each candidate's metadata once more and keep it unless the store says it does not
    exist. Ledgers in limbo wait while the boot repair (BP-46 phase two) runs. Any metadata
-   error ends the pass having deleted nothing.
+   error ends the pass having deleted nothing. Likewise the ledgers held here that the
+   offload work list names, kept unless their metadata says their object store copy is
+   released (docs/design/tiered-storage.md): their readers read the object from then on.
 3. Drop the ledgers here: their entries and state leave the index, a tombstone stays so no
    late request or replayed record brings them back.
 4. On a disk short of space (the bookie read-only for it, or a pass forced by the warning
@@ -60,7 +62,7 @@ from aiobk.bookie.gc_report import (
 from aiobk.bookie.stats import BookieStats
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.bookie.write_state import DISK, WriteState
-from aiobk.metadata import MetadataStore
+from aiobk.metadata import MetadataStore, OffloadState
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class GcResult:
     """What one pass did."""
 
     ledgers_deleted: list[int] = field(default_factory=list)
+    ledgers_released: list[int] = field(default_factory=list)  # offloaded: the object holds them
     logs_removed: list[int] = field(default_factory=list)  # compacted ones included
     logs_compacted: list[int] = field(default_factory=list)
     entries_moved: int = 0
@@ -88,6 +91,7 @@ class GcResult:
         GC report, and HTTP ``gc``'s answer."""
         return {
             "ledgers_deleted": len(self.ledgers_deleted),
+            "ledgers_released": len(self.ledgers_released),
             "logs_removed": len(self.logs_removed),
             "logs_compacted": len(self.logs_compacted),
             "entries_moved": self.entries_moved,
@@ -118,6 +122,22 @@ async def unlisted(held: Iterator[int], listing: AsyncIterator[int]) -> list[int
     return missing
 
 
+async def listed(held: Iterator[int], listing: AsyncIterator[int]) -> list[int]:
+    """Ledgers held here that an ascending listing names (the offload work list): a merge
+    walk of the two ascending streams, as ``unlisted`` walks them."""
+    found: list[int] = []
+    mine = next(held, None)
+    async for name in listing:
+        while mine is not None and mine < name:
+            mine = next(held, None)
+        if mine is None:
+            break
+        if mine == name:
+            found.append(mine)
+            mine = next(held, None)
+    return found
+
+
 async def confirm_deleted(store: MetadataStore, candidates: list[int]) -> list[int]:
     """The candidates whose metadata the store says does not exist, read ``CONFIRM_AT_ONCE``
     at a time (one at a time, 100,000 deletions took 100 s of round trips). Any other error
@@ -130,10 +150,30 @@ async def confirm_deleted(store: MetadataStore, candidates: list[int]) -> list[i
             return True
         return False
 
+    return await _confirm(candidates, deleted)
+
+
+async def confirm_released(store: MetadataStore, candidates: list[int]) -> list[int]:
+    """The candidates whose metadata says their object store copy is released: the bookies
+    drop them (their readers read the object). A ledger deleted meanwhile is left to the
+    deletion walk."""
+
+    async def released(ledger_id: int) -> bool:
+        try:
+            metadata = await store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return False
+        offload = metadata.offload
+        return offload is not None and offload.state is OffloadState.RELEASED
+
+    return await _confirm(candidates, released)
+
+
+async def _confirm(candidates: list[int], check: Callable[[int], Awaitable[bool]]) -> list[int]:
     doomed: list[int] = []
     for start in range(0, len(candidates), CONFIRM_AT_ONCE):
         chunk = candidates[start : start + CONFIRM_AT_ONCE]
-        found = await asyncio.gather(*(deleted(i) for i in chunk), return_exceptions=True)
+        found = await asyncio.gather(*(check(i) for i in chunk), return_exceptions=True)
         for ledger_id, gone in zip(chunk, found, strict=True):
             if isinstance(gone, BaseException):
                 raise gone
@@ -211,6 +251,8 @@ class GarbageCollector:
                     continue  # the boot repair works on limbo ledgers; a deleted one it skips
                 candidates.append(ledger_id)
             doomed = await confirm_deleted(store, candidates)
+            offloaded = await listed(storage.ledger_ids(), store.list_offloading())
+            released = await confirm_released(store, offloaded)
         except BKError as exc:  # MetadataStoreError and the like: delete nothing this time
             result.skipped = f"metadata store: {exc}"
             return result
@@ -218,6 +260,9 @@ class GarbageCollector:
         for ledger_id in doomed:
             if storage.delete_ledger(ledger_id):
                 result.ledgers_deleted.append(ledger_id)
+        for ledger_id in released:
+            if storage.delete_ledger(ledger_id):
+                result.ledgers_released.append(ledger_id)
         if progress is not None:
             progress.ledgers_deleted = len(result.ledgers_deleted)
             progress.phase = "removing entry logs with nothing live"

@@ -20,17 +20,27 @@ from aiobk.client.log.reader import LogReader, check_deletes, truncate_log
 from aiobk.client.log.writer import LogWriter, LogWriterSettings, open_log_writer
 from aiobk.client.metadata_retry import MetadataRetry
 from aiobk.client.net import Connector, TlsConnector
+from aiobk.client.offload.copy import forget_offload
+from aiobk.client.offload.log import OffloadReport, offload_log
 from aiobk.client.passwords import check_delete, check_password, password_digest
 from aiobk.client.placement import choose_ensemble
 from aiobk.client.pool import BookiePool
-from aiobk.client.read import EntryReader
 from aiobk.client.read_handle import ReadHandle
 from aiobk.client.recovery import LedgerRecovery
 from aiobk.client.stats import bound_to_loop
-from aiobk.metadata import ClusterRecord, Fragment, LedgerMetadata, MetadataStore, open_store
+from aiobk.client.store_read import entry_source
+from aiobk.metadata import (
+    ClusterRecord,
+    Fragment,
+    LedgerMetadata,
+    MetadataStore,
+    OffloadRecord,
+    open_store,
+)
 from aiobk.protocol import DigestType, Durability, master_key
 from aiobk.protocol.errors import LedgerExistsError, NoSuchLedgerError
 from aiobk.protocol.keys import SALT_SIZE
+from aiobk.tiered.open import StoreCache
 
 
 class BookKeeper:
@@ -101,6 +111,8 @@ class BookKeeper:
         # Appends, ensemble changes, recoveries, reads (aiobk.metrics.register_client_metrics).
         self.stats = self.context.stats
         self._owns_store = owns_store
+        # The object stores offloaded ledgers are read from and written to, one per URL.
+        self.objects = StoreCache()
         self._closed = False
         # A store the caller built is the caller's to vouch for (in-process wiring, the
         # simulator); a URI is checked for a cluster when connecting.
@@ -169,6 +181,7 @@ class BookKeeper:
             return
         self._closed = True
         await self.pool.close()
+        await self.objects.close()
         if self._owns_store:
             await self.store.close()
 
@@ -311,7 +324,7 @@ class BookKeeper:
             self.context,
             ledger_id=ledger_id,
             metadata=metadata,
-            reader=EntryReader(ledger_id, digest, self.pool, self.config, self.stats),
+            reader=entry_source(self.context, self.objects, ledger_id, metadata, digest),
         )
         if not metadata.is_closed:
             await handle.read_last_add_confirmed()
@@ -331,15 +344,33 @@ class BookKeeper:
         Args:
             ledger_id: The ledger.
             password: Its password.
-            force: Skip the password check (an operator's delete).
+            force: Skip the password check (an operator's delete), and the metadata read it
+                takes: the object of an offloaded ledger deleted so is removed by the
+                autorecovery leader's next offload pass instead of at once.
 
         Raises:
             NoSuchLedgerError: No such ledger.
             UnauthorizedError: Wrong password.
         """
-        if not force:
-            check_delete(ledger_id, await self.store.read_ledger(ledger_id), password)
+        if force:
+            await self.store.delete_ledger(ledger_id)
+            return  # an object it had goes at the autorecovery leader's next offload pass
+        metadata = await self.store.read_ledger(ledger_id)
+        check_delete(ledger_id, metadata, password)
         await self.store.delete_ledger(ledger_id)
+        if metadata.offload is not None:
+            await self.forget_offload(ledger_id, metadata.offload)
+
+    async def forget_offload(self, ledger_id: int, record: OffloadRecord) -> None:
+        """After a ledger is deleted, remove what its offload left: its object in the store
+        and its entry in the offload work list (a store that fails leaves the object for the
+        sweep). Deleting and truncating call it; an application rarely needs to.
+
+        Args:
+            ledger_id: The deleted ledger.
+            record: Its offload record, read before the deletion.
+        """
+        await forget_offload(self.context, self.objects, ledger_id, record)
 
     async def list_ledgers(self) -> AsyncIterator[int]:
         """Every ledger id in the cluster, ascending, read from the metadata a page at a time.
@@ -491,6 +522,41 @@ class BookKeeper:
         """
         return await truncate_log(self, name, before, password, force=force)
 
+    async def offload_log(
+        self,
+        name: str,
+        before: LogPosition | None = None,
+        password: bytes | None = None,
+    ) -> OffloadReport:
+        """Copy the log's closed ledgers (those wholly before ``before``, or all of them) into
+        the cluster's object store; readers then read them from the store once the bookies
+        have released them (docs/design/tiered-storage.md).
+
+        Each ledger becomes one object, read back and checked before its metadata records
+        it. The bookies keep their copies until the store's deletion lag has passed (the
+        autorecovery leader releases them then; with a lag of 0 this call does). Ledgers
+        offloaded before, and the log's open ledger, are left as they are.
+
+        Args:
+            name: The log.
+            before: The first position to keep on the bookies only.
+            password: The log's ledgers' password, to check every entry's digest on the
+                way (without it, a MAC ledger's entries are checked by their ids).
+
+        Returns:
+            What was done to each ledger.
+
+        Raises:
+            NoSuchLogError: No such log.
+            NoOffloadStoreError: The cluster has no offload store.
+            ObjectStoreError: The store failed; what was done so far is kept, and the call
+                may be repeated.
+        """
+        return await offload_log(
+            self.context, self.objects, name, before=before, password=password,
+            now=self._wall_clock,
+        )  # fmt: skip
+
     async def list_logs(self) -> AsyncIterator[str]:
         """Every log name in the cluster, read from the metadata.
 
@@ -521,10 +587,11 @@ class BookKeeper:
             UnauthorizedError: Wrong password.
         """
         record = await self.store.read_log(name)
-        if not force:
-            await check_deletes(self, record.ledgers, password)
+        offloaded = {} if force else await check_deletes(self, record.ledgers, password)
         await self.store.delete_log(name, record.version)
         for ledger_id in record.ledgers:
             with contextlib.suppress(NoSuchLedgerError):
                 await self.delete_ledger(ledger_id, force=True)
+            if ledger_id in offloaded:
+                await self.forget_offload(ledger_id, offloaded[ledger_id])
         return list(record.ledgers)

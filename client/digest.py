@@ -48,6 +48,13 @@ class Digester:
 
     def verify(self, entry: EntryBody, ledger_id: int, entry_id: int) -> bytes:
         """The payload of a parsed entry, or DigestMismatchError if anything is off."""
+        self._check_ids(entry, ledger_id, entry_id)
+        expected = self.digest(entry.signed_part, entry.payload)
+        if not hmac.compare_digest(expected, entry.digest):
+            raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
+        return entry.payload
+
+    def _check_ids(self, entry: EntryBody, ledger_id: int, entry_id: int) -> None:
         if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
             raise DigestMismatchError(
                 f"bookie returned {entry.ledger_id}/{entry.entry_id} for {ledger_id}/{entry_id}"
@@ -57,7 +64,19 @@ class Digester:
                 f"entry {ledger_id}/{entry_id} has digest {entry.digest_type.name}, "
                 f"ledger uses {self.kind.name}"
             )
-        expected = self.digest(entry.signed_part, entry.payload)
-        if not hmac.compare_digest(expected, entry.digest):
-            raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
+
+
+class CopyChecker(Digester):
+    """What a copier without the ledger's password can check of an entry: its ids and digest
+    type always, its digest unless that is a MAC (keyed by the password the copier lacks).
+
+    An offload of a MAC ledger copies entries so checked; a reader of the copy, holding the
+    password, checks each MAC as it checks a bookie's copy."""
+
+    __slots__ = ()
+
+    def verify(self, entry: EntryBody, ledger_id: int, entry_id: int) -> bytes:
+        if self.kind is not DigestType.MAC:
+            return super().verify(entry, ledger_id, entry_id)
+        self._check_ids(entry, ledger_id, entry_id)
         return entry.payload

@@ -17,8 +17,10 @@ is still read.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Protocol, TypeVar
 
 from aiobk.client.config import ClientConfig
 from aiobk.client.connection import status_error
@@ -40,6 +42,8 @@ from aiobk.protocol.errors import (
     NoSuchEntryError,
 )
 
+_T = TypeVar("_T")
+
 
 def summarize(ledger_id: int, entry_id: int, errors: list[BKError]) -> BKError:
     if not errors:
@@ -51,6 +55,17 @@ def summarize(ledger_id: int, entry_id: int, errors: list[BKError]) -> BKError:
             if isinstance(error, kind):
                 return error
     return errors[-1]
+
+
+class EntrySource(Protocol):
+    """Where a read handle's entries come from: the bookies (``EntryReader``), or an
+    offloaded ledger's object (``client.store_read``)."""
+
+    def iter_range(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[Entry, None]: ...
+
+    async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[Entry]: ...
 
 
 class EntryReader:
@@ -131,13 +146,29 @@ class EntryReader:
         body = await self.fetch(metadata, entry_id)
         return Entry(self.ledger_id, entry_id, body.payload)
 
-    async def iter_range(
+    def iter_range(
         self, metadata: LedgerMetadata, first: int, last: int
     ) -> AsyncGenerator[Entry, None]:
         """Entries first..last inclusive, in order, fetched ahead within the window."""
+        return self._ahead(first, last, functools.partial(self.read_one, metadata), _data_size)
+
+    def iter_bodies(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[EntryBody, None]:
+        """The verified bodies of entries first..last, as ``iter_range`` fetches them: what
+        a copy of the ledger (an offload) keeps, digest and all."""
+        return self._ahead(first, last, functools.partial(self.fetch, metadata), _body_size)
+
+    async def _ahead(
+        self,
+        first: int,
+        last: int,
+        fetch: Callable[[int], Awaitable[_T]],
+        size: Callable[[_T], int],
+    ) -> AsyncGenerator[_T, None]:
         window = self._config.read_concurrency
         ahead = self._config.read_ahead_bytes
-        fetching: deque[asyncio.Future[Entry]] = deque()  # in entry order
+        fetching: deque[asyncio.Future[_T]] = deque()  # in entry order
         largest = -1  # size of the largest entry seen; -1: none seen yet
         next_id = first
         try:
@@ -145,12 +176,12 @@ class EntryReader:
                 while next_id <= last and len(fetching) < window:
                     if fetching and (largest < 0 or (len(fetching) + 1) * largest > ahead):
                         break  # the window's bytes (at the largest size seen) are spent
-                    fetching.append(asyncio.ensure_future(self.read_one(metadata, next_id)))
+                    fetching.append(asyncio.ensure_future(fetch(next_id)))
                     next_id += 1
-                entry = await fetching[0]
+                item = await fetching[0]
                 fetching.popleft()
-                largest = max(largest, len(entry.data))
-                yield entry
+                largest = max(largest, size(item))
+                yield item
         finally:
             for task in fetching:
                 task.cancel()
@@ -160,3 +191,11 @@ class EntryReader:
     async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[Entry]:
         """Entries first..last inclusive, in order (all of them in memory: see iter_range)."""
         return [entry async for entry in self.iter_range(metadata, first, last)]
+
+
+def _data_size(entry: Entry) -> int:
+    return len(entry.data)
+
+
+def _body_size(body: EntryBody) -> int:
+    return len(body.payload)

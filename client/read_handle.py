@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from aiobk.client.context import ClientContext
 from aiobk.client.entry import Entry
 from aiobk.client.lac import long_poll_lac, read_lac_quorum
-from aiobk.client.read import EntryReader
+from aiobk.client.read import EntrySource
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol.errors import BKError, NoSuchEntryError, ReadTooLargeError
 
@@ -35,7 +35,7 @@ class ReadHandle:
         *,
         ledger_id: int,
         metadata: LedgerMetadata,
-        reader: EntryReader,
+        reader: EntrySource,
         lac: int = -1,
     ) -> None:
         self.ledger_id = ledger_id

@@ -105,6 +105,18 @@ class AutoRecoveryConfig:
     # to another rack's writable bookie would spread them, and the workers' copies spread this
     # far; 1 turns the placement check off.
     min_racks_per_write_quorum: int = 2
+    # How often the auditor runs the offload pass: logs' offload policies applied, copied
+    # ledgers released once the store's deletion lag has passed, offload attempts that died
+    # taken back (docs/design/tiered-storage.md); 0: never.
+    offload_interval: float = 60.0
+    # An offload attempt, or a ledger listed for one, this old without finishing is taken as
+    # dead: its object is deleted and the ledger can be offloaded again.
+    offload_stale_after: float = 3600.0
+    # How often the offload pass also sweeps the object store of objects and unfinished
+    # uploads no ledger's metadata names; 0: never.
+    offload_sweep_interval: float = 3600.0
+    # Ledgers the offload pass copies at once.
+    offload_concurrency: int = 2
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -118,6 +130,8 @@ class AutoRecoveryConfig:
             "autorecovery_lease_ttl",
             "autorecovery_poll_interval",
             "min_racks_per_write_quorum",
+            "offload_stale_after",
+            "offload_concurrency",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -246,6 +246,12 @@ class LedgerMetadata:
         return self.state is LedgerState.CLOSED
 
     @property
+    def is_offloaded(self) -> bool:
+        """Whether a complete copy is in the object store (copied or released): readers fall
+        back to it, and autorecovery leaves the bookies' copies alone."""
+        return self.offload is not None and self.offload.state is not OffloadState.COPYING
+
+    @property
     def last_fragment(self) -> Fragment:
         return self.fragments[-1]
 

@@ -14,7 +14,6 @@ path of ledger metadata.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
@@ -67,15 +66,46 @@ class OffloadRecords(LogRecords):
             f"the offload store record: still racing after {retries} attempts"
         )
 
-    async def add_offloading(self, ledger_id: int) -> None:
-        """Put the ledger on the work list (already there: nothing changes)."""
-        with contextlib.suppress(KeyExistsError):
-            await self.kv.create(self.keys.offloading(ledger_id), b"")
+    async def add_offloading(self, ledger_id: int, listed_at: int = 0, retries: int = 20) -> None:
+        """Put the ledger on the work list, stamped with ``listed_at`` (milliseconds): an
+        entry whose ledger never got an offload record is dropped only once its stamp is old,
+        so an offloader between listing a ledger and recording its attempt is never undone.
+        Listing a ledger already there stamps it again."""
+        key = self.keys.offloading(ledger_id)
+        value = str(listed_at).encode() if listed_at else b""
+        for _attempt in range(retries):
+            found, _revision = await self.kv.get(key)
+            try:
+                if found is None:
+                    await self.kv.create(key, value)
+                elif found.value != value:
+                    await self.kv.compare_and_set(key, value, found.mod_revision)
+            except (KeyExistsError, KeyMissingError, RevisionMismatchError):
+                await asyncio.sleep(0)
+                continue
+            return
+        raise MetadataVersionError(f"ledger {ledger_id}: listing it kept losing races")
 
-    async def remove_offloading(self, ledger_id: int) -> None:
-        """Take the ledger off the work list (not there: nothing changes)."""
-        with contextlib.suppress(KeyMissingError):
-            await self.kv.delete(self.keys.offloading(ledger_id))
+    async def offloading_since(self, ledger_id: int) -> tuple[int, int] | None:
+        """When the ledger was last put on the work list (milliseconds; 0: not stamped) and
+        the entry's revision, for ``remove_offloading``; None when it is not on the list."""
+        found, _revision = await self.kv.get(self.keys.offloading(ledger_id))
+        if found is None:
+            return None
+        try:
+            listed_at = int(found.value or b"0")
+        except ValueError:
+            listed_at = 0  # not a stamp this version wrote: as old as can be
+        return listed_at, found.mod_revision
+
+    async def remove_offloading(self, ledger_id: int, revision: int | None = None) -> bool:
+        """Take the ledger off the work list (not there: nothing changes); with ``revision``,
+        only if the entry is still at it. Whether an entry was removed."""
+        try:
+            await self.kv.delete(self.keys.offloading(ledger_id), revision)
+        except (KeyMissingError, RevisionMismatchError):
+            return False
+        return True
 
     async def list_offloading(self, page_size: int = 1000) -> AsyncIterator[int]:
         """The ledger ids on the work list, ascending, a page of keys at a time (keys only,

@@ -341,6 +341,15 @@ class NoSuchObjectError(ObjectStoreError):
     default_message = "no such object in the object store"
 
 
+class NoOffloadStoreError(BKError):
+    """An offload asked of a cluster with no offload store set.
+
+    Not retriable as asked: set the cluster's store first (``aiobk offload store URL``)."""
+
+    code = -50
+    default_message = "no offload store is set for this cluster"
+
+
 class MalformedObjectError(BKError):
     """An offloaded ledger's object is not what the format says: a bad magic word, a version
     this release cannot read, a checksum that does not match, lengths past its end.

@@ -78,14 +78,19 @@ class OffloadRef:
         )  # fmt: skip
 
 
+def ledger_prefix(ledger_id: int) -> str:
+    """The prefix every object of ``ledger_id`` is under: ``ledgers/<ledger id, 19 digits>/``."""
+    if not 0 <= ledger_id <= MAX_LEDGER_ID:
+        raise ValueError(f"ledger id {ledger_id} is out of range")
+    return f"ledgers/{ledger_id:019d}/"
+
+
 def object_key(ledger_id: int, uid: str) -> str:
     """The key of a ledger's object written by the offload attempt ``uid`` (32 hex digits):
     ``ledgers/<ledger id, 19 digits>/<uid>.aobk``, so keys sort by ledger."""
-    if not 0 <= ledger_id <= MAX_LEDGER_ID:
-        raise ValueError(f"ledger id {ledger_id} is out of range")
     if not _UID.fullmatch(uid):
         raise ValueError(f"uid {uid!r} is not 32 lowercase hex digits")
-    return f"ledgers/{ledger_id:019d}/{uid}.aobk"
+    return f"{ledger_prefix(ledger_id)}{uid}.aobk"
 
 
 async def write_object(
@@ -270,6 +275,7 @@ __all__ = [
     "DEFAULT_MAX_READ_BYTES",
     "ObjectReader",
     "OffloadRef",
+    "ledger_prefix",
     "object_key",
     "verify_object",
     "write_object",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from aiobk.client.config import ClientConfig
-from aiobk.metadata import MetadataStore
+from aiobk.metadata import MetadataStore, OffloadRecord
 from aiobk.protocol import Durability
 from aiobk.protocol.entry import DigestType
 
@@ -46,6 +46,8 @@ class LedgerClient(Protocol):
     async def delete_ledger(
         self, ledger_id: int, password: bytes | None = None, *, force: bool = False
     ) -> None: ...
+
+    async def forget_offload(self, ledger_id: int, record: OffloadRecord) -> None: ...
 
 
 __all__ = ["LedgerClient"]

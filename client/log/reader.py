@@ -22,7 +22,7 @@ from aiobk.client.log.ledger_client import LedgerClient
 from aiobk.client.log.position import LogPosition, LogRecord, log_record
 from aiobk.client.passwords import check_delete
 from aiobk.client.read_handle import ReadHandle
-from aiobk.metadata import LogMetadata
+from aiobk.metadata import LogMetadata, OffloadRecord
 from aiobk.protocol.errors import MetadataVersionError, NoSuchLedgerError, NoSuchLogError
 
 
@@ -157,10 +157,12 @@ class LogReader:
 
 async def check_deletes(
     bk: LedgerClient, ledger_ids: Sequence[int], password: bytes | None
-) -> None:
+) -> dict[int, OffloadRecord]:
     """``UnauthorizedError`` unless ``delete_ledger`` would delete each of ``ledger_ids`` with
     ``password`` (those already gone pass): asked before a log changes, so a refusal leaves
-    the log and its ledgers as they were."""
+    the log and its ledgers as they were. Returns the offload records of those that have one,
+    whose objects go with them (``LedgerClient.forget_offload``)."""
+    offloaded: dict[int, OffloadRecord] = {}
 
     async def check(ledger_id: int) -> None:
         try:
@@ -168,8 +170,11 @@ async def check_deletes(
         except NoSuchLedgerError:
             return
         check_delete(ledger_id, metadata, password)
+        if metadata.offload is not None:
+            offloaded[ledger_id] = metadata.offload
 
     await _each(check, ledger_ids)
+    return offloaded
 
 
 # Metadata calls a truncation keeps in flight at once: etcd commits concurrent writes together,
@@ -206,6 +211,7 @@ async def truncate_log(
     changes."""
     store = bk.store
     checked: set[int] = set()  # passwords checked once: a retry reads and writes, no more
+    offloaded: dict[int, OffloadRecord] = {}  # their objects go with them
     for _attempt in range(bk.config.metadata_retries):
         record = await store.read_log(name)
         keep_from = len(record.ledgers) - 1
@@ -217,7 +223,9 @@ async def truncate_log(
         if not removed:
             return []
         if not force:
-            await check_deletes(bk, [i for i in removed if i not in checked], password)
+            offloaded.update(
+                await check_deletes(bk, [i for i in removed if i not in checked], password)
+            )
             checked.update(removed)
         try:
             await store.write_log(record.with_ledgers(record.ledgers[keep_from:]))
@@ -228,6 +236,8 @@ async def truncate_log(
         async def delete(ledger_id: int) -> None:
             with contextlib.suppress(NoSuchLedgerError):
                 await bk.delete_ledger(ledger_id, force=True)
+            if ledger_id in offloaded:
+                await bk.forget_offload(ledger_id, offloaded[ledger_id])
 
         await _each(delete, removed)
         return list(removed)

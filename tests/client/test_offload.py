@@ -1,0 +1,232 @@
+"""Offloading closed ledgers to an object store (docs/design/tiered-storage.md), on real
+in-process bookies and a real directory store: a log offloaded and released reads back whole
+with every bookie stopped; a crash at each point of an offload loses nothing and leaves nothing
+the work-list upkeep and the sweep do not clear; deletion and truncation take the objects with
+them; the bookies drop released ledgers and autorecovery leaves offloaded ones alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from aiobk.client import BookKeeper, LogPosition, LogRecord
+from aiobk.client.log.format import decode
+from aiobk.client.offload import POINTS, Steps, offload_ledger, sweep, upkeep
+from aiobk.client.offload.copy import LedgerOffload
+from aiobk.metadata import MetadataStore, OffloadState, OffloadStoreSettings
+from aiobk.tiered.open import open_object_store
+from tests.support.cluster import Cluster, start_cluster
+
+HOUR = 3600.0
+
+
+class Killed(BaseException):
+    """A process stopped dead at a point of an offload: no cleanup runs."""
+
+
+class StopAt(Steps):
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    async def at(self, point: str) -> None:
+        if point == self.point:
+            raise Killed(point)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    cluster = await start_cluster(tmp_path, 3)
+    try:
+        yield cluster
+    finally:
+        await cluster.stop()
+
+
+async def set_store(store: MetadataStore, directory: Path, lag: float = 0.0) -> str:
+    url = f"file://{directory}"
+    directory.mkdir(parents=True, exist_ok=True)
+    await store.set_offload_store(OffloadStoreSettings(url, deletion_lag=lag))
+    return url
+
+
+async def write_log(bk: BookKeeper, name: str, ledgers: int, per_ledger: int = 20) -> list[bytes]:
+    """A log of ``ledgers`` closed ledgers of ``per_ledger`` records each: each writer that
+    takes the log starts a ledger, and closes it when it closes."""
+    sent: list[bytes] = []
+    for ledger in range(ledgers):
+        async with await bk.open_log_writer(name) as writer:
+            batch = [b"%d-%d:" % (ledger, i) + b"x" * (i * 37 % 900) for i in range(per_ledger)]
+            await asyncio.gather(*(writer.append(record) for record in batch))
+        sent += batch
+    return sent
+
+
+async def read_log(bk: BookKeeper, name: str) -> list[bytes]:
+    reader = await bk.open_log_reader(name, follow=False)
+    records: list[LogRecord] = [record async for record in reader]
+    return [record.data for record in records]
+
+
+async def held_objects(directory: Path) -> set[str]:
+    store = open_object_store(f"file://{directory}")
+    try:
+        return {key async for key in store.keys("ledgers/")}
+    finally:
+        await store.close()
+
+
+async def named_objects(store: MetadataStore, ledgers: list[int]) -> set[str]:
+    keys = set()
+    for ledger_id in ledgers:
+        offload = (await store.read_ledger(ledger_id)).offload
+        if offload is not None:
+            keys.add(offload.key)
+    return keys
+
+
+async def test_a_log_offloaded_reads_back_with_every_bookie_stopped(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, tmp_path / "objects")
+        sent = await write_log(bk, "orders", ledgers=3)
+        report = await bk.offload_log("orders")
+        ledgers = list((await bk.store.read_log("orders")).ledgers)
+        assert [item.ledger_id for item in report.ledgers] == ledgers
+        assert [item.outcome for item in report.ledgers] == ["released"] * 3
+        assert await held_objects(tmp_path / "objects") == await named_objects(bk.store, ledgers)
+        again = await bk.offload_log("orders")  # nothing more to do
+        assert [item.outcome for item in again.ledgers] == ["done"] * 3
+        for bookie in cluster.bookies:
+            result = await bookie.collect_garbage(forced=True)
+            assert sorted(result.ledgers_released) == sorted(ledgers)
+        # The released ledgers read from their objects only.
+        await cluster.stop()
+        assert await read_log(bk, "orders") == sent
+        handle = await bk.open_ledger(ledgers[1])
+        entries = await handle.read(0, handle.last_add_confirmed)
+        assert len(entries) == 20
+
+
+async def test_a_copied_ledger_keeps_its_bookie_copies_until_the_lag_has_passed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, tmp_path / "objects", lag=HOUR)
+        sent = await write_log(bk, "audit", ledgers=2)
+        handle = await bk.open_ledger((await bk.store.read_log("audit")).ledgers[0])
+        report = await bk.offload_log("audit")
+        assert [item.outcome for item in report.ledgers[:2]] == ["copied", "copied"]
+        for bookie in cluster.bookies:
+            assert (await bookie.collect_garbage(forced=True)).ledgers_released == []
+        settings = await bk.store.read_offload_store()
+        now = time.time()
+        early = await upkeep(bk.context, bk.objects, settings, now=lambda: now + 60)
+        assert early.released == []
+        due = await upkeep(bk.context, bk.objects, settings, now=lambda: now + HOUR + 1)
+        assert sorted(due.released) == sorted(item.ledger_id for item in report.ledgers[:2])
+        for bookie in cluster.bookies:
+            assert len((await bookie.collect_garbage(forced=True)).ledgers_released) == 2
+        # A handle opened while the bookies held the ledger turns to the object.
+        entries = await handle.read(0, handle.last_add_confirmed)
+        assert [decode(entry.data).data for entry in entries] == sent[:20]
+        assert await read_log(bk, "audit") == sent
+
+
+@pytest.mark.parametrize("point", POINTS)
+async def test_a_crash_at_any_point_loses_nothing_and_leaves_nothing_behind(
+    cluster: Cluster, tmp_path: Path, point: str
+) -> None:
+    objects_dir = tmp_path / "objects"
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, objects_dir)
+        sent = await write_log(bk, "crashy", ledgers=2, per_ledger=40)
+        ledgers = list((await bk.store.read_log("crashy")).ledgers)
+        settings = await bk.store.read_offload_store()
+        assert settings is not None
+        now = time.time()
+        with pytest.raises(Killed):
+            await offload_ledger(
+                bk.context, bk.objects, settings, ledgers[0], now=lambda: now,
+                steps=StopAt(point), block_size=4096,
+            )  # fmt: skip
+        assert await read_log(bk, "crashy") == sent  # nothing lost, whatever state it is in
+        # Later: the upkeep takes back what died, the sweep removes what no metadata names.
+        later = now + 2 * HOUR
+        await upkeep(bk.context, bk.objects, settings, now=lambda: later)
+        await sweep(bk.context, bk.objects.get(settings.url))
+        named = await named_objects(bk.store, ledgers)
+        assert await held_objects(objects_dir) == named
+        assert not await bk.objects.get(settings.url).uploads("ledgers/")
+        listed = [i async for i in bk.store.list_offloading()]
+        offloads = {i: (await bk.store.read_ledger(i)).offload for i in ledgers}
+        assert set(listed) == {i for i, record in offloads.items() if record is not None}
+        # And a later offload completes it.
+        done: LedgerOffload = await offload_ledger(
+            bk.context, bk.objects, settings, ledgers[0], now=lambda: later
+        )
+        assert done.outcome in ("released", "done")
+        record = (await bk.store.read_ledger(ledgers[0])).offload
+        assert record is not None
+        assert record.state is OffloadState.RELEASED
+        for bookie in cluster.bookies:
+            await bookie.collect_garbage(forced=True)
+        await cluster.stop()
+        handle = await bk.open_ledger(ledgers[0])
+        entries = await handle.read(0, handle.last_add_confirmed)
+        assert [decode(entry.data).data for entry in entries] == sent[:40]
+
+
+async def test_deleting_and_truncating_take_the_objects_and_the_sweep_finds_orphans(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    objects_dir = tmp_path / "objects"
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, objects_dir)
+        await write_log(bk, "short", ledgers=3)
+        await bk.offload_log("short")
+        ledgers = list((await bk.store.read_log("short")).ledgers)
+        assert len(await held_objects(objects_dir)) == 3
+        await bk.truncate_log("short", LogPosition(ledgers[2], 0))
+        assert await held_objects(objects_dir) == await named_objects(bk.store, ledgers[2:])
+        assert [i async for i in bk.store.list_offloading()] == [ledgers[2]]
+        # An object a crash left between deleting the metadata and the object.
+        store = bk.objects.get(f"file://{objects_dir}")
+        orphan = f"ledgers/{ledgers[0]:019d}/{'ab' * 16}.aobk"
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"left behind"
+
+        await store.put(orphan, chunks())
+        dry = await sweep(bk.context, store, dry_run=True)
+        assert dry.objects == [orphan]
+        assert orphan in await held_objects(objects_dir)
+        swept = await sweep(bk.context, store)
+        assert swept.objects == [orphan]
+        assert swept.kept == 1
+        assert orphan not in await held_objects(objects_dir)
+        await bk.delete_log("short")
+        assert await held_objects(objects_dir) == set()
+        assert [i async for i in bk.store.list_offloading()] == []
+        # A forced delete reads nothing: the offload pass's upkeep takes the object after.
+        await write_log(bk, "forced", ledgers=1)
+        await bk.offload_log("forced")
+        (ledger_id,) = (await bk.store.read_log("forced")).ledgers
+        await bk.delete_ledger(ledger_id, force=True)
+        assert len(await held_objects(objects_dir)) == 1
+        settings = await bk.store.read_offload_store()
+        report = await upkeep(bk.context, bk.objects, settings, now=time.time)
+        assert report.dropped == [ledger_id]
+        assert await held_objects(objects_dir) == set()
+
+
+async def test_without_a_store_offloading_is_refused_in_one_line(cluster: Cluster) -> None:
+    async with BookKeeper(cluster.uri) as bk:
+        await write_log(bk, "nowhere", ledgers=1)
+        with pytest.raises(Exception, match="no offload store is set") as caught:
+            await bk.offload_log("nowhere")
+        assert "\n" not in str(caught.value)
