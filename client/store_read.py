@@ -26,7 +26,7 @@ from aiobk.client.read import EntryReader, EntrySource
 from aiobk.client.stats import ClientStats
 from aiobk.metadata import LedgerMetadata, MetadataStore
 from aiobk.protocol import EntryBody, MalformedEntryError, parse_entry
-from aiobk.protocol.errors import DigestMismatchError, NoSuchEntryError
+from aiobk.protocol.errors import DigestMismatchError, MalformedObjectError, NoSuchEntryError
 from aiobk.tiered.objects import ObjectReader, OffloadRef
 from aiobk.tiered.open import StoreCache
 
@@ -82,8 +82,12 @@ class StoreEntryReader:
     async def iter_bodies_of(self, first: int, last: int) -> AsyncGenerator[EntryBody, None]:
         """The verified bodies of entries first..last, in order."""
         self._check_range(first, last)
-        async for entry_id, raw in self._objects.bodies(first, last):
-            yield self._checked(entry_id, raw)
+        try:
+            async for entry_id, raw in self._objects.bodies(first, last):
+                yield self._checked(entry_id, raw)
+        except MalformedObjectError as exc:
+            # A damaged object is what a damaged copy on a bookie is: no good copy to serve.
+            raise DigestMismatchError(f"ledger {self.ledger_id}: {exc}") from None
 
     async def iter_range(
         self, metadata: LedgerMetadata, first: int, last: int

@@ -20,7 +20,8 @@ from aiobk.autorecovery import AutoRecoveryConfig, Outcome, ReplicationWorker, W
 from aiobk.autorecovery.fragments import bookies_named, closed_fragments
 from aiobk.bookie import Bookie
 from aiobk.client import BookKeeper, ClientConfig, LedgerHandle
-from aiobk.metadata import DECOMMISSION, LOST_BOOKIE
+from aiobk.client.offload import offload_ledger
+from aiobk.metadata import DECOMMISSION, LOST_BOOKIE, OffloadStoreSettings
 from aiobk.protocol import DigestType
 from aiobk.protocol.errors import LedgerFencedError
 from tests.autorecovery.helpers import assert_copies
@@ -157,6 +158,24 @@ async def test_a_deleted_ledger_drops_its_mark(cluster: Cluster, bk: BookKeeper)
     await bk.delete_ledger(ledger_id)
     assert await _worker(bk).repair(mark) is Outcome.GONE
     assert await bk.store.autorecovery.read_mark(ledger_id) is None
+
+
+@pytest.mark.timeout(60)
+async def test_an_offloaded_ledger_drops_its_mark_and_no_copy_is_written(
+    cluster: Cluster, bk: BookKeeper, tmp_path: Path
+) -> None:
+    (tmp_path / "objects").mkdir()
+    await bk.store.set_offload_store(OffloadStoreSettings(f"file://{tmp_path / 'objects'}", 0))
+    ledger_id = await _ledger(bk, 5)
+    settings = await bk.store.read_offload_store()
+    assert settings is not None
+    done = await offload_ledger(bk.context, bk.objects, settings, ledger_id, now=time.time)
+    assert done.outcome == "released"
+    before = (await bk.store.read_ledger(ledger_id)).fragments
+    mark = await bk.store.autorecovery.mark(ledger_id, ["gone:1"], LOST_BOOKIE, 0)
+    assert await _worker(bk).repair(mark) is Outcome.OFFLOADED
+    assert await bk.store.autorecovery.read_mark(ledger_id) is None
+    assert (await bk.store.read_ledger(ledger_id)).fragments == before  # no copy moved
 
 
 @pytest.mark.timeout(60)

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper, LogPosition, LogRecord
+from aiobk.client.errors import DigestMismatchError, UnauthorizedError
 from aiobk.client.log.format import decode
 from aiobk.client.offload import POINTS, Steps, offload_ledger, sweep, upkeep
 from aiobk.client.offload.copy import LedgerOffload
 from aiobk.metadata import MetadataStore, OffloadState, OffloadStoreSettings
+from aiobk.protocol import DigestType
 from aiobk.tiered.open import open_object_store
 from tests.support.cluster import Cluster, start_cluster
 
@@ -230,3 +232,53 @@ async def test_without_a_store_offloading_is_refused_in_one_line(cluster: Cluste
         with pytest.raises(Exception, match="no offload store is set") as caught:
             await bk.offload_log("nowhere")
         assert "\n" not in str(caught.value)
+
+
+async def test_a_mac_ledger_offloaded_without_its_password_reads_back_with_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The offloader checks a MAC ledger's entries by their ids (it lacks the password); a
+    reader with the password checks every MAC of the object's copies, and a wrong password is
+    refused as it is for a ledger on bookies."""
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, tmp_path / "objects")
+        lh = await bk.create_ledger(3, 3, 2, password=b"secret", digest_type=DigestType.MAC)
+        for i in range(30):
+            await lh.append(b"mac %d" % i)
+        await lh.close()
+        settings = await bk.store.read_offload_store()
+        assert settings is not None
+        done = await offload_ledger(bk.context, bk.objects, settings, lh.ledger_id, now=time.time)
+        assert done.outcome == "released"
+        for bookie in cluster.bookies:
+            await bookie.collect_garbage(forced=True)
+        await cluster.stop()
+        handle = await bk.open_ledger(lh.ledger_id, b"secret")
+        entries = await handle.read(0, 29)
+        assert [entry.data for entry in entries] == [b"mac %d" % i for i in range(30)]
+        with pytest.raises(UnauthorizedError):
+            await bk.open_ledger(lh.ledger_id, b"wrong")
+
+
+async def test_a_damaged_object_is_a_clear_error_never_wrong_entries(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    objects_dir = tmp_path / "objects"
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, objects_dir)
+        sent = await write_log(bk, "damaged", ledgers=1)
+        await bk.offload_log("damaged")
+        (ledger_id,) = (await bk.store.read_log("damaged")).ledgers
+        for bookie in cluster.bookies:
+            await bookie.collect_garbage(forced=True)
+        record = (await bk.store.read_ledger(ledger_id)).offload
+        assert record is not None
+        path = objects_dir / record.key
+        data = bytearray(path.read_bytes())
+        data[64 + 16 + 4 + 40] ^= 0xFF  # a byte inside the first entry's payload
+        path.write_bytes(bytes(data))
+        handle = await bk.open_ledger(ledger_id)
+        with pytest.raises(DigestMismatchError) as caught:
+            await handle.read(0, len(sent) - 1)
+        assert "\n" not in str(caught.value)
+        assert (await handle.read(5, 6))[0].entry_id == 5  # the rest still reads
