@@ -24,6 +24,7 @@ it; an older one is taken over, its object and unfinished uploads deleted first.
 from __future__ import annotations
 
 import array
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -136,9 +137,14 @@ async def offload_ledger(
 
     metadata = await ctx.store.update_ledger(ledger_id, begin)
     await steps.at(step.COPYING)
-    # A failure from here on leaves the attempt for a later one to take over (after
-    # stale_after); what it wrote is named by this attempt alone, which the sweep judges.
-    record = await _copy(ctx, store, ledger_id, metadata, attempt, password, steps)
+    try:
+        record = await _copy(ctx, store, ledger_id, metadata, attempt, password, steps)
+    except Exception:
+        # A failure (the store, a bookie) takes the attempt back at once, so that a retry
+        # need not wait for it to go stale; a crash leaves it to the upkeep pass.
+        with contextlib.suppress(BKError, ValueError):
+            await take_back(ctx, objects, ledger_id, attempt)
+        raise
     return await _record_copied(ctx, objects, settings, ledger_id, record, now, steps)
 
 
@@ -291,6 +297,30 @@ async def forget_offload(
     await ctx.store.remove_offloading(ledger_id)
 
 
+async def take_back(
+    ctx: ClientContext, objects: StoreCache, ledger_id: int, attempt: OffloadRecord
+) -> bool:
+    """Undo an attempt that will not finish (it failed, or died long ago): its object and
+    uploads deleted, then its record cleared and the ledger taken off the work list, if the
+    record still names it. Whether it was taken back."""
+    await discard(objects.get(attempt.store), attempt.key)
+
+    def clear(current: LedgerMetadata) -> LedgerMetadata | None:
+        if current.offload is None or current.offload.uid != attempt.uid:
+            return None  # taken over meanwhile: the new attempt is not this one's to clear
+        return current.with_offload(None)
+
+    try:
+        after = await ctx.store.update_ledger(ledger_id, clear)
+    except NoSuchLedgerError:
+        return False
+    if after.offload is not None:
+        return False
+    log.warning("ledger %d: offload attempt %s taken back", ledger_id, attempt.uid)
+    await ctx.store.remove_offloading(ledger_id)
+    return True
+
+
 async def discard(store: ObjectStore, key: str) -> None:
     """Delete an attempt's object and any upload of it left unfinished."""
     for upload in await store.uploads(key):
@@ -307,4 +337,5 @@ __all__ = [
     "forget_offload",
     "offload_ledger",
     "release",
+    "take_back",
 ]

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiobk.client.context import ClientContext
-from aiobk.client.offload.copy import DEFAULT_STALE_AFTER, discard, release
-from aiobk.metadata import LedgerMetadata, OffloadState, OffloadStoreSettings
+from aiobk.client.offload.copy import DEFAULT_STALE_AFTER, release, take_back
+from aiobk.metadata import OffloadState, OffloadStoreSettings
 from aiobk.protocol.errors import NoSuchLedgerError
 from aiobk.tiered.objects import ledger_prefix
 from aiobk.tiered.open import StoreCache
@@ -63,8 +63,8 @@ async def upkeep(
             if await _drop_if_unrecorded(ctx, ledger_id, now_ms, stale_after):
                 report.dropped.append(ledger_id)
         elif record.state is OffloadState.COPYING:
-            if now_ms - record.started >= stale_after * 1000 and await _abandon(
-                ctx, objects, ledger_id, metadata
+            if now_ms - record.started >= stale_after * 1000 and await take_back(
+                ctx, objects, ledger_id, record
             ):
                 report.abandoned.append(ledger_id)
         elif record.state is OffloadState.COPIED and settings is not None:
@@ -98,31 +98,6 @@ async def _drop_if_unrecorded(
     if now_ms - listed_at < stale_after * 1000:
         return False
     return await ctx.store.remove_offloading(ledger_id, revision)
-
-
-async def _abandon(
-    ctx: ClientContext, objects: StoreCache, ledger_id: int, metadata: LedgerMetadata
-) -> bool:
-    """Take back an attempt that died: its object and uploads deleted, then its record
-    cleared, if the record still names it."""
-    record = metadata.offload
-    assert record is not None
-    await discard(objects.get(record.store), record.key)
-
-    def clear(current: LedgerMetadata) -> LedgerMetadata | None:
-        if current.offload is None or current.offload.uid != record.uid:
-            return None  # taken over meanwhile: the new attempt is not ours to clear
-        return current.with_offload(None)
-
-    try:
-        after = await ctx.store.update_ledger(ledger_id, clear)
-    except NoSuchLedgerError:
-        return False
-    if after.offload is None:
-        log.warning("ledger %d: an offload attempt that died was taken back", ledger_id)
-        await ctx.store.remove_offloading(ledger_id)
-        return True
-    return False
 
 
 __all__ = ["UpkeepReport", "upkeep"]

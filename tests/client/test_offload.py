@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from aiobk.client import BookKeeper, LogPosition, LogRecord
-from aiobk.client.errors import DigestMismatchError, UnauthorizedError
+from aiobk.client.errors import DigestMismatchError, ObjectStoreError, UnauthorizedError
 from aiobk.client.log.format import decode
 from aiobk.client.offload import POINTS, Steps, offload_ledger, sweep, upkeep
 from aiobk.client.offload.copy import LedgerOffload
@@ -282,3 +282,44 @@ async def test_a_damaged_object_is_a_clear_error_never_wrong_entries(
             await handle.read(0, len(sent) - 1)
         assert "\n" not in str(caught.value)
         assert (await handle.read(5, 6))[0].entry_id == 5  # the rest still reads
+
+
+class FailAt(Steps):
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    async def at(self, point: str) -> None:
+        if point == self.point:
+            raise ObjectStoreError("the store went away")
+
+
+async def test_a_failed_offload_is_taken_back_at_once_and_an_empty_ledger_offloads(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    objects_dir = tmp_path / "objects"
+    async with BookKeeper(cluster.uri) as bk:
+        await set_store(bk.store, objects_dir)
+        await write_log(bk, "flaky", ledgers=1, per_ledger=60)
+        (ledger_id,) = (await bk.store.read_log("flaky")).ledgers
+        settings = await bk.store.read_offload_store()
+        assert settings is not None
+        with pytest.raises(ObjectStoreError):
+            await offload_ledger(
+                bk.context, bk.objects, settings, ledger_id, now=time.time,
+                steps=FailAt("uploading"), block_size=4096,
+            )  # fmt: skip
+        assert (await bk.store.read_ledger(ledger_id)).offload is None
+        assert await held_objects(objects_dir) == set()
+        assert [i async for i in bk.store.list_offloading()] == []
+        retried = await offload_ledger(bk.context, bk.objects, settings, ledger_id, now=time.time)
+        assert retried.outcome == "released"  # not "busy": nothing waits to go stale
+        empty = await bk.create_ledger(3, 3, 2)
+        await empty.close()
+        done = await offload_ledger(
+            bk.context, bk.objects, settings, empty.ledger_id, now=time.time
+        )
+        assert (done.outcome, done.entries) == ("released", 0)
+        for bookie in cluster.bookies:
+            await bookie.collect_garbage(forced=True)
+        handle = await bk.open_ledger(empty.ledger_id)
+        assert handle.last_add_confirmed == -1
