@@ -206,7 +206,56 @@ class StreamedPut:
                 task.exception()  # retrieved: raised above, or superseded by what is raised
 
 
+class ObstoreCalls:
+    """The calls the directory and S3 stores make the same way through obstore: reads of
+    ranges, sizes, deletions and listings, each bounded and translated. A store sets ``_url``
+    (without secrets), ``_store`` and ``_timeout``."""
+
+    _url: str
+    _store: ObstoreStore
+    _timeout: float
+
+    async def get_range(self, key: str, start: int, length: int) -> bytes:
+        (data,) = await self.get_ranges(key, [(start, length)])
+        return data
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        path = check_key(self._url, key)
+        return await read_ranges(self._url, self._store, path, ranges, self._timeout)
+
+    async def size(self, key: str) -> int | None:
+        path = check_key(self._url, key)
+        try:
+            async with bounded(self._url, f"size {key}", self._timeout):
+                meta = await obstore.head_async(self._store, path)
+        except NoSuchObjectError:
+            return None
+        return int(meta["size"])
+
+    async def delete(self, key: str) -> None:
+        path = check_key(self._url, key)
+        try:
+            async with bounded(self._url, f"delete {key}", self._timeout):
+                await obstore.delete_async(self._store, path)
+        except NoSuchObjectError:
+            return
+
+    async def _listed(self, prefix: str, start: str | None) -> AsyncIterator[str]:
+        """The keys under ``prefix`` of obstore's listing from ``start``, a page at a time."""
+        stream = aiter(obstore.list(self._store, start, chunk_size=1000))
+        while True:
+            try:
+                async with bounded(self._url, f"list {prefix}", self._timeout):
+                    page = await anext(stream)
+            except StopAsyncIteration:
+                return
+            for meta in page:
+                if meta["path"].startswith(prefix):
+                    yield meta["path"]
+
+
 __all__ = [
+    "ObstoreCalls",
     "STAGING_SUFFIX",
     "StreamedPut",
     "bounded",

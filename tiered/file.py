@@ -14,22 +14,20 @@ import asyncio
 import contextlib
 import functools
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-import obstore
 from obstore.store import LocalStore
 
-from aiobk.protocol.errors import NoSuchObjectError, ObjectStoreError
+from aiobk.protocol.errors import ObjectStoreError
 from aiobk.tiered.bounded import (
     STAGING_SUFFIX,
-    bounded,
+    ObstoreCalls,
     call,
     check_key,
     parent,
-    read_ranges,
 )
 from aiobk.tiered.store import Upload
 
@@ -40,7 +38,7 @@ T = TypeVar("T")
 WRITE_BATCH = 1024 * 1024
 
 
-class DirectoryStore:
+class DirectoryStore(ObstoreCalls):
     """Objects as files under ``root`` (an absolute directory, created when missing)."""
 
     def __init__(self, root: str, *, timeout: float = 30.0) -> None:
@@ -108,45 +106,12 @@ class DirectoryStore:
         finally:
             executor.shutdown(wait=False)
 
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
-        (data,) = await self.get_ranges(key, [(start, length)])
-        return data
-
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        path = check_key(self._url, key)
-        return await read_ranges(self._url, self._store, path, ranges, self._timeout)
-
-    async def size(self, key: str) -> int | None:
-        path = check_key(self._url, key)
-        try:
-            async with bounded(self._url, f"size {key}", self._timeout):
-                meta = await obstore.head_async(self._store, path)
-        except NoSuchObjectError:
-            return None
-        return int(meta["size"])
-
-    async def delete(self, key: str) -> None:
-        path = check_key(self._url, key)
-        try:
-            async with bounded(self._url, f"delete {key}", self._timeout):
-                await obstore.delete_async(self._store, path)
-        except NoSuchObjectError:
-            return
-
     async def keys(self, prefix: str) -> AsyncIterator[str]:
         start = parent(prefix)
         if start is not None and not (self._root / start).is_dir():
             return  # LocalStore answers an error for a directory that is not there
-        stream = aiter(obstore.list(self._store, start, chunk_size=1000))
-        while True:
-            try:
-                async with bounded(self._url, f"list {prefix}", self._timeout):
-                    page = await anext(stream)
-            except StopAsyncIteration:
-                return
-            for meta in page:
-                if meta["path"].startswith(prefix):
-                    yield meta["path"]
+        async for key in self._listed(prefix, start):
+            yield key
 
     async def uploads(self, prefix: str) -> list[Upload]:
         return await call(

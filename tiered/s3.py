@@ -12,7 +12,7 @@ imported only then: it is in the bookie extra, which the process sweeping them h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import obstore
 from obstore.store import S3Store
 
-from aiobk.protocol.errors import NoSuchObjectError, ObjectStoreError
+from aiobk.protocol.errors import ObjectStoreError
 from aiobk.tiered.bounded import (
+    ObstoreCalls,
     StreamedPut,
     bounded,
     check_key,
     parent,
-    read_ranges,
 )
 from aiobk.tiered.store import Upload
 
@@ -86,7 +86,7 @@ def keys_from(environ: Mapping[str, str], location: S3Location) -> S3Keys | None
     return S3Keys(key_id, secret, environ.get("AWS_SESSION_TOKEN") or None)
 
 
-class S3ObjectStore:
+class S3ObjectStore(ObstoreCalls):
     """Objects under ``location.prefix`` in ``location.bucket``."""
 
     def __init__(self, location: S3Location, keys: S3Keys | None, *, timeout: float = 30.0) -> None:
@@ -134,42 +134,8 @@ class S3ObjectStore:
             lambda feed: obstore.put_async(self._store, path, feed, chunk_size=PART_SIZE)
         )
 
-    async def get_range(self, key: str, start: int, length: int) -> bytes:
-        (data,) = await self.get_ranges(key, [(start, length)])
-        return data
-
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        path = check_key(self._url, key)
-        return await read_ranges(self._url, self._store, path, ranges, self._timeout)
-
-    async def size(self, key: str) -> int | None:
-        path = check_key(self._url, key)
-        try:
-            async with bounded(self._url, f"size {key}", self._timeout):
-                meta = await obstore.head_async(self._store, path)
-        except NoSuchObjectError:
-            return None
-        return int(meta["size"])
-
-    async def delete(self, key: str) -> None:
-        path = check_key(self._url, key)
-        try:
-            async with bounded(self._url, f"delete {key}", self._timeout):
-                await obstore.delete_async(self._store, path)
-        except NoSuchObjectError:
-            return
-
-    async def keys(self, prefix: str) -> AsyncIterator[str]:
-        stream = aiter(obstore.list(self._store, parent(prefix), chunk_size=1000))
-        while True:
-            try:
-                async with bounded(self._url, f"list {prefix}", self._timeout):
-                    page = await anext(stream)
-            except StopAsyncIteration:
-                return
-            for meta in page:
-                if meta["path"].startswith(prefix):
-                    yield meta["path"]
+    def keys(self, prefix: str) -> AsyncIterator[str]:
+        return self._listed(prefix, parent(prefix))
 
     def _full_key(self, key: str) -> str:
         return f"{self._location.prefix}/{key}" if self._location.prefix else key

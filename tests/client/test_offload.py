@@ -31,12 +31,15 @@ class Killed(BaseException):
 
 
 class StopAt(Steps):
-    def __init__(self, point: str) -> None:
+    """Raise at ``point``: ``Killed`` (a crash) by default, or a failure the code handles."""
+
+    def __init__(self, point: str, error: BaseException | None = None) -> None:
         self.point = point
+        self.error = error
 
     async def at(self, point: str) -> None:
         if point == self.point:
-            raise Killed(point)
+            raise self.error or Killed(point)
 
 
 @pytest.fixture
@@ -284,15 +287,6 @@ async def test_a_damaged_object_is_a_clear_error_never_wrong_entries(
         assert (await handle.read(5, 6))[0].entry_id == 5  # the rest still reads
 
 
-class FailAt(Steps):
-    def __init__(self, point: str) -> None:
-        self.point = point
-
-    async def at(self, point: str) -> None:
-        if point == self.point:
-            raise ObjectStoreError("the store went away")
-
-
 async def test_a_failed_offload_is_taken_back_at_once_and_an_empty_ledger_offloads(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -306,7 +300,7 @@ async def test_a_failed_offload_is_taken_back_at_once_and_an_empty_ledger_offloa
         with pytest.raises(ObjectStoreError):
             await offload_ledger(
                 bk.context, bk.objects, settings, ledger_id, now=time.time,
-                steps=FailAt("uploading"), block_size=4096,
+                steps=StopAt("uploading", ObjectStoreError("the store went away")), block_size=4096,
             )  # fmt: skip
         assert (await bk.store.read_ledger(ledger_id)).offload is None
         assert await held_objects(objects_dir) == set()
