@@ -37,6 +37,7 @@ from aiobk.client.digest import CopyChecker, Digester
 from aiobk.client.offload import steps as step
 from aiobk.client.offload.refs import offload_ref
 from aiobk.client.offload.steps import NO_STEPS, Steps
+from aiobk.client.passwords import check_password
 from aiobk.client.read import EntryReader
 from aiobk.metadata import (
     LedgerMetadata,
@@ -101,8 +102,11 @@ async def offload_ledger(
     entries are checked by ids only (the object's own CRCs still cover the copy). Raises
     ``OffloadSupersededError`` when another attempt took over, ``MalformedObjectError`` when the
     object read back is not what was written (the object is deleted; the bookies are
-    untouched), and the store's and bookies' errors as they come."""
+    untouched), ``UnauthorizedError`` for a wrong ``password``, and the store's and bookies'
+    errors as they come."""
     metadata = await ctx.store.read_ledger(ledger_id)
+    if password is not None:
+        check_password(ledger_id, metadata, password)  # a wrong one is refused, not a copy
     if not metadata.is_closed:
         return LedgerOffload(ledger_id, "open")
     existing = metadata.offload

@@ -251,6 +251,10 @@ async def test_a_mac_ledger_offloaded_without_its_password_reads_back_with_it(
         await lh.close()
         settings = await bk.store.read_offload_store()
         assert settings is not None
+        with pytest.raises(UnauthorizedError):
+            await offload_ledger(
+                bk.context, bk.objects, settings, lh.ledger_id, now=time.time, password=b"no"
+            )
         done = await offload_ledger(bk.context, bk.objects, settings, lh.ledger_id, now=time.time)
         assert done.outcome == "released"
         for bookie in cluster.bookies:
