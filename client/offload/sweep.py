@@ -45,7 +45,7 @@ async def sweep(ctx: ClientContext, store: ObjectStore, *, dry_run: bool = False
         if match is None:
             return True  # not ours to judge
         ledger_id = int(match.group(1))
-        if ledger_id in known and _names(known[ledger_id], store.url, key, copying_only):
+        if ledger_id in known and _names(known[ledger_id], key, copying_only):
             return True
         # Read afresh before judging: an attempt recorded since the last read names its
         # object before writing it, so a fresh read sees whatever a listing saw.
@@ -53,7 +53,7 @@ async def sweep(ctx: ClientContext, store: ObjectStore, *, dry_run: bool = False
             known[ledger_id] = await ctx.store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             known[ledger_id] = None
-        return _names(known[ledger_id], store.url, key, copying_only)
+        return _names(known[ledger_id], key, copying_only)
 
     async for key in store.keys(LEDGERS_PREFIX):
         if _KEY.fullmatch(key) is None:
@@ -78,9 +78,13 @@ async def sweep(ctx: ClientContext, store: ObjectStore, *, dry_run: bool = False
     return report
 
 
-def _names(metadata: LedgerMetadata | None, url: str, key: str, copying_only: bool) -> bool:
+def _names(metadata: LedgerMetadata | None, key: str, copying_only: bool) -> bool:
+    """Whether the ledger's record names the object ``key``. The key alone decides: it holds
+    the attempt's uid, drawn afresh for every attempt, so no two attempts -- in this store or
+    another -- share one, and a store URL written another way cannot make a named object
+    look like garbage."""
     record = None if metadata is None else metadata.offload
-    if record is None or record.key != key or record.store != url:
+    if record is None or record.key != key:
         return False
     return not copying_only or record.state is OffloadState.COPYING
 

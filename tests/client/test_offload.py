@@ -214,6 +214,9 @@ async def test_deleting_and_truncating_take_the_objects_and_the_sweep_finds_orph
         assert swept.objects == [orphan]
         assert swept.kept == 1
         assert orphan not in await held_objects(objects_dir)
+        # The store's URL written another way: named objects are still named (by their keys).
+        again = await sweep(bk.context, bk.objects.get(f"file://{objects_dir}/"))
+        assert (again.objects, again.kept) == ([], 1)
         await bk.delete_log("short")
         assert await held_objects(objects_dir) == set()
         assert [i async for i in bk.store.list_offloading()] == []
