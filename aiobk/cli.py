@@ -28,6 +28,7 @@ from aiobk.commands import (
 )
 from aiobk.commands.autorecovery import autorecovery_group
 from aiobk.commands.extras import extra_message
+from aiobk.commands.offload import offload_group
 
 
 @click.group(cls=QuietPipeGroup, help="aiobk: BookKeeper's replicated log, asyncio-native.")
@@ -42,6 +43,7 @@ cli.add_command(cookie_group)
 cli.add_command(bookies_group)
 cli.add_command(ledger_group)
 cli.add_command(log_group)
+cli.add_command(offload_group)
 cli.add_command(simpletest_command)
 cli.add_command(autorecovery_group)
 # Every long-running command takes --log-level; bookie start has its own, which

@@ -1,4 +1,5 @@
-"""Shared fixtures: real bookies on free loopback ports with temporary directories."""
+"""Shared fixtures: real bookies on free loopback ports with temporary directories, the
+session's etcd, and the session's S3 server (moto) for object stores."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from aiobk.runner import make_bookie
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS
+from tests.support.s3server import S3Server
 
 BookieFactory = Callable[..., Awaitable[Bookie]]
 
@@ -106,3 +108,13 @@ async def etcd_cluster(etcd_server: EtcdProcess, tmp_path: Path) -> AsyncIterato
         yield cluster
     finally:
         await cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto on a free loopback port, with fake keys in the environment for the session."""
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with pytest.MonkeyPatch.context() as patch, S3Server(log) as server:
+        for name, value in server.environ.items():
+            patch.setenv(name, value)
+        yield server

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import ssl
 import sys
@@ -21,16 +22,19 @@ from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.config import ClientConfig
 from aiobk.client.net import Connector, TlsConnector
 from aiobk.client.tls_files import TlsFilesError, client_context
-from aiobk.commands.text import echo_table
+from aiobk.commands.records import format_time
+from aiobk.commands.text import echo_table, format_size
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import (
     LedgerMetadata,
     MetadataFormatError,
     MetadataStore,
     MetadataURIError,
+    OffloadRecord,
     open_store,
 )
 from aiobk.protocol.errors import BKError, UnauthorizedError
+from aiobk.tiered.open import redact
 
 
 def with_log_level(command: click.Command, default: str = "warning") -> click.Command:
@@ -106,6 +110,38 @@ metadata_option = click.option(
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+_AMOUNT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3_600, "d": 86_400}
+_BYTES = {
+    "": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+    "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40,
+}  # fmt: skip
+
+
+def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Seconds on the command line: a number with an optional unit, ``s``, ``m``, ``h`` or
+    ``d`` (``90s``, ``30m``, ``4h``, ``1.5d``; a bare number is seconds)."""
+    if value is None:
+        return None
+    match = _AMOUNT.fullmatch(value.lower())
+    if match is None or match.group(2) not in _SECONDS:
+        message = f"not a duration (a number of s, m, h or d, e.g. 4h): {value!r}"
+        raise click.BadParameter(message, ctx, param)
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def parse_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """Bytes on the command line: a number with an optional binary unit, ``B``, ``KiB``,
+    ``MiB``, ``GiB`` or ``TiB`` (``K``, ``M``, ``G``, ``T`` for short; any case)."""
+    if value is None:
+        return None
+    match = _AMOUNT.fullmatch(value.lower())
+    if match is None or match.group(2) not in _BYTES:
+        message = f"not a size (a number of B, KiB, MiB, GiB or TiB): {value!r}"
+        raise click.BadParameter(message, ctx, param)
+    return int(float(match.group(1)) * _BYTES[match.group(2)])
 
 
 # ---------------------------------------------------------------------- TLS to bookies
@@ -222,7 +258,24 @@ def print_ledger_table(ledger_id: int, found: LedgerMetadata) -> None:
     ]
     rows += [(f"fragment from {f.first_entry_id}", ", ".join(f.ensemble)) for f in found.fragments]
     rows += [(f"custom {k}", repr(v)) for k, v in found.custom_metadata.items()]
+    rows += offload_rows(found.offload)
     echo_table(rows)
+
+
+def offload_rows(record: OffloadRecord | None) -> list[tuple[str, str]]:
+    """The rows naming a ledger's copy in an object store, when it has one (or an attempt)."""
+    if record is None:
+        return []
+    when = {"started": record.started, "copied": record.copied, "released": record.released}
+    return [
+        ("offloaded", f"{record.state.value} to {redact(record.store)}"),
+        ("offload key", record.key),
+        (
+            "offload size",
+            f"{record.size} bytes ({format_size(record.size)}), {record.entries} entries",
+        ),
+        *((f"offload {name}", format_time(ms)) for name, ms in when.items() if ms is not None),
+    ]
 
 
 def run_with_client(uri: str | None, action: Callable[[BookKeeper], Awaitable[T]]) -> T:

@@ -1,9 +1,12 @@
-"""``aiobk log list|show|tail|truncate|delete``: logs from the command line.
+"""``aiobk log list|show|tail|truncate|delete|offload|offload-policy``: logs from the command
+line.
 
 Positions are printed and taken as ``LEDGER:ENTRY`` (``LogPosition``'s text form), or
 ``earliest``. ``tail`` reads to the end of the log as it is when it starts and exits; with
 ``--follow`` it keeps printing live appends until interrupted (Ctrl-C exits 0). Nothing here
-fences: reading a log never disturbs its writer.
+fences: reading a log never disturbs its writer. ``offload`` copies a log's closed ledgers to
+the cluster's object store now; ``offload-policy`` says which ones the autorecovery leader
+copies on its own (``aiobk.commands.offload`` has the store and the sweep).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ import click
 
 from aiobk.client.bookkeeper import BookKeeper
 from aiobk.client.log.position import LogPosition
+from aiobk.client.offload import OffloadReport
 from aiobk.commands.common import (
     confirm_or_stop,
     delete_password_options,
     json_option,
     metadata_option,
+    parse_duration,
+    parse_size,
     quiet_on_closed_pipe,
     refuse_unless_confirmable,
     require_metadata,
@@ -29,8 +35,10 @@ from aiobk.commands.common import (
     until_signalled,
     yes_option,
 )
+from aiobk.commands.offload import offload_log_paused, pause_point, print_report, report_document
 from aiobk.commands.records import record_line
-from aiobk.metadata import KeyLayout, LogMetadata, MetadataStore
+from aiobk.commands.text import echo_table, format_duration, format_size
+from aiobk.metadata import KeyLayout, LogMetadata, MetadataStore, OffloadPolicy
 from aiobk.protocol.errors import NoSuchLedgerError
 
 
@@ -227,3 +235,103 @@ def log_delete(
         click.echo(json.dumps({"name": name, "deleted_ledgers": deleted}))
     else:
         click.echo(f"deleted log {name} and ledgers {', '.join(map(str, deleted)) or 'none'}")
+
+
+@log_group.command(
+    "offload",
+    help="Copy the log's closed ledgers (those wholly before --before, or all of them) into "
+    "the cluster's object store (`aiobk offload store`), each as one object read back and "
+    "checked before its metadata records it. Readers then read them from the store, with "
+    "or without their bookies; the bookies drop their copies once the store's deletion lag "
+    "has passed. Ledgers offloaded before, and the open ledger, are left as they are.",
+)
+@name_argument
+@click.option(
+    "--before", metavar="POSITION", callback=_position, default=None,
+    help="Keep the ledger holding this position and every later one on the bookies only "
+    "(LEDGER:ENTRY).",
+)  # fmt: skip
+@click.option(
+    "--password", default=None,
+    help="The log's ledgers' password (UTF-8), to check every entry's digest on the way "
+    "(without it, entries of a ledger with a password are checked by their ids and CRCs).",
+)  # fmt: skip
+@metadata_option
+@json_option
+def log_offload(
+    name: str, before: LogPosition | None, password: str | None, metadata: str | None, as_json: bool
+) -> None:
+    point = pause_point()
+    secret = None if password is None else password.encode()
+
+    async def action(bk: BookKeeper) -> OffloadReport:
+        if point is not None:
+            return await offload_log_paused(bk, name, before, secret, point)
+        return await bk.offload_log(name, before, secret)
+
+    try:
+        report = run_with_client(metadata, action)
+    except ValueError as exc:  # --before names no ledger of the log
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report_document(report)))
+    else:
+        print_report(report)
+
+
+def _policy_document(name: str, policy: OffloadPolicy | None) -> dict[str, Any]:
+    return {"name": name, "offload_policy": None if policy is None else policy.to_dict()}
+
+
+@log_group.command(
+    "offload-policy",
+    help="Show the log's offload policy, or set it: the autorecovery leader then offloads "
+    "its closed ledgers older than --older-than (since the roll that closed them) and those "
+    "beyond the newest --beyond bytes of the log. The rules given make the whole policy; "
+    "--clear turns offloading off.",
+)
+@name_argument
+@click.option(
+    "--older-than", callback=parse_duration, default=None, metavar="DURATION",
+    help="Offload ledgers closed longer ago than this (90s, 30m, 4h, 7d).",
+)  # fmt: skip
+@click.option(
+    "--beyond", callback=parse_size, default=None, metavar="SIZE",
+    help="Offload ledgers beyond the newest SIZE of the log (bytes, or 512MiB, 10GiB...).",
+)  # fmt: skip
+@click.option("--clear", is_flag=True, help="Remove the policy: no ledger is offloaded on its own.")
+@metadata_option
+@json_option
+def log_offload_policy(
+    name: str,
+    older_than: float | None,
+    beyond: int | None,
+    clear: bool,
+    metadata: str | None,
+    as_json: bool,
+) -> None:
+    ruled = older_than is not None or beyond is not None
+    if clear and ruled:
+        raise click.UsageError("--clear takes no --older-than or --beyond")
+
+    async def action(store: MetadataStore) -> OffloadPolicy | None:
+        if clear:
+            return (await store.set_offload_policy(name, None)).offload_policy
+        if ruled:
+            policy = OffloadPolicy(older_than=older_than, beyond_bytes=beyond)
+            return (await store.set_offload_policy(name, policy)).offload_policy
+        return (await store.read_log(name)).offload_policy
+
+    policy = run_with_store(metadata, action)
+    if as_json:
+        click.echo(json.dumps(_policy_document(name, policy)))
+    elif policy is None:
+        click.echo(f"log {name}: no offload policy")
+    else:
+        older = "-" if policy.older_than is None else format_duration(policy.older_than)
+        beyond_text = (
+            "-"
+            if policy.beyond_bytes is None
+            else f"{policy.beyond_bytes} bytes ({format_size(policy.beyond_bytes)})"
+        )
+        echo_table([("log", name), ("offload older than", older), ("offload beyond", beyond_text)])

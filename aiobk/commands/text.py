@@ -112,9 +112,36 @@ class ProgressLine:
             self._stream.flush()
 
 
+def format_size(n: int | None) -> str:
+    """A byte count for a reader: ``1.5 MiB``, ``512 B``; ``-`` for none."""
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def format_duration(seconds: float) -> str:
+    """A span of seconds as a command takes it back: ``4h``, ``90m``, ``2d``, ``45s``, ``1.5s``
+    (the largest unit that divides it, so the text reads back to the same number)."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
 def progress_line() -> ProgressLine | None:
     """A progress line on stderr when stderr is a terminal; None otherwise."""
     return ProgressLine(sys.stderr) if sys.stderr.isatty() else None
 
 
-__all__ = ["ProgressLine", "echo_table", "format_table", "printable", "progress_line"]
+__all__ = [
+    "ProgressLine",
+    "echo_table",
+    "format_duration",
+    "format_size",
+    "format_table",
+    "printable",
+    "progress_line",
+]

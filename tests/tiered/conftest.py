@@ -1,9 +1,10 @@
 """Object stores for the tiered tests: the store in memory, a directory store on the test's
-directory, and an S3 store on a moto server the session shares (a fresh bucket per test)."""
+directory, and an S3 store on the moto server the session shares (``s3_server``,
+tests/conftest.py; a fresh bucket per test)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,16 +14,6 @@ from tests.support.names import unique_name
 from tests.support.s3server import S3Server
 
 BACKENDS = ["memory", "directory", "s3"]
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto on a free loopback port, with fake keys in the environment for the session."""
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with pytest.MonkeyPatch.context() as patch, S3Server(log) as server:
-        for name, value in server.environ.items():
-            patch.setenv(name, value)
-        yield server
 
 
 @pytest.fixture
