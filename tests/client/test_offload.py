@@ -22,6 +22,8 @@ from aiobk.metadata import MetadataStore, OffloadState, OffloadStoreSettings
 from aiobk.protocol import DigestType
 from aiobk.tiered.open import open_object_store
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.names import unique_name
+from tests.support.s3server import S3Server
 
 HOUR = 3600.0
 
@@ -51,11 +53,23 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         await cluster.stop()
 
 
-async def set_store(store: MetadataStore, directory: Path, lag: float = 0.0) -> str:
-    url = f"file://{directory}"
-    directory.mkdir(parents=True, exist_ok=True)
-    await store.set_offload_store(OffloadStoreSettings(url, deletion_lag=lag))
-    return url
+@pytest.fixture(params=["directory", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The cluster's store: a real directory, then a bucket on the session's S3 server."""
+    if request.param == "directory":
+        (tmp_path / "objects").mkdir()
+        return f"file://{tmp_path / 'objects'}"
+    server: S3Server = request.getfixturevalue("s3_server")
+    return server.bucket_url(unique_name("offload-"), "cluster")
+
+
+async def set_store(store: MetadataStore, where: Path | str, lag: float = 0.0) -> str:
+    """Make ``where`` (a directory, or a store URL) the cluster's store; its URL."""
+    if isinstance(where, Path):
+        where.mkdir(parents=True, exist_ok=True)
+        where = f"file://{where}"
+    await store.set_offload_store(OffloadStoreSettings(where, deletion_lag=lag))
+    return where
 
 
 async def write_log(bk: BookKeeper, name: str, ledgers: int, per_ledger: int = 20) -> list[bytes]:
@@ -76,8 +90,9 @@ async def read_log(bk: BookKeeper, name: str) -> list[bytes]:
     return [record.data for record in records]
 
 
-async def held_objects(directory: Path) -> set[str]:
-    store = open_object_store(f"file://{directory}")
+async def held_objects(where: Path | str) -> set[str]:
+    """The keys of the complete objects in a store (a directory, or a store URL)."""
+    store = open_object_store(f"file://{where}" if isinstance(where, Path) else where)
     try:
         return {key async for key in store.keys("ledgers/")}
     finally:
@@ -94,16 +109,16 @@ async def named_objects(store: MetadataStore, ledgers: list[int]) -> set[str]:
 
 
 async def test_a_log_offloaded_reads_back_with_every_bookie_stopped(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, store_url: str
 ) -> None:
     async with BookKeeper(cluster.uri) as bk:
-        await set_store(bk.store, tmp_path / "objects")
+        await set_store(bk.store, store_url)
         sent = await write_log(bk, "orders", ledgers=3)
         report = await bk.offload_log("orders")
         ledgers = list((await bk.store.read_log("orders")).ledgers)
         assert [item.ledger_id for item in report.ledgers] == ledgers
         assert [item.outcome for item in report.ledgers] == ["released"] * 3
-        assert await held_objects(tmp_path / "objects") == await named_objects(bk.store, ledgers)
+        assert await held_objects(store_url) == await named_objects(bk.store, ledgers)
         again = await bk.offload_log("orders")  # nothing more to do
         assert [item.outcome for item in again.ledgers] == ["done"] * 3
         for bookie in cluster.bookies:
@@ -118,10 +133,10 @@ async def test_a_log_offloaded_reads_back_with_every_bookie_stopped(
 
 
 async def test_a_copied_ledger_keeps_its_bookie_copies_until_the_lag_has_passed(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, store_url: str
 ) -> None:
     async with BookKeeper(cluster.uri) as bk:
-        await set_store(bk.store, tmp_path / "objects", lag=HOUR)
+        await set_store(bk.store, store_url, lag=HOUR)
         sent = await write_log(bk, "audit", ledgers=2)
         handle = await bk.open_ledger((await bk.store.read_log("audit")).ledgers[0])
         report = await bk.offload_log("audit")
@@ -144,11 +159,10 @@ async def test_a_copied_ledger_keeps_its_bookie_copies_until_the_lag_has_passed(
 
 @pytest.mark.parametrize("point", POINTS)
 async def test_a_crash_at_any_point_loses_nothing_and_leaves_nothing_behind(
-    cluster: Cluster, tmp_path: Path, point: str
+    cluster: Cluster, store_url: str, point: str
 ) -> None:
-    objects_dir = tmp_path / "objects"
     async with BookKeeper(cluster.uri) as bk:
-        await set_store(bk.store, objects_dir)
+        await set_store(bk.store, store_url)
         sent = await write_log(bk, "crashy", ledgers=2, per_ledger=40)
         ledgers = list((await bk.store.read_log("crashy")).ledgers)
         settings = await bk.store.read_offload_store()
@@ -165,7 +179,7 @@ async def test_a_crash_at_any_point_loses_nothing_and_leaves_nothing_behind(
         await upkeep(bk.context, bk.objects, settings, now=lambda: later)
         await sweep(bk.context, bk.objects.get(settings.url))
         named = await named_objects(bk.store, ledgers)
-        assert await held_objects(objects_dir) == named
+        assert await held_objects(store_url) == named
         assert not await bk.objects.get(settings.url).uploads("ledgers/")
         listed = [i async for i in bk.store.list_offloading()]
         offloads = {i: (await bk.store.read_ledger(i)).offload for i in ledgers}
