@@ -71,7 +71,7 @@ async def _attempt_kind(store: MetadataStore, ledger_id: int, kind: str) -> bool
     return attempt is not None and attempt.kind == kind
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(150)
 async def test_cli_explains_a_repair_with_nowhere_to_go_then_a_healthy_ledger(
     clusters: list[Cluster], tmp_path: Path, etcd_server: EtcdProcess
 ) -> None:
@@ -255,6 +255,12 @@ async def test_an_open_ledger_is_explained_as_waiting_out_its_grace_period(
         lh = await bk.create_ledger(3, 3, 2)
         await lh.append(b"written, and the writer stays idle")
         victim = lh.metadata.fragments[0].ensemble[1]
+
+        def on_every_copy() -> bool:  # else the writer replaces the victim once it is lost
+            states = [cluster.by_id(b).storage.get(lh.ledger_id) for b in lh.metadata.ensemble]
+            return all(s is not None and s.last_add_synced >= 0 for s in states)
+
+        await wait_until(on_every_copy, timeout=10, every=0.01)
         await _lose(cluster, cluster.by_id(victim))
 
         async def marked() -> bool:
