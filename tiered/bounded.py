@@ -10,10 +10,12 @@ the store (its URL without secrets) and the operation.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import re
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import obstore
 from obstore.store import ObjectStore as ObstoreStore
@@ -103,18 +105,31 @@ async def read_ranges(
     asked = [(start, length) for start, length in ranges if length]
     async with bounded(url, f"get {key}", timeout):
         if len(asked) < len(ranges):  # an empty range: the object must exist and reach it
-            end = int((await obstore.head_async(store, key))["size"])
+            end = int((await in_thread(obstore.head, store, key))["size"])
             for start, length in ranges:
                 if not length and start > end:
                     checked(url, key, start, 1, b"")
-        got = await obstore.get_ranges_async(
-            store, key, starts=[s for s, _ in asked], lengths=[n for _, n in asked]
+        got = await in_thread(
+            obstore.get_ranges,
+            store,
+            key,
+            starts=[s for s, _ in asked],
+            lengths=[n for _, n in asked],
         )
     found = iter(got)
     return [
         checked(url, key, start, length, bytes(next(found)) if length else b"")
         for start, length in ranges
     ]
+
+
+async def in_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """obstore's synchronous call in a worker thread. Its ``*_async`` calls hand their result
+    back from obstore's own runtime threads into the event loop; one still running when its
+    caller gave up (a timeout) or when the process exits can touch a loop or an interpreter
+    that is gone, which aborts the process (seen here: about one short-lived process in five
+    under load). A thread's late answer is simply dropped."""
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 async def call(url: str, operation: str, timeout: float, awaitable: Awaitable[T]) -> T:
@@ -206,14 +221,42 @@ class StreamedPut:
                 task.exception()  # retrieved: raised above, or superseded by what is raised
 
 
+# Stores whose obstore client is still held. Their clients are dropped at exit, while the
+# interpreter is whole: a client dropped during finalization can leave obstore's runtime
+# threads touching Python state that is already gone, which aborts the process (the class of
+# failure lancedb/lancedb#4175 describes for a shared Tokio runtime).
+_HELD: weakref.WeakSet[ObstoreCalls] = weakref.WeakSet()
+
+
+def _drop_held_clients() -> None:
+    for store in list(_HELD):
+        store._drop_client()
+
+
+atexit.register(_drop_held_clients)
+
+
 class ObstoreCalls:
     """The calls the directory and S3 stores make the same way through obstore: reads of
-    ranges, sizes, deletions and listings, each bounded and translated. A store sets ``_url``
-    (without secrets), ``_store`` and ``_timeout``."""
+    ranges, sizes, deletions and listings, each bounded and translated, and closing. A store
+    sets ``_url`` (without secrets) and ``_timeout``, and its client with ``_hold``."""
 
     _url: str
     _store: ObstoreStore
     _timeout: float
+
+    def _hold(self, client: ObstoreStore) -> None:
+        self._store = client
+        _HELD.add(self)
+
+    def _drop_client(self) -> None:
+        self.__dict__.pop("_store", None)
+        _HELD.discard(self)
+
+    async def close(self) -> None:
+        """Drop the obstore client (its pooled connections with it); the store is not used
+        after."""
+        self._drop_client()
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
         (data,) = await self.get_ranges(key, [(start, length)])
@@ -227,7 +270,7 @@ class ObstoreCalls:
         path = check_key(self._url, key)
         try:
             async with bounded(self._url, f"size {key}", self._timeout):
-                meta = await obstore.head_async(self._store, path)
+                meta = await in_thread(obstore.head, self._store, path)
         except NoSuchObjectError:
             return None
         return int(meta["size"])
@@ -236,18 +279,17 @@ class ObstoreCalls:
         path = check_key(self._url, key)
         try:
             async with bounded(self._url, f"delete {key}", self._timeout):
-                await obstore.delete_async(self._store, path)
+                await in_thread(obstore.delete, self._store, path)
         except NoSuchObjectError:
             return
 
     async def _listed(self, prefix: str, start: str | None) -> AsyncIterator[str]:
         """The keys under ``prefix`` of obstore's listing from ``start``, a page at a time."""
-        stream = aiter(obstore.list(self._store, start, chunk_size=1000))
+        stream = iter(obstore.list(self._store, start, chunk_size=1000))
         while True:
-            try:
-                async with bounded(self._url, f"list {prefix}", self._timeout):
-                    page = await anext(stream)
-            except StopAsyncIteration:
+            async with bounded(self._url, f"list {prefix}", self._timeout):
+                page = await in_thread(next, stream, None)
+            if page is None:
                 return
             for meta in page:
                 if meta["path"].startswith(prefix):

@@ -53,7 +53,7 @@ class DirectoryStore(ObstoreCalls):
         self._root = path
         self._url = f"file://{path}"
         self._timeout = timeout
-        self._store = LocalStore(path)
+        self._hold(LocalStore(path))
 
     @property
     def url(self) -> str:
@@ -135,9 +135,6 @@ class DirectoryStore(ObstoreCalls):
             self._timeout,
             asyncio.to_thread(staging.unlink, missing_ok=True),
         )
-
-    async def close(self) -> None:
-        return None
 
 
 class _StagedFile:

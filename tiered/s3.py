@@ -110,12 +110,14 @@ class S3ObjectStore(ObstoreCalls):
         if location.endpoint is not None and location.endpoint.startswith("http://"):
             client["allow_http"] = True
         retry: RetryConfig = {"max_retries": 3, "retry_timeout": limit}
-        self._store = S3Store(
-            location.bucket,
-            prefix=location.prefix or None,
-            config=config,
-            client_options=client,
-            retry_config=retry,
+        self._hold(
+            S3Store(
+                location.bucket,
+                prefix=location.prefix or None,
+                config=config,
+                client_options=client,
+                retry_config=retry,
+            )
         )
 
     @property
@@ -161,9 +163,6 @@ class S3ObjectStore(ObstoreCalls):
                 )
             except client.exceptions.NoSuchUpload:
                 return
-
-    async def close(self) -> None:
-        return None  # obstore's client holds pooled connections only, dropped with the store
 
     @asynccontextmanager
     async def _client(self, operation: str) -> AsyncIterator[Any]:

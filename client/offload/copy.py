@@ -143,11 +143,18 @@ async def offload_ledger(
     await steps.at(step.COPYING)
     try:
         record = await _copy(ctx, store, ledger_id, metadata, attempt, password, steps)
-    except Exception:
+    except Exception as exc:
         # A failure (the store, a bookie) takes the attempt back at once, so that a retry
         # need not wait for it to go stale; a crash leaves it to the upkeep pass.
         with contextlib.suppress(BKError, ValueError):
             await take_back(ctx, objects, ledger_id, attempt)
+        if isinstance(exc, BKError) and not isinstance(exc, NoSuchLedgerError):
+            try:
+                await ctx.store.read_ledger(ledger_id)
+            except NoSuchLedgerError:  # deleted meanwhile, its object with it: say that
+                raise NoSuchLedgerError(
+                    f"ledger {ledger_id} was deleted while it was offloaded"
+                ) from exc
         raise
     return await _record_copied(ctx, objects, settings, ledger_id, record, now, steps)
 

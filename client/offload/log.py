@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -10,8 +11,10 @@ from typing import Final
 from aiobk.client.context import ClientContext
 from aiobk.client.log.position import LogPosition
 from aiobk.client.offload.copy import LedgerOffload, OffloadSupersededError, offload_ledger
-from aiobk.protocol.errors import NoOffloadStoreError, NoSuchLedgerError
+from aiobk.protocol.errors import BKError, NoOffloadStoreError, NoSuchLedgerError
 from aiobk.tiered.open import StoreCache
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY: Final = 2  # ledgers copied at once
 
@@ -41,7 +44,9 @@ async def offload_log(
 ) -> OffloadReport:
     """Offload the closed ledgers of log ``name`` that lie wholly before ``before`` (every
     closed ledger when None). Ledgers deleted meanwhile (a truncation) are left out; one
-    another offloader holds is reported ``busy``."""
+    another offloader holds is reported ``busy``. A ledger that fails (the store, a bookie)
+    does not stop the others: once all have run, the first failure is raised, and what the
+    others did stays done."""
     settings = await ctx.store.read_offload_store()
     if settings is None:
         raise NoOffloadStoreError(
@@ -54,6 +59,7 @@ async def offload_log(
             raise ValueError(f"log {name!r} has no ledger {before.ledger_id} (position {before})")
         ledgers = ledgers[: ledgers.index(before.ledger_id)]
     results: dict[int, LedgerOffload] = {}
+    failures: list[BKError] = []
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(ledger_id: int) -> None:
@@ -66,10 +72,14 @@ async def offload_log(
                 return  # truncated away meanwhile
             except OffloadSupersededError:
                 results[ledger_id] = LedgerOffload(ledger_id, "busy")
+            except BKError as exc:  # the others go on; the first failure is raised after
+                failures.append(exc)
 
-    async with asyncio.TaskGroup() as group:
-        for ledger_id in ledgers:
-            group.create_task(one(ledger_id))
+    await asyncio.gather(*(one(ledger_id) for ledger_id in ledgers))
+    if failures:
+        if len(failures) > 1:
+            log.warning("log %s: %d ledgers not offloaded: %s", name, len(failures), failures[1:])
+        raise failures[0]
     return OffloadReport(name, [results[ledger] for ledger in ledgers if ledger in results])
 
 

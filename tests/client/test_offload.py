@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,9 @@ from aiobk.client.offload import POINTS, Steps, offload_ledger, sweep, upkeep
 from aiobk.client.offload.copy import LedgerOffload
 from aiobk.metadata import MetadataStore, OffloadState, OffloadStoreSettings
 from aiobk.protocol import DigestType
-from aiobk.tiered.open import open_object_store
+from aiobk.tiered import MemoryObjectStore
+from aiobk.tiered.objects import ledger_prefix
+from aiobk.tiered.open import StoreCache, open_object_store
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.names import unique_name
 from tests.support.s3server import S3Server
@@ -338,3 +340,29 @@ async def test_a_failed_offload_is_taken_back_at_once_and_an_empty_ledger_offloa
             await bookie.collect_garbage(forced=True)
         handle = await bk.open_ledger(empty.ledger_id)
         assert handle.last_add_confirmed == -1
+
+
+async def test_a_ledger_that_fails_does_not_stop_the_others(cluster: Cluster) -> None:
+    """One ledger's store failure: the log's other ledgers are offloaded all the same, then
+    the failure is raised as itself (not wrapped), and the failed ledger is left as it was."""
+    async with BookKeeper(cluster.uri) as bk:
+        await write_log(bk, "mixed", ledgers=3)
+        ledgers = list((await bk.store.read_log("mixed")).ledgers)
+        refused = ledger_prefix(ledgers[1])
+
+        class Refusing(MemoryObjectStore):
+            async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+                if key.startswith(refused):
+                    raise ObjectStoreError("the store refused the put")
+                return await super().put(key, chunks)
+
+        store = Refusing("file:///refusing")
+        bk.objects = StoreCache(lambda url: store)
+        await bk.store.set_offload_store(OffloadStoreSettings("file:///refusing", 0))
+        with pytest.raises(ObjectStoreError, match="refused the put"):
+            await bk.offload_log("mixed")
+        states = [(await bk.store.read_ledger(i)).offload for i in ledgers]
+        assert [None if s is None else s.state for s in states] == [
+            OffloadState.RELEASED, None, OffloadState.RELEASED,
+        ]  # fmt: skip
+        assert sorted(store.objects) == sorted(s.key for s in states if s is not None)
