@@ -115,11 +115,15 @@ class _BenchGroup(click.Group):
         "index": "aiobk.bench.index_engines",
         "journal": "aiobk.bench.journal",
         "metadata": "aiobk.bench.metadata",
+        "offload": "aiobk.bench.offload",
         "peers": "aiobk.bench.peers",
         "scale": "aiobk.bench.scale",
         "spark": "aiobk.bench.spark",
     }
-    extras_by_command: ClassVar[dict[str, tuple[str, ...]]] = {"spark": ("bench", "spark")}
+    extras_by_command: ClassVar[dict[str, tuple[str, ...]]] = {
+        "offload": ("bench", "spark"),
+        "spark": ("bench", "spark"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.commands_by_module})

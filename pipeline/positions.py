@@ -11,6 +11,11 @@ Data loss: a start inside ledgers the log no longer holds (truncated away) is re
 the earliest record left and logs what it skipped. A start at the end of a closed ledger is
 normalised to the start of the next ledger, so consuming a ledger to its end and then seeing
 it truncated is not mistaken for a loss.
+
+A ledger with a complete copy in the object store (offloaded: copied or released) becomes a
+range carrying its ``OffloadRef``: the task reads the object itself, with no etcd and no bookie
+on the path, which is both the only way to read a released ledger and the faster way to read a
+copied one (bench/offload.py measures both paths).
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql.datasource import InputPartition
 
 from aiobk.client import BookKeeper, LogPosition
 from aiobk.client.log.by_time import position_at_time
 from aiobk.client.log.format import ENVELOPE
+from aiobk.client.offload import offload_ref
 from aiobk.pipeline.options import EARLIEST, LATEST, Bound, Options
 from aiobk.protocol.errors import NoSuchLedgerError, NoSuchLogError
+from aiobk.tiered.objects import OffloadRef
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +45,17 @@ class DataLossError(RuntimeError):
 
 
 class LedgerRange(InputPartition):
-    """Entries first..last (inclusive) of one ledger of one log: one read task."""
+    """Entries first..last (inclusive) of one ledger of one log: one read task. ``offload``:
+    the object holding the ledger, read instead of its bookies when set."""
 
     def __init__(
-        self, log_name: str | None, ledger_id: int, first: int, last: int, record_format: str
+        self,
+        log_name: str | None,
+        ledger_id: int,
+        first: int,
+        last: int,
+        record_format: str,
+        offload: OffloadRef | None = None,
     ) -> None:
         super().__init__((log_name, ledger_id, first, last))
         self.log = log_name
@@ -49,13 +63,15 @@ class LedgerRange(InputPartition):
         self.first = first
         self.last = last
         self.record_format = record_format
+        self.offload = offload
 
     @property
     def count(self) -> int:
         return max(0, self.last - self.first + 1)
 
     def __repr__(self) -> str:
-        return f"LedgerRange({self.log}, {self.ledger_id}, {self.first}..{self.last})"
+        where = ", object" if self.offload is not None else ""
+        return f"LedgerRange({self.log}, {self.ledger_id}, {self.first}..{self.last}{where})"
 
 
 @dataclass
@@ -67,6 +83,7 @@ class LogView:
     record_format: str
     ends: dict[int, int]  # ledger -> its last readable entry (-1: empty); gone ones absent
     lengths: dict[int, int]  # closed ledger -> its payload bytes (for byte limits)
+    refs: dict[int, OffloadRef] = field(default_factory=dict)  # offloaded ledger -> its object
 
     @property
     def latest(self) -> LogPosition:
@@ -97,7 +114,16 @@ class LogView:
             if ledger_id == end.ledger_id:
                 last = min(last, end.entry_id - 1)
             if last >= first:
-                out.append(LedgerRange(self.name, ledger_id, first, last, self.record_format))
+                out.append(
+                    LedgerRange(
+                        self.name,
+                        ledger_id,
+                        first,
+                        last,
+                        self.record_format,
+                        self.refs.get(ledger_id),
+                    )
+                )
         return out
 
 
@@ -119,6 +145,7 @@ async def view(
         raise NoSuchLogError(f"the aiobk data source: log {name!r} does not exist") from None
     ends: dict[int, int] = {}
     lengths: dict[int, int] = {}
+    refs: dict[int, OffloadRef] = {}
     for ledger_id in record.ledgers:
         if ledger_id < from_ledger or (to_ledger is not None and ledger_id > to_ledger):
             continue
@@ -129,8 +156,11 @@ async def view(
         ends[ledger_id] = handle.last_add_confirmed
         if handle.is_closed:
             lengths[ledger_id] = handle.metadata.length
+        ref = offload_ref(ledger_id, handle.metadata)
+        if ref is not None:
+            refs[ledger_id] = ref
         await handle.close()
-    return LogView(name, record.ledgers, record.record_format, ends, lengths)
+    return LogView(name, record.ledgers, record.record_format, ends, lengths, refs)
 
 
 async def resolve(
@@ -195,7 +225,7 @@ def split_ranges(
     for r in ranges:
         for lo in range(r.first, r.last + 1, size):
             hi = min(r.last, lo + size - 1)
-            out.append(LedgerRange(r.log, r.ledger_id, lo, hi, r.record_format))
+            out.append(LedgerRange(r.log, r.ledger_id, lo, hi, r.record_format, r.offload))
     return out
 
 

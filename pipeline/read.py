@@ -11,19 +11,29 @@ years 1-9999 Spark holds), and ``producer_id`` and ``sequence`` those of the pro
 appended it (docs/design/logs.md, "Producers and exactly-once appends"), null for a plain
 record; in a raw log, and in ledgers read by id, all of them are null. Tasks hand Spark Arrow
 batches.
+
+A range of an offloaded ledger (``LedgerRange.offload``) is read from its object by the task
+itself: the store opened from the URL the ledger's metadata names (credentials from the
+executor's environment), the index slice and coalesced body reads of ``ObjectReader``, and each
+body checked twice as every reader of an object checks it (``client/store_read.py``): the
+object's CRC, then the entry's own digest, a mismatch being the same ``DigestMismatchError``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from aiobk.client import BookKeeper
+from aiobk.client.digest import Digester
 from aiobk.client.log.format import ENVELOPE, RAW, RecordFormatError, decode
+from aiobk.client.offload import offload_ref
 from aiobk.pipeline.options import Options
 from aiobk.pipeline.positions import (
     LedgerRange,
@@ -33,7 +43,12 @@ from aiobk.pipeline.positions import (
     split_ranges,
     view,
 )
-from aiobk.protocol.errors import NoSuchLedgerError
+from aiobk.protocol import DigestType, MalformedEntryError, parse_entry
+from aiobk.protocol.errors import DigestMismatchError, NoSuchLedgerError
+from aiobk.tiered.objects import ObjectReader
+from aiobk.tiered.open import open_object_store
+
+OBJECT_READ_BYTES = 8 * 1024 * 1024  # the most one ranged read of an object fetches
 
 READ_BATCH = 1000  # entries per read request of a task, and rows per Arrow batch
 MIN_MS = -62_135_596_800_000  # 0001-01-01, the first instant Spark's timestamps hold
@@ -101,8 +116,48 @@ def batch_of(part: LedgerRange, entries: Sequence[Any]) -> pa.RecordBatch:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectEntry:
+    """An entry read from an object: what ``batch_of`` takes of an ``Entry``."""
+
+    entry_id: int
+    data: bytes
+
+
+async def fetch_object(part: LedgerRange, password: bytes) -> list[pa.RecordBatch]:
+    """The rows of ``part`` (an offloaded ledger's range) from its object, each entry checked
+    (the object's CRC, then the entry's digest), a batch per ``READ_BATCH`` entries."""
+    ref = part.offload
+    assert ref is not None
+    digest = Digester(DigestType(ref.digest_type), password)
+    store = open_object_store(ref.url)
+    batches: list[pa.RecordBatch] = []
+    entries: list[ObjectEntry] = []
+    try:
+        reader = ObjectReader(store, ref, max_read_bytes=OBJECT_READ_BYTES)
+        async for entry_id, raw in reader.bodies(part.first, part.last):
+            try:
+                body = parse_entry(raw)
+                digest.verify(body, ref.ledger_id, entry_id)
+            except (MalformedEntryError, DigestMismatchError) as exc:
+                raise DigestMismatchError(f"object {ref.key}: {exc}") from None
+            entries.append(ObjectEntry(entry_id, body.payload))
+            if len(entries) == READ_BATCH:
+                batches.append(batch_of(part, entries))
+                entries = []
+    finally:
+        await store.close()
+    if entries:
+        batches.append(batch_of(part, entries))
+    return batches
+
+
 def read_range(opts: Options, part: LedgerRange) -> Iterator[pa.RecordBatch]:
     """One task: the rows of ``part``, a batch per ``READ_BATCH`` entries."""
+    if part.offload is not None:
+        if part.last >= part.first:
+            yield from asyncio.run(fetch_object(part, opts.password))
+        return
 
     async def fetch(bk: BookKeeper) -> list[pa.RecordBatch]:
         # One stream over the range (reads kept in flight ahead of the consumer, within the
@@ -135,7 +190,8 @@ async def plan_batch(bk: BookKeeper, opts: Options) -> list[LedgerRange]:
                 handle = await bk.open_ledger(ledger_id, opts.password, recovery=False)
             except NoSuchLedgerError:
                 continue
-            ranges.append(LedgerRange(None, ledger_id, 0, handle.last_add_confirmed, RAW))
+            ref = offload_ref(ledger_id, handle.metadata)
+            ranges.append(LedgerRange(None, ledger_id, 0, handle.last_add_confirmed, RAW, ref))
             await handle.close()
     else:
         for name in await select_logs(bk, opts):

@@ -40,6 +40,9 @@ EXPECTED_OPTIONS = {
         "--json", "--plot", "--fail-on-miss", "--log-level",
     },
     "spark": {"--records", "--size", "--json", "--log-level"},
+    "offload": {
+        "--records", "--size", "--no-targets", "--json", "--fail-on-miss", "--log-level",
+    },
 }  # fmt: skip
 
 
@@ -201,6 +204,26 @@ def test_the_rereplication_benchmark_runs_and_copies_every_entry(tmp_path: Path)
         "the target was met",
         "1 of 1 target missed (a benchmark reports, it does not fail)",
     )
+
+
+@pytest.mark.timeout(240)
+def test_the_offload_benchmark_offloads_and_reads_every_record_back(tmp_path: Path) -> None:
+    """A tiny run of ``aiobk bench offload``: every record read by Spark from the bookies,
+    offloaded and released, then read by Spark from the store; no target judged."""
+    report = tmp_path / "offload.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "aiobk", "bench", "offload", "--records", "300", "--size", "100",
+         "--no-targets", "--json", str(report)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=220, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(report.read_text())
+    assert figures["records"] == 300
+    assert figures["ledgers released"] >= 1
+    assert figures["offload bytes"] > 300 * 100
+    assert figures["Spark bookies rows/s"] > 0
+    assert figures["Spark store rows/s"] > 0
+    assert figures["checks"] == []
 
 
 @pytest.mark.timeout(150)
