@@ -101,7 +101,8 @@ bench: setup
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m aiobk.bench.spark
 
 # Deterministic simulation: `make sim SEED=n` replays one run with its trace; `make sim
-# SEEDS=10000` runs a campaign (FIRST=, PROFILE=mixed|race|crashes, SIMARGS= for more).
+# SEEDS=10000` runs a campaign (FIRST=, PROFILE=mixed|race|crashes|loss|racks|producers|offload,
+# SIMARGS= for more).
 SEEDS ?= 1000
 FIRST ?= 0
 PROFILE ?= mixed

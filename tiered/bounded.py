@@ -138,6 +138,9 @@ async def call(url: str, operation: str, timeout: float, awaitable: Awaitable[T]
         return await awaitable
 
 
+_NO_TIME = 1e-6  # seconds: a deadline this close has passed
+
+
 class StreamedPut:
     """A ``put`` that hands the caller's chunks to a store client which pulls them (obstore's
     ``put_async``), bounded by how long the store goes without asking for the next chunk or
@@ -192,7 +195,7 @@ class StreamedPut:
                 wait = self._timeout
                 if not self._in_caller:
                     wait = self._since + self._timeout - self._loop.time()
-                    if wait <= 0:
+                    if wait <= _NO_TIME:  # a wait this short may not move a clock at all
                         raise ObjectStoreError(
                             f"{self._url}: put {self._key}: no answer within {self._timeout:g} s"
                         )

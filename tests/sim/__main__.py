@@ -3,6 +3,7 @@
     python -m tests.sim --seed 398            # replay one run, print its trace
     python -m tests.sim --seeds 10000         # a campaign from --first (default 0)
     python -m tests.sim --seeds 500 --off recovery_reads_fence --profile race
+    python -m tests.sim --seeds 100 --profile offload
 
 Exit code 0 when every run held every invariant.
 """
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     states_loaded = 0
     repairs: dict[str, int] = {}
     produced: dict[str, int] = {}
+    offloaded: dict[str, int] = {}
     kinds: dict[str, int] = {}
     with Progress(
         TextColumn("seeds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 repairs[name] = repairs.get(name, 0) + count
             for name, count in result.producers.items():
                 produced[name] = produced.get(name, 0) + count
+            for name, count in result.offload.items():
+                offloaded[name] = offloaded.get(name, 0) + count
             for kind, count in result.faults.items():
                 kinds[kind] = kinds.get(kind, 0) + count
             if not result.ok:
@@ -108,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     if produced:  # the producers profile
         console.print(
             "producer appends: " + ", ".join(f"{name} {n}" for name, n in produced.items()),
+            highlight=False,
+        )
+    if offloaded:  # the offload profile: ledger states at the end, and the store's faults
+        console.print(
+            "offload: " + ", ".join(f"{name} {n}" for name, n in offloaded.items()),
             highlight=False,
         )
     for result in failed[:3]:

@@ -2,7 +2,8 @@
 recover and read every ledger with a client that follows every rule, then check I1-I14 against
 the history, the bookies' stored copies and the metadata's whole version history -- and, when
 autorecovery runs in the bookies (the loss profiles), I15 once it has nothing left to do; over
-the logs of the producers profile, I17 (tests.sim.sequences).
+the logs of the producers profile, I17 (tests.sim.sequences); I18 and I19 in the offload profile
+(tests.sim.offload_check).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from aiobk.protocol import parse_entry
 from aiobk.protocol.errors import BKError, NoSuchLedgerError
 from tests.sim.history import History
 from tests.sim.loss import unrepaired
+from tests.sim.offload_check import check_offload
 from tests.sim.racks import check_spread_again
 from tests.sim.sequences import check_producers, spans
 from tests.sim.workload import LOG
@@ -34,6 +36,8 @@ async def heal(world: World) -> None:
     world.net.heal()
     world.net.slow = 0.0
     world.release_holds()
+    if world.objects is not None:
+        world.objects.heal()
     for sim in world.bookies.values():
         sim.disk.full = False
         sim.disk.read_errors = 0.0
@@ -114,6 +118,7 @@ async def check(world: World, history: History) -> dict[int, LedgerMetadata]:
         await check_restored(world, history)
         if world.racked:
             await check_spread_again(world, history)
+    await check_offload(world, history, bk)
     return final
 
 
@@ -193,8 +198,8 @@ async def check_restored(world: World, history: History) -> None:
     stats = world.restored
     stats.setdefault("lost_reports", 0)
     async for ledger_id, metadata in store.scan_ledgers():
-        if metadata is None:
-            continue
+        if metadata is None or metadata.is_offloaded:
+            continue  # an offloaded ledger's copy is its object (I18)
         ranges = reports.get(ledger_id, ())
         stats["lost_reports"] += bool(ranges)
         e, wq = metadata.ensemble_size, metadata.write_quorum
@@ -503,7 +508,10 @@ def _check_ledger(history: History, ledger_id: int, last: int, values: dict[int,
 async def _check_copies(
     world: World, history: History, ledger_id: int, metadata: LedgerMetadata
 ) -> None:
-    """I3 (AQ copies in the write set) and I6 (identical copies) on the bookies' storage."""
+    """I3 (AQ copies in the write set) and I6 (identical copies) on the bookies' storage,
+    which drop an offloaded ledger once it is released (I18 reads its object instead)."""
+    if metadata.is_offloaded:
+        return
     last = metadata.last_entry_id if metadata.last_entry_id is not None else -1
     by_id = {sim.bookie_id: sim for sim in world.bookies.values()}
     for entry_id in range(last + 1):

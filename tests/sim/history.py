@@ -76,6 +76,16 @@ class Observed:
     known_lac: int
 
 
+@dataclass(frozen=True)
+class LogRead:
+    """One whole read of the log (the offload profile's reader, ``follow=False``): what it
+    returned, in order, and how far truncations had cut the log once it ended."""
+
+    who: str
+    records: list[tuple[tuple[int, int], bytes]]
+    truncated_below: int  # the highest ledger a truncation cut below, once it ended
+
+
 @dataclass
 class History:
     appends: list[Append] = field(default_factory=list)
@@ -97,6 +107,9 @@ class History:
     # The producers profile: every append of every producer, in call order, and their logs.
     producer_appends: list[ProducerAppend] = field(default_factory=list)
     producer_logs: set[str] = field(default_factory=set)
+    # The offload profile: its whole reads of the log, and what offloading did (for the summary).
+    log_reads: list[LogRead] = field(default_factory=list)
+    offload: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
 
     def max_lac(self, ledger_id: int) -> int:

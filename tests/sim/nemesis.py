@@ -11,6 +11,7 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
+from tests.sim.offload import STORE_FAULTS, store_fault
 from tests.sim.scenarios import SCENARIOS
 from tests.sim.workload import Workload
 from tests.sim.world import SimBookie, World
@@ -57,6 +58,14 @@ PROFILES: dict[str, dict[str, float]] = {
         "crash": 2, "stop": 1, "pause": 2, "partition": 2, "partition_one_way": 2,
         "reset_request": 2, "reset_reply": 2, "recover": 1, "slow": 1, "slow_metadata": 1,
     },
+    # tests.sim.offload: the run's log offloaded while bookies fail under it, the object store
+    # fails, stalls, tears uploads and goes away, and the auditor crashes mid-offload.
+    "offload": {
+        "crash": 2, "stop": 1, "pause": 1, "partition": 1, "partition_one_way": 1,
+        "reset_request": 1, "reset_reply": 1, "recover": 0.5, "slow": 1, "slow_metadata": 1,
+        "store_fail": 2, "store_stall": 2, "store_tear": 1.5, "store_lost": 1,
+        "crash_offloader": 2.5,
+    },
 }  # fmt: skip
 
 
@@ -100,6 +109,14 @@ class Nemesis:
         choices = [s for s in self.world.bookies.values() if s.up and s.node not in self.faulty]
         return self.rng.choice(choices) if choices else None
 
+    def later(self, delay: float, heal: Callable[[], Awaitable[None]]) -> None:
+        """Run ``heal`` after ``delay`` seconds (a fault that holds no bookie)."""
+        self._later(delay, heal, "")
+
+    def keep(self, task: asyncio.Task[None]) -> None:
+        """A task of a fault's, awaited before the nemesis is done."""
+        self._tasks.append(task)
+
     def _later(self, delay: float, heal: Callable[[], Awaitable[None]], node: str) -> None:
         async def run() -> None:
             await asyncio.sleep(delay)
@@ -116,6 +133,9 @@ class Nemesis:
             self._tasks.append(
                 asyncio.create_task(self.workload.recover_one(f"recoverer-{self._clients}"))
             )
+            return
+        if kind in STORE_FAULTS:
+            await store_fault(self, kind)
             return
         if kind in SCENARIOS:
             await self._scenario(kind)

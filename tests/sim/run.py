@@ -34,6 +34,8 @@ from tests.sim.history import History, WireTap
 from tests.sim.loop import SimLoop, SpinError
 from tests.sim.loss import PLANS, Loss, autorecovery_config
 from tests.sim.nemesis import Nemesis
+from tests.sim.offload import Offloads
+from tests.sim.offload import autorecovery_config as offload_config
 from tests.sim.producers import Producers
 from tests.sim.workload import SHAPES, Workload
 from tests.sim.world import Switches, World
@@ -67,6 +69,8 @@ SCALES: dict[str, Scale] = {
                          log_pace=0.4, reader_rounds=12),
     # tests.sim.racks: three racks of three, one lost whole. AQ 2 of E 3: with every write set
     # over two racks or more, an acknowledged entry has a copy outside any one rack.
+    # tests.sim.offload: the log rolls often and is offloaded while it is written.
+    "offload": Scale(bookies=5, faults=10, duration=15.0, log_pace=0.05, reader_rounds=20),
     "racks": Scale(bookies=9, faults=10, duration=30.0, writing=90.0, pace=0.1, log_pace=0.2,
                    reader_rounds=40, racks=3, shapes=((3, 3, 2), (3, 2, 2))),
 }  # fmt: skip
@@ -111,6 +115,7 @@ class Result:
     faults: dict[str, int] = field(default_factory=dict)
     repairs: dict[str, int] = field(default_factory=dict)  # autorecovery's work
     producers: dict[str, int] = field(default_factory=dict)  # the producers profile's appends
+    offload: dict[str, int] = field(default_factory=dict)  # the offload profile's work and faults
     virtual_seconds: float = 0.0
     journal_less: bool = False
 
@@ -193,11 +198,16 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
     rng = random.Random(seed)
     scale = options.scale()
     plan = PLANS.get(options.profile)  # bookies lost for good, autorecovery in the bookies
+    offload = options.profile == "offload"
     journal_less = options.journal_less
     if journal_less is None:
-        # The loss profiles lose data on purpose; a journal-less crash would lose more.
-        journal_less = False if plan is not None else rng.random() < 0.35
+        # The loss profiles lose data on purpose; a journal-less crash would lose more. The
+        # offload profile's autorecovery must not repair what a crash lost.
+        journal_less = False if plan is not None or offload else rng.random() < 0.35
     result.journal_less = journal_less
+    autorecovery = None if plan is None else autorecovery_config(rng)
+    if offload:
+        autorecovery = offload_config(rng)
     world = World(
         seed,
         rng,
@@ -205,8 +215,9 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
         journal_less=journal_less,
         switches=options.switches,
         trace=note,
-        autorecovery=None if plan is None else autorecovery_config(rng),
+        autorecovery=autorecovery,
         racks=scale.racks,
+        offload=offload,
     )
     history = History()
     world.net.tap = WireTap(world, history)
@@ -254,6 +265,10 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             jobs.append(workload.log_writer("logwriter-2", until, start=takeover))
         if rng.random() < 0.7:  # operators truncating the log while it is written
             jobs.append(workload.log_retention("retention", until, keep=rng.uniform(0.5, 4.0)))
+        if offload:
+            workload.roll_bytes = (200, 2000)
+            workload.peers += ["offloader-0", "logread-0"]
+            jobs += Offloads(world, history, rng).jobs(until)
         if options.profile == "producers":
             producers = Producers(world, history, rng, scale.log_pace, workload.peers)
             jobs += producers.jobs(until)
@@ -300,6 +315,8 @@ async def _run(seed: int, options: SimOptions, result: Result, note: object) -> 
             "unknown": results.count("unknown"),
             "deaths": len(world.net.dead),
         }
+    if world.objects is not None:
+        result.offload = {**history.offload, **world.objects.failed}
     result.appends = len(history.appends)
     result.acknowledged = sum(1 for a in history.appends if a.result == "ok")
     result.refused = sum(1 for a in history.appends if a.result == "fail")

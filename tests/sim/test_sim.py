@@ -1,16 +1,19 @@
 """The simulator in `make test`: a clean campaign of at least 300 seeds, a campaign of the loss
-profile (bookies lost for good, autorecovery in the bookies: I15), exact replay, and a checker
-that is shown to catch what it looks for."""
+profile (bookies lost for good, autorecovery in the bookies: I15) and of the offload profile
+(I18, I19), exact replay, and a checker that is shown to catch what it looks for."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 
 import aiobk.bookie.gc as bookie_gc
+from aiobk.autorecovery import offload_pass
 from aiobk.client import LogPosition
 from aiobk.client.log.position import LogRecord
+from aiobk.client.offload import upkeep
 from aiobk.metadata import Fragment, LedgerMetadata, LedgerState
 from tests.sim.checker import _check_ledger, _check_log_order
 from tests.sim.history import Append, History, LogAppend, ProducerAppend
@@ -56,6 +59,43 @@ def test_loss_campaign_restores_every_copy(chunk: int) -> None:
     assert sum(r.acknowledged for r in results) > 300 * LOSS_CHUNK
 
 
+# The run's log offloaded while it is written, read and truncated: the object store failing,
+# stalling, tearing uploads and going away, the auditor crashed mid-offload (tests.sim.offload;
+# I18 and I19); about 1.5 s of CPU a seed.
+OFFLOAD_SEEDS = 16
+
+
+@pytest.mark.timeout(240)
+def test_offload_campaign_holds_every_invariant() -> None:
+    results = list(run_seeds(range(OFFLOAD_SEEDS), SimOptions(profile="offload")))
+    failed = [r for r in results if not r.ok]
+    assert not failed, _failures(failed)
+    assert sum(r.offload.get("released", 0) for r in results) > 5 * OFFLOAD_SEEDS
+    store_faults = ("failed", "stalled", "torn", "refused")
+    assert sum(r.offload.get(kind, 0) for r in results for kind in store_faults) > OFFLOAD_SEEDS
+    assert sum(r.faults.get("crash_offloader", 0) for r in results) > OFFLOAD_SEEDS // 4
+
+
+def test_checker_catches_a_release_before_the_deletion_lag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The auditor's upkeep releasing copied ledgers at once, whatever the store's deletion
+    lag: I18 must see a ledger released before its lag passed."""
+
+    async def hasty(ctx, objects, settings, **kwargs):  # type: ignore[no-untyped-def]
+        if settings is not None:
+            settings = dataclasses.replace(settings, deletion_lag=0.0)
+        return await upkeep(ctx, objects, settings, **kwargs)
+
+    monkeypatch.setattr(offload_pass, "upkeep", hasty)
+    for seed in range(12):
+        result = run_seed(seed, SimOptions(profile="offload"))
+        if not result.ok:
+            assert any("before the deletion lag" in v for v in result.violations), result.report()
+            return
+    pytest.fail("releases before the deletion lag went unnoticed for 12 seeds")
+
+
 def test_a_loss_seed_replays_exactly() -> None:
     first = run_seed(3, SimOptions(profile="worker_race"))
     # The second run's objects land elsewhere in memory: anything ordered by address (a set of
@@ -66,6 +106,16 @@ def test_a_loss_seed_replays_exactly() -> None:
     del ballast
     assert first.trace == second.trace
     assert (first.acknowledged, first.repairs) == (second.acknowledged, second.repairs)
+
+
+def test_an_offload_seed_replays_exactly() -> None:
+    """The simulated object store's latencies and faults come from the seed too."""
+    first = run_seed(5, SimOptions(profile="offload"))
+    ballast = [bytearray(size % 700 + 1) for size in range(20_000)]  # as below
+    second = run_seed(5, SimOptions(profile="offload"))
+    del ballast
+    assert first.trace == second.trace
+    assert (first.offload, first.faults) == (second.offload, second.faults)
 
 
 def test_a_seed_replays_exactly() -> None:

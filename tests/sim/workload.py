@@ -44,6 +44,8 @@ class Workload:
         self.fenced_log_writers: set[str] = set()
         # Client nodes besides the writers' that faults may cut off (the producers profile's).
         self.peers: list[str] = []
+        # The log writers' roll sizes, one at random (the offload profile's roll often).
+        self.roll_bytes: tuple[int, ...] = (200, 2000, 1 << 20)
 
     def trace(self, text: str) -> None:
         self.world.trace(text)
@@ -215,7 +217,7 @@ class Workload:
         loop = asyncio.get_running_loop()
         bk = await self.world.client(name)
         try:
-            writer = await bk.open_log_writer(LOG, roll_bytes=self.rng.choice((200, 2000, 1 << 20)))
+            writer = await bk.open_log_writer(LOG, roll_bytes=self.rng.choice(self.roll_bytes))
         except BKError as exc:
             self.trace(f"{name}: cannot open log writer: {type(exc).__name__}: {exc}")
             return

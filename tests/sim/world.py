@@ -17,12 +17,15 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.bookie.repair import Repairer
 from aiobk.client import BookKeeper, ClientConfig
 from aiobk.client.config import ProtocolSwitches
+from aiobk.client.offload import is_released
 from aiobk.client.repair import BookieRepairer
 from aiobk.metadata import DEFAULT_RACK, MetadataStore
 from aiobk.metadata.kv import KV, KeyValue, Watch
 from aiobk.metadata.kv_memory import MemoryKV
+from aiobk.tiered.open import StoreCache
 from tests.sim.disk import SimDisk
 from tests.sim.network import SimNetwork
+from tests.sim.objstore import SimObjectStore
 
 PORT = 3181
 
@@ -185,6 +188,7 @@ class World:
         trace: Callable[[str], None],
         autorecovery: AutoRecoveryConfig | None = None,
         racks: int = 0,
+        offload: bool = False,
     ) -> None:
         self.seed = seed
         self.rng = rng
@@ -238,6 +242,17 @@ class World:
             self.bookies[node] = SimBookie(
                 node, config, SimDisk(rng, node, slow_storage_syncs=slow_syncs)
             )
+        # The cluster's object store (the offload profile), drawn only then, so that the other
+        # profiles' seeds replay as before.
+        self.objects: SimObjectStore | None = None
+        if offload:
+            self.objects = SimObjectStore(random.Random(rng.getrandbits(64)), trace)
+
+    def store_cache(self, node: str) -> StoreCache:
+        """The object stores node ``node`` opens (a client's ``objects``, an auditor's): the
+        simulated store, reached from that node."""
+        assert self.objects is not None
+        return StoreCache(self.objects.opener(node))
 
     async def _metadata_latency(self, op: str, key: bytes) -> None:
         await asyncio.sleep(self.rng.uniform(1e-4, self.metadata_delay))
@@ -295,6 +310,8 @@ class World:
             connector=self.net.connector(name),
             wall_clock=asyncio.get_running_loop().time,
         )
+        if self.objects is not None:
+            bk.objects = self.store_cache(name)
         self.clients.append(bk)
         return bk
 
@@ -340,6 +357,7 @@ class World:
                 wall_clock=asyncio.get_running_loop().time,
                 secret_bytes=secrets.randbytes,
                 switches=WorkerSwitches(metadata_version_fence=fence),
+                objects=None if self.objects is None else lambda: self.store_cache(node),
             )
 
         return make
@@ -399,6 +417,8 @@ class World:
                 continue
             if sim.lost_data and sim.bookie_id not in metadata.bookies():
                 continue  # recovery moved it out of every fragment: phase one has no reason
+            if is_released(metadata):
+                continue  # offloaded: its bookies drop it, fence and all (the store holds it)
             state = bookie.storage.ledgers.get(ledger_id)
             if state is None or not state.fenced:
                 self.violations.append(
