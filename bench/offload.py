@@ -35,7 +35,7 @@ from rich.table import Table
 
 from aiobk.bench.cluster import start_bookie, stop_bookies
 from aiobk.bench.floors import copy_floor, make_copy_source
-from aiobk.bench.spark import warm_up
+from aiobk.bench.spark import client_write, warm_up
 from aiobk.bench.targets import (
     fail_on_miss_option,
     json_option,
@@ -57,18 +57,7 @@ MB = 1_000_000
 
 async def write_log(uri: str, records: int, size: int) -> float:
     """``records`` of ``size`` bytes appended pipelined (512 in flight); seconds."""
-    payload = b"x" * size
-    async with await BookKeeper.connect(uri) as bk:
-        writer = await bk.open_log_writer(LOG, roll_bytes=ROLL_BYTES)
-        started = time.perf_counter()
-        window: list[asyncio.Future[object]] = []
-        for i in range(records):
-            window.append(asyncio.ensure_future(writer.append(payload)))
-            if len(window) >= 512 or i == records - 1:
-                await asyncio.gather(*window)
-                window.clear()
-        await writer.close()
-        return time.perf_counter() - started
+    return records / await client_write(uri, LOG, records, size, ROLL_BYTES)
 
 
 async def offload(uri: str, store_url: str) -> tuple[float, int, int]:

@@ -45,10 +45,17 @@ WARMUP = 1_000  # records of the session's first job, before any clock
 TARGET = 0.9  # Spark should write and read at least this share of the client's rows/s
 
 
-async def client_write(uri: str, log: str, records: int, size: int) -> float:
+async def client_write(
+    uri: str, log: str, records: int, size: int, roll_bytes: int | None = None
+) -> float:
+    """Rows/s of ``records`` of ``size`` bytes appended through a log writer, 512 in flight
+    (its ledgers rolling at ``roll_bytes``, or the writer's default)."""
     payload = b"x" * size
     async with await BookKeeper.connect(uri) as bk:
-        writer = await bk.open_log_writer(log)
+        if roll_bytes is None:
+            writer = await bk.open_log_writer(log)
+        else:
+            writer = await bk.open_log_writer(log, roll_bytes=roll_bytes)
         started = time.perf_counter()
         window: list[asyncio.Future[object]] = []
         for i in range(records):

@@ -23,7 +23,7 @@ from aiobk.client.connection import status_error
 from aiobk.commands.common import QuietPipeGroup, client_connector, metadata_option, run_loop
 from aiobk.commands.cookie import cookie_alias
 from aiobk.commands.extras import require_extras
-from aiobk.commands.text import echo_table
+from aiobk.commands.text import echo_table, format_size
 from aiobk.logging_setup import LOG_LEVELS, configure_logging
 from aiobk.metadata import MetadataURIError
 from aiobk.protocol import (
@@ -304,31 +304,23 @@ def gc_command(address: str, timeout: float, report_only: bool, as_json: bool) -
         raise click.ClickException(f"{address}: the pass stopped early: {detail}")
 
 
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def _print_gc_report(report: dict[str, Any]) -> None:
     rows = []
     for entry in report["logs"]:
         share = entry["live_share"]
-        live = ("~" if entry["live_bytes_estimated"] else "") + _size(entry["live_bytes"])
+        live = ("~" if entry["live_bytes_estimated"] else "") + format_size(entry["live_bytes"])
         why = entry["reason"]
         if entry["kept_by"]:
             held = ", ".join(f"{k['ledger_id']} ({k['ledger']})" for k in entry["kept_by"])
             why += f"; kept by ledger {held}"
         share_text = "-" if share is None else f"{share:.0%}"
-        reclaimable = _size(entry["reclaimable_bytes"])
-        total = _size(entry["total_bytes"])
+        reclaimable = format_size(entry["reclaimable_bytes"])
+        total = format_size(entry["total_bytes"])
         rows.append((entry["file"], total, live, share_text, reclaimable, entry["state"], why))
     click.echo(
-        f"entry logs: {_size(report['total_bytes'])} in all, {_size(report['live_bytes'])} "
-        f"live, {_size(report['reclaimable_bytes'])} reclaimable by the next passes "
+        f"entry logs: {format_size(report['total_bytes'])} in all, "
+        f"{format_size(report['live_bytes'])} live, "
+        f"{format_size(report['reclaimable_bytes'])} reclaimable by the next passes "
         f"(gc_compaction_threshold {report['compaction_threshold']:g})"
     )
     echo_table(rows, ("log", "total", "live", "live%", "reclaimable", "state", "why"))
@@ -344,8 +336,9 @@ def _print_gc_report(report: dict[str, Any]) -> None:
         if running["compacting_log"] is not None:
             line += (
                 f", log {running['compacting_log']:08x} ({running['logs_compacted'] + 1} of "
-                f"{running['logs_to_compact']}): {_size(running['compacting_bytes_scanned'])} of "
-                f"{_size(running['compacting_log_bytes'])} read, {running['entries_moved']} "
+                f"{running['logs_to_compact']}): "
+                f"{format_size(running['compacting_bytes_scanned'])} of "
+                f"{format_size(running['compacting_log_bytes'])} read, {running['entries_moved']} "
                 "entries moved"
             )
         click.echo(line)
