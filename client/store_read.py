@@ -89,11 +89,16 @@ class StoreEntryReader:
             # A damaged object is what a damaged copy on a bookie is: no good copy to serve.
             raise DigestMismatchError(f"ledger {self.ledger_id}: {exc}") from None
 
-    async def iter_range(
+    def iter_range(
         self, metadata: LedgerMetadata, first: int, last: int
     ) -> AsyncGenerator[Entry, None]:
         """Entries first..last inclusive, in order."""
         del metadata
+        return self.entries(first, last)
+
+    async def entries(self, first: int, last: int) -> AsyncGenerator[Entry, None]:
+        """Entries first..last inclusive, in order, checked: what a reader holding only the
+        object's location (a Spark task) reads."""
         stream = self.iter_bodies_of(first, last)
         async with contextlib.aclosing(stream):
             async for body in stream:

@@ -24,16 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from aiobk.client import BookKeeper
+from aiobk.client import BookKeeper, ClientConfig, Entry
 from aiobk.client.digest import Digester
 from aiobk.client.log.format import ENVELOPE, RAW, RecordFormatError, decode
 from aiobk.client.offload import offload_ref
+from aiobk.client.store_read import StoreEntryReader
 from aiobk.pipeline.options import Options
 from aiobk.pipeline.positions import (
     LedgerRange,
@@ -43,10 +43,9 @@ from aiobk.pipeline.positions import (
     split_ranges,
     view,
 )
-from aiobk.protocol import DigestType, MalformedEntryError, parse_entry
-from aiobk.protocol.errors import DigestMismatchError, NoSuchLedgerError
-from aiobk.tiered.objects import ObjectReader
-from aiobk.tiered.open import open_object_store
+from aiobk.protocol import DigestType
+from aiobk.protocol.errors import NoSuchLedgerError
+from aiobk.tiered.open import StoreCache
 
 OBJECT_READ_BYTES = 8 * 1024 * 1024  # the most one ranged read of an object fetches
 
@@ -116,37 +115,25 @@ def batch_of(part: LedgerRange, entries: Sequence[Any]) -> pa.RecordBatch:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectEntry:
-    """An entry read from an object: what ``batch_of`` takes of an ``Entry``."""
-
-    entry_id: int
-    data: bytes
-
-
 async def fetch_object(part: LedgerRange, password: bytes) -> list[pa.RecordBatch]:
-    """The rows of ``part`` (an offloaded ledger's range) from its object, each entry checked
-    (the object's CRC, then the entry's digest), a batch per ``READ_BATCH`` entries."""
+    """The rows of ``part`` (an offloaded ledger's range) from its object, checked as every
+    reader of an object checks it (``StoreEntryReader``), a batch per ``READ_BATCH`` entries."""
     ref = part.offload
     assert ref is not None
+    objects = StoreCache()
+    config = ClientConfig(read_ahead_bytes=OBJECT_READ_BYTES)
     digest = Digester(DigestType(ref.digest_type), password)
-    store = open_object_store(ref.url)
+    reader = StoreEntryReader(ref.ledger_id, digest, objects, ref, config)
     batches: list[pa.RecordBatch] = []
-    entries: list[ObjectEntry] = []
+    entries: list[Entry] = []
     try:
-        reader = ObjectReader(store, ref, max_read_bytes=OBJECT_READ_BYTES)
-        async for entry_id, raw in reader.bodies(part.first, part.last):
-            try:
-                body = parse_entry(raw)
-                digest.verify(body, ref.ledger_id, entry_id)
-            except (MalformedEntryError, DigestMismatchError) as exc:
-                raise DigestMismatchError(f"object {ref.key}: {exc}") from None
-            entries.append(ObjectEntry(entry_id, body.payload))
+        async for entry in reader.entries(part.first, part.last):
+            entries.append(entry)
             if len(entries) == READ_BATCH:
                 batches.append(batch_of(part, entries))
                 entries = []
     finally:
-        await store.close()
+        await objects.close()
     if entries:
         batches.append(batch_of(part, entries))
     return batches
