@@ -1,11 +1,12 @@
-"""Autorecovery settings: ``AutoRecoveryConfig`` (defined in ``aiobk.metadata.autorecovery``,
-the layer the bookie's config can import too: a bookie's TOML holds the same settings as its
-``[autorecovery]`` table), and what the auditor publishes of them.
+"""Autorecovery settings: ``AutoRecoveryConfig`` (defined in
+``aiobk.metadata.autorecovery_config``, the layer the bookie's config can import too: a
+bookie's TOML holds the same settings as its ``[autorecovery]`` table), and what the auditor
+publishes of them.
 """
 
 from __future__ import annotations
 
-from aiobk.metadata.autorecovery import AutoRecoveryConfig
+from aiobk.metadata.autorecovery_config import AutoRecoveryConfig
 
 # What the auditor publishes of its settings (``AuditorStatus.settings``): what an explanation
 # needs to say when a wait ends.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT
-from aiobk.metadata.autorecovery import AutoRecoveryConfig
+from aiobk.metadata.autorecovery_config import AutoRecoveryConfig
 from aiobk.metadata.records import DEFAULT_RACK, check_rack
 from aiobk.metadata.uri import redact_uri
 

@@ -63,7 +63,7 @@ CONFIGS: dict[str, tuple[str, str]] = {
     "bookie": ("aiobk.bookie.config", "BookieConfig"),
     "client": ("aiobk.client.config", "ClientConfig"),
     "switches": ("aiobk.client.config", "ProtocolSwitches"),
-    "autorecovery": ("aiobk.metadata.autorecovery", "AutoRecoveryConfig"),
+    "autorecovery": ("aiobk.metadata.autorecovery_config", "AutoRecoveryConfig"),
 }
 
 

@@ -6,7 +6,6 @@ spans two racks and reads back."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from aiobk.client.placement import Spread, spread_of
 from aiobk.metadata import PLACEMENT, MetadataStore
 from tests.autorecovery.helpers import FAST, assert_copies
 from tests.support.cluster import Cluster, forget, start_cluster
+from tests.support.wait import wait_until
 
 ENTRIES = 20
 
@@ -67,19 +67,23 @@ async def test_ledgers_placed_on_one_rack_are_spread_once_the_racks_are_back(
             await lh.close()
             ids.append(lh.ledger_id)
         assert await _spans(store, ids) == [1, 1, 1]
+
         # One rack only: nothing can spread them, and the auditor marks nothing.
-        async with asyncio.timeout(20):
-            while (status := await store.autorecovery.read_status()) is None or (
-                status.last_bookie_check == 0
-            ):
-                await asyncio.sleep(0.1)
+        async def checked() -> bool:
+            status = await store.autorecovery.read_status()
+            return status is not None and status.last_bookie_check != 0
+
+        await wait_until(checked, timeout=20, every=0.1, what="the auditor's bookie check")
         assert [mark async for mark in store.autorecovery.marks()] == []
 
         for rack in ("/z/b", "/z/b", "/z/c"):
             await cluster.add_bookie(rack=rack)
-        async with asyncio.timeout(30):  # the registry's racks changed: the walk runs at once
-            while len([mark async for mark in store.autorecovery.marks()]) < len(ids):
-                await asyncio.sleep(0.1)
+
+        async def all_marked() -> bool:
+            return len([mark async for mark in store.autorecovery.marks()]) >= len(ids)
+
+        # The registry's racks changed: the walk runs at once.
+        await wait_until(all_marked, timeout=30, every=0.1, what="every ledger marked")
         for ledger_id in ids:
             mark = await store.autorecovery.read_mark(ledger_id)
             assert mark is not None
@@ -93,11 +97,14 @@ async def test_ledgers_placed_on_one_rack_are_spread_once_the_racks_are_back(
             assert any("(placement)" in line for line in explanation.lines())
 
         await store.autorecovery.set_enabled(True)
-        async with asyncio.timeout(45):
-            while (await _spans(store, ids)) != [2, 2, 2] or [
-                mark async for mark in store.autorecovery.marks()
-            ]:
-                await asyncio.sleep(0.2)
+
+        async def spread_and_unmarked() -> bool:
+            marks = [mark async for mark in store.autorecovery.marks()]
+            return (await _spans(store, ids)) == [2, 2, 2] and not marks
+
+        await wait_until(
+            spread_and_unmarked, timeout=45, every=0.2, what="every ledger spread, no mark left"
+        )
         stats = [
             c.stats for b in cluster.bookies for c in b.companions if isinstance(c, AutoRecovery)
         ]

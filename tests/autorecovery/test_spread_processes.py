@@ -24,6 +24,7 @@ from aiobk.metadata import EtcdProcess, MetadataStore
 from tests.autorecovery.helpers import assert_copies
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS, BookieProcess
+from tests.support.wait import wait_until
 
 RACKS = ("/dc/a",) * 3 + ("/dc/b",) * 2 + ("/dc/c",)
 VICTIM = "/dc/b"
@@ -136,20 +137,20 @@ async def test_a_whole_rack_killed_reads_on_and_the_spread_comes_back(
                 assert [x.data for x in entries] == [_payload(ledger_id, i) for i in range(ENTRIES)]
         read_back = loop.time() - killed
 
-        naming: list[int] = []
-        narrow: list[int] = []
-        marks: list[object] = []
-        while loop.time() - killed < REPAIR_BOUND:
+        seen: list[object] = []
+
+        async def spread_again() -> bool:
             naming, narrow = await _state(bk.store, ids, dead, spread)
             marks = [mark async for mark in bk.store.autorecovery.marks()]
-            if not naming and not narrow and not marks:
-                break
-            await asyncio.sleep(0.2)
-        else:
-            raise AssertionError(
-                f"not spread in {REPAIR_BOUND}s: naming {dead}: {naming}; on one rack: "
-                f"{narrow}; marks: {marks}"
-            )
+            seen[:] = [naming, narrow, marks]
+            return not naming and not narrow and not marks
+
+        await wait_until(
+            spread_again,
+            timeout=REPAIR_BOUND - (loop.time() - killed),
+            every=0.2,
+            what=lambda: f"spread again: naming {dead}, on one rack, marks: {seen}",
+        )
         took = loop.time() - killed
         print(
             f"read back {len(ids)} ledgers in {read_back:.1f}s; "

@@ -56,7 +56,7 @@ async def _attack(
         peers.append(peer)
     deadline = time.monotonic() + ATTACK_SECONDS
     while time.monotonic() < deadline and not rss.limit_hit:  # the attack lasts its time
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # pacing: the attack goes on until its time is up
     closed = []
     for peer in peers:
         # A peer the bookie closed gets EOF once it reads what was sent before the close.

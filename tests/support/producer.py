@@ -54,7 +54,7 @@ async def open_writer(bk: BookKeeper, args: argparse.Namespace) -> LogWriter:
                 args.log, producer_id=args.producer, roll_bytes=args.roll_bytes
             )
         except BKError:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # a backoff: the old writer may still hold the log
     return await bk.open_log_writer(args.log, producer_id=args.producer, roll_bytes=args.roll_bytes)
 
 

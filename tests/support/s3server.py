@@ -82,7 +82,7 @@ class S3Server:
                 with urllib.request.urlopen(f"{self.endpoint}/", timeout=1):
                     return True
             except OSError:
-                time.sleep(0.05)
+                time.sleep(0.05)  # a readiness poll: the server says nothing once it listens
         return False
 
     def make_bucket(self, bucket: str) -> None:

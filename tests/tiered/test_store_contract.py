@@ -179,7 +179,7 @@ async def test_a_slow_source_is_not_a_stalled_store(tmp_path: Path) -> None:
 
     async def slow() -> AsyncIterator[bytes]:
         for _ in range(4):
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # a slow source on purpose: each chunk takes its time
             yield b"x" * 1000
 
     assert await store.put("slow", slow()) == 4000
