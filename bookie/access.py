@@ -31,6 +31,7 @@ OP_ROLES: Mapping[OpCode, frozenset[str]] = {  # HANDSHAKE and START_TLS: anyone
     OpCode.ADD: ANY_ROLE,  # a worker's RECOVERY_ADD is an add too
     OpCode.ADD_BATCH: ANY_ROLE,
     OpCode.READ: ANY_ROLE,
+    OpCode.READ_RANGE: ANY_ROLE,
     OpCode.READ_LAC: ANY_ROLE,
     OpCode.WRITE_LAC: ANY_ROLE,
     OpCode.FORCE: ANY_ROLE,

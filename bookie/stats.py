@@ -60,6 +60,7 @@ class BookieStats:
     add_bytes: int = 0
     add_batches: int = 0  # ADD_BATCH requests (protocol 2); their entries count in ``adds``
     reads: int = 0
+    range_reads: int = 0  # READ_RANGE requests (protocol 3); their entries count in ``reads``
     read_misses: int = 0
     long_polls: int = 0
     fences: int = 0

@@ -279,6 +279,31 @@ class LedgerStorage:
             return None
         return await self._read_at(state, entry_id, location)
 
+    async def read_entries(
+        self, state: LedgerState, first: int, last: int, max_bytes: int
+    ) -> list[bytes]:
+        """The stored bodies of entries ``first``.. on, consecutive, up to ``last``: as many
+        as stay within ``max_bytes`` (the first always), ending before the first entry not
+        stored here or not readable (a range read's answer). Empty when ``first`` is not
+        stored; raises CorruptEntryError when ``first``'s copy is bad. The read cache is
+        neither asked nor filled: a bulk copy reads each entry once."""
+        wanted: list[tuple[int, int]] = []
+        location = state.location
+        for entry_id in range(first, last + 1):
+            at = location(entry_id)
+            if at < 0:
+                break
+            wanted.append((entry_id, at))
+        if not wanted:
+            return []
+        try:
+            return await self.entry_logger.read_many(state.ledger_id, wanted, max_bytes)
+        except CorruptEntryError:
+            # Compaction may have moved the first entry and removed its old log meanwhile:
+            # read_entry looks again where the index says it is now, and raises if still bad.
+            body = await self.read_entry(state, first, wanted[0][1])
+            return [] if body is None else [body]
+
     async def _read_at(self, state: LedgerState, entry_id: int, location: int) -> bytes:
         cache = self.read_cache
         body = cache.get(location)

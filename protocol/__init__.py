@@ -13,6 +13,7 @@ from aiobk.protocol.batch import (
     pack_bodies,
     pack_statuses,
     unpack_bodies,
+    unpack_range,
     unpack_statuses,
 )
 from aiobk.protocol.codec import decode_request, decode_response, encode
@@ -100,6 +101,8 @@ from aiobk.protocol.messages import (
     ReadFlag,
     ReadLacRequest,
     ReadLacResponse,
+    ReadRangeRequest,
+    ReadRangeResponse,
     ReadRequest,
     ReadResponse,
     Request,
@@ -149,6 +152,7 @@ __all__ = [
     "pack_bodies",
     "pack_statuses",
     "unpack_bodies",
+    "unpack_range",
     "unpack_statuses",
     "LAC_ENTRY_ID",
     "Message",
@@ -168,6 +172,8 @@ __all__ = [
     "AddResponse",
     "AddBatchRequest",
     "AddBatchResponse",
+    "ReadRangeRequest",
+    "ReadRangeResponse",
     "ReadRequest",
     "ReadResponse",
     "ReadLacRequest",

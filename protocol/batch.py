@@ -9,6 +9,9 @@ answer names entries by their place in it.
 
 ``AddBatchResponse.statuses`` is empty when every entry is EOK, else one status byte per entry
 (``pack_statuses`` / ``unpack_statuses``).
+
+A ``ReadRangeResponse`` carries its entries packed the same way; ``unpack_range`` also checks
+that they are consecutive from the first entry asked and end within the range asked.
 """
 
 from __future__ import annotations
@@ -90,3 +93,17 @@ def unpack_statuses(packed: bytes, count: int) -> list[StatusCode]:
     if len(packed) != count:
         raise BatchError(f"{len(packed)} statuses for {count} entries")
     return [_STATUS.get(code, StatusCode.EIO) for code in packed]
+
+
+def unpack_range(packed: bytes, ledger_id: int, first: int, last: int) -> list[bytes]:
+    """The bodies of a READ_RANGE answer for entries ``first``..``last`` of ``ledger_id``:
+    at least one, each with a header that parses, consecutive from ``first``, none after
+    ``last``; raises ``BatchError`` otherwise."""
+    entries = unpack_bodies(packed, ledger_id)
+    end = first + len(entries) - 1
+    if entries[0][0] != first or entries[-1][0] != end or end > last:
+        raise BatchError(
+            f"entries {entries[0][0]}..{entries[-1][0]} ({len(entries)}) are not a run "
+            f"from {first} within {first}..{last}"
+        )
+    return [body for _entry_id, _lac, body in entries]

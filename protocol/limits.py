@@ -9,6 +9,8 @@ acknowledged such a request could never checkpoint or restart again):
 - a master key is empty or exactly ``MASTER_KEY_SIZE`` bytes (a SHA-256 of the password), and
   required wherever a request writes or fences;
 - LACs are -1 or an entry id; a long poll's timeout is not negative;
+- a range read names a non-empty range of entry ids and a positive byte bound (the bookie
+  narrows both to its own caps);
 - flags carry no bits this protocol version does not define.
 
 ``check_request`` raises ``MalformedMessageError`` (with the txn id and op, so the bookie
@@ -28,6 +30,7 @@ from aiobk.protocol.messages import (
     MalformedMessageError,
     ReadFlag,
     ReadLacRequest,
+    ReadRangeRequest,
     ReadRequest,
     Request,
     WriteLacRequest,
@@ -88,6 +91,13 @@ def check_request(request: Request) -> None:
             _lac(request, "previous LAC", request.previous_lac)
             if request.timeout_ms < 0:
                 raise _refuse(request, f"negative long-poll timeout {request.timeout_ms}")
+    elif isinstance(request, ReadRangeRequest):
+        _ledger(request, request.ledger_id)
+        first, last = request.first_entry_id, request.last_entry_id
+        if not 0 <= first <= last <= MAX_ENTRY_ID:
+            raise _refuse(request, f"entries {first}..{last} are not a range of entry ids")
+        if request.max_bytes < 1:
+            raise _refuse(request, f"max_bytes {request.max_bytes} is not positive")
     elif isinstance(request, WriteLacRequest):
         _ledger(request, request.ledger_id)
         _key(request, request.master_key, required=True)

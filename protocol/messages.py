@@ -21,10 +21,11 @@ from typing import Any, ClassVar, Self
 from aiobk.protocol.compiled import compile_message, enum_lookup
 from aiobk.protocol.status import StatusCode
 
-# 2 adds ADD_BATCH. A bookie speaks every version from MIN_PROTOCOL_VERSION up and answers a
-# handshake with the version asked; a client asks for its newest and, refused with EBADVERSION
-# by an older bookie, asks again for the version that bookie names (client.connection).
-PROTOCOL_VERSION = 2
+# 2 adds ADD_BATCH, 3 READ_RANGE. A bookie speaks every version from MIN_PROTOCOL_VERSION up and
+# answers a handshake with the version asked; a client asks for its newest and, refused with
+# EBADVERSION by an older bookie, asks again for the version that bookie names
+# (client.connection). A connection uses only the operations of the version it agreed.
+PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 1
 RESPONSE_BIT = 0x80
 ERROR_TAG = 0xFF
@@ -50,6 +51,7 @@ class OpCode(IntEnum):
     START_TLS = 11  # upgrade this connection to TLS (BookKeeper's START_TLS), then handshake
     ADD_BATCH = 12  # protocol 2: consecutive adds of one ledger in one frame, one answer
     GC_REPORT = 13  # operators: each entry log's live bytes and why it is kept (no pass run)
+    READ_RANGE = 14  # protocol 3: consecutive entries of one ledger in one answer, bytes bounded
 
 
 class AddFlag(IntFlag):
@@ -217,6 +219,23 @@ class ReadRequest(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class ReadRangeRequest(Request):
+    """Entries ``first_entry_id`` to ``last_entry_id`` of one ledger in one answer: a bulk copy's
+    read (an offload), after BookKeeper's batch read. The bookie answers the longest run of
+    consecutive stored entries from ``first_entry_id`` that fits in ``max_bytes`` of bodies (at
+    least the first entry, whatever its size) and in its own caps; the reader asks again from
+    where the answer ends."""
+
+    op = OpCode.READ_RANGE
+    tag = OpCode.READ_RANGE
+    _wire = (_INT, _INT, _INT, _INT)
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReadLacRequest(Request):
     op = OpCode.READ_LAC
     tag = OpCode.READ_LAC
@@ -369,6 +388,21 @@ class ReadResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class ReadRangeResponse(Response):
+    """``status`` EOK: ``bodies`` holds entries ``first_entry_id`` on, consecutive, packed as
+    an ADD_BATCH's (``protocol.batch.unpack_range`` checks them). Another status is the first
+    entry's, as a READ of it would answer, and ``bodies`` is empty."""
+
+    op = OpCode.READ_RANGE
+    tag = OpCode.READ_RANGE | RESPONSE_BIT
+    _wire = (_INT, _INT, _INT, _INT, _BYTES)
+    ledger_id: int
+    first_entry_id: int
+    lac: int = -1  # the bookie's LAC for the ledger when it answered
+    bodies: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class ReadLacResponse(Response):
     op = OpCode.READ_LAC
     tag = OpCode.READ_LAC | RESPONSE_BIT
@@ -483,6 +517,7 @@ REQUEST_TYPES: dict[int, type[Request]] = {
         AddRequest,
         AddBatchRequest,
         ReadRequest,
+        ReadRangeRequest,
         ReadLacRequest,
         WriteLacRequest,
         ForceRequest,
@@ -501,6 +536,7 @@ RESPONSE_TYPES: dict[int, type[Response]] = {
         AddResponse,
         AddBatchResponse,
         ReadResponse,
+        ReadRangeResponse,
         ReadLacResponse,
         WriteLacResponse,
         ForceResponse,

@@ -30,6 +30,7 @@ BOOKIE_HELP: dict[str, str] = {
     "adds": "Add requests received, refused ones included [ADD_ENTRY].",
     "add_bytes": "Entry bytes of the add requests taken for the journal and ledger storage.",
     "add_batches": "ADD_BATCH requests received (protocol 2); each of their entries is an add.",
+    "range_reads": "READ_RANGE requests received (protocol 3); each entry answered is a read.",
     "reads": "Read requests received, fencing reads and long polls included [READ_ENTRY].",
     "read_misses": "Reads of an entry this bookie does not have (ENOENTRY, or EUNKNOWN in limbo).",
     "long_polls": "Long-poll reads that waited for the ledger's LAC to move.",

@@ -127,6 +127,12 @@ class EntryLogger:
         """The body stored at ``location``, checked against its CRC and expected ids."""
         return await self._reads.read(location, ledger_id, entry_id)
 
+    async def read_many(
+        self, ledger_id: int, wanted: Sequence[tuple[int, int]], max_bytes: int
+    ) -> list[bytes]:
+        """A run of one ledger's entries: ``EntryReader.read_many``."""
+        return await self._reads.read_many(ledger_id, wanted, max_bytes)
+
     async def complete_logs(self, older_than: int) -> list[int]:
         """Entry logs on disk that take no more appends and hold no buffered bytes, of those
         older than ``older_than`` (an ``active_log`` noted earlier: garbage collection takes

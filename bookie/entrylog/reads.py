@@ -1,12 +1,13 @@
 """Reading the entry logs: one entry at a location (from the write buffer while its bytes are
-not in the file yet), and walks over a whole log's records -- compaction's, and the one that
-counts a log whose counts were never kept. Owns the read handles of the log files."""
+not in the file yet), a run of one ledger's entries (a range read: neighbours in a log are
+read with one ``pread``), and walks over a whole log's records -- compaction's, and the one
+that counts a log whose counts were never kept. Owns the read handles of the log files."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from aiobk.bookie.disk import Disk, ReadFile
 from aiobk.bookie.entrylog.buffer import LogBuffer
@@ -25,6 +26,10 @@ from aiobk.bookie.entrylog.format import (
 from aiobk.bookie.stats import BookieStats
 
 log = logging.getLogger(__name__)
+
+# The file bytes one ``pread`` of a range read may span: neighbouring records of the ledger and
+# whatever other ledgers' records lie between them (read and passed over).
+RUN_SPAN = 1 << 20
 
 
 class EntryReader:
@@ -55,6 +60,82 @@ class EntryReader:
             else:
                 record = record[:size]
         return check_record(record, log_id, offset, ledger_id, entry_id, self.stats)
+
+    async def read_many(
+        self, ledger_id: int, wanted: Sequence[tuple[int, int]], max_bytes: int
+    ) -> list[bytes]:
+        """The bodies of ``wanted`` -- (entry id, location) of one ledger's entries, in entry
+        order -- each checked as ``read`` checks it, for as long as their bodies stay within
+        ``max_bytes`` (the first always read). Records of one log within ``RUN_SPAN`` of each
+        other and out of the write buffer are read with one ``pread``. A damaged first record
+        raises ``CorruptEntryError``; a damaged later one ends the run before it (its reader
+        asks for it again, and hears EIO then)."""
+        bodies: list[bytes] = []
+        total = 0
+        at = 0
+        while at < len(wanted):
+            end = self._run_end(wanted, at)
+            try:
+                if end == at + 1:
+                    entry_id, location = wanted[at]
+                    run = [await self.read(location, ledger_id, entry_id)]
+                else:
+                    run = await self._read_run(ledger_id, wanted[at:end])
+            except CorruptEntryError:
+                if not bodies:
+                    raise
+                return bodies
+            for body in run:
+                if bodies and total + len(body) > max_bytes:
+                    return bodies
+                bodies.append(body)
+                total += len(body)
+            if len(run) < end - at:
+                return bodies  # a damaged record ended the run
+            at = end
+        return bodies
+
+    def _run_end(self, wanted: Sequence[tuple[int, int]], at: int) -> int:
+        """Where the run starting at ``wanted[at]`` ends: its records lie in one log, in file
+        order, within ``RUN_SPAN``, none in the write buffer."""
+        log_id, start = unpack_location(wanted[at][1])
+        if self._buffer.buffered(log_id, start) is not None:
+            return at + 1
+        previous = start
+        end = at + 1
+        while end < len(wanted):
+            next_log, offset = unpack_location(wanted[end][1])
+            if next_log != log_id or not previous < offset < start + RUN_SPAN:
+                break
+            if self._buffer.buffered(log_id, offset) is not None:
+                break
+            previous = offset
+            end += 1
+        return end
+
+    async def _read_run(self, ledger_id: int, run: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Bodies of a run (``_run_end``), read with one ``pread`` (two when the last record
+        reaches past a page); stops before a damaged record that is not the first."""
+        log_id, start = unpack_location(run[0][1])
+        last = unpack_location(run[-1][1])[1]
+        reader = await self.reader(log_id)
+        block = await reader.pread(start, last - start + PAGE)
+        bodies: list[bytes] = []
+        for entry_id, location in run:
+            at = unpack_location(location)[1] - start
+            whole = at + RECORD_HEAD.size <= len(block)  # else a file cut short: damaged
+            end = at + 8 + RECORD_HEAD.unpack_from(block, at)[0] if whole else len(block)
+            if end > len(block):  # the last record reaches past the page read with it
+                block += await reader.pread(start + len(block), end - len(block))
+            try:
+                bodies.append(
+                    check_record(block[at:end], log_id, start + at, ledger_id, entry_id, self.stats)
+                )
+            except CorruptEntryError:
+                if not bodies:
+                    raise
+                break
+        return bodies
 
     async def reader(self, log_id: int) -> ReadFile:
         reader = self._readers.get(log_id)

@@ -16,6 +16,7 @@ from aiobk.bookie.ops.admin import (
 from aiobk.bookie.ops.lac import handle_read_lac, handle_write_lac
 from aiobk.bookie.ops.ledger_key import handle_ledger_key
 from aiobk.bookie.ops.read import handle_read
+from aiobk.bookie.ops.read_range import handle_read_range
 from aiobk.protocol import OpCode
 
 HANDLERS: dict[OpCode, Handler] = {
@@ -23,6 +24,7 @@ HANDLERS: dict[OpCode, Handler] = {
     OpCode.ADD: handle_add,
     OpCode.ADD_BATCH: handle_add_batch,
     OpCode.READ: handle_read,
+    OpCode.READ_RANGE: handle_read_range,
     OpCode.READ_LAC: handle_read_lac,
     OpCode.WRITE_LAC: handle_write_lac,
     OpCode.FORCE: handle_force,

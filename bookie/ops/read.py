@@ -140,7 +140,7 @@ def handle_read(ctx: BookieContext, request: ReadRequest, conn: Replier) -> None
         location = state.location(request.entry_id)
         if location < 0:
             stats.read_misses += 1
-            _reply(ctx, conn, _answer(request, state, _missing(state)), started)
+            _reply(ctx, conn, _answer(request, state, missing_status(state)), started)
         else:
             conn.spawn(_fetch(ctx, request, conn, state, location, started))
 
@@ -155,7 +155,7 @@ def _reply(
         stats.histograms.read_entry.record(stats.clock() - started)
 
 
-def _missing(state: LedgerState) -> StatusCode:
+def missing_status(state: LedgerState) -> StatusCode:
     """BP-46: a ledger in limbo may have lost the entry, so it never says it does not exist."""
     return StatusCode.EUNKNOWN if state.limbo else StatusCode.ENOENTRY
 
@@ -228,6 +228,6 @@ async def _fetch(
             if _bits(request.flags, _LONG_POLL):
                 _reply(ctx, conn, _answer(request, state, StatusCode.EOK), started)
             else:
-                _reply(ctx, conn, _answer(request, state, _missing(state)), started)
+                _reply(ctx, conn, _answer(request, state, missing_status(state)), started)
             return
         _reply(ctx, conn, _answer(request, state, StatusCode.EOK, body), started)

@@ -8,7 +8,8 @@ The order of the steps is what makes a crash anywhere harmless:
 2. The metadata names the attempt (state ``copying``, a fresh uid, the object's key) by
    compare-and-set *before any byte is written*: an object that no metadata names is garbage,
    always, and the sweep removes it without a grace period.
-3. The entries stream from the bookies (digests checked) into the object.
+3. The entries stream from the bookies (digests checked) into the object, in runs of
+   consecutive entries where the bookies read them so (``client.range_read``).
 4. The object is read back whole and checked against the CRC of every entry as the bookies
    served it.
 5. The metadata says ``copied``, by compare-and-set, only if the attempt is still the one it
@@ -38,6 +39,7 @@ from aiobk.client.offload import steps as step
 from aiobk.client.offload.refs import offload_ref
 from aiobk.client.offload.steps import NO_STEPS, Steps
 from aiobk.client.passwords import check_password
+from aiobk.client.range_read import RangeReader
 from aiobk.client.read import EntryReader
 from aiobk.metadata import (
     LedgerMetadata,
@@ -181,14 +183,21 @@ async def _copy(
         read_concurrency=max(ctx.config.read_concurrency, OFFLOAD_READ_CONCURRENCY),
         read_ahead_bytes=max(ctx.config.read_ahead_bytes, OFFLOAD_READ_AHEAD_BYTES),
     )
-    reader = EntryReader(ledger_id, digest, ctx.pool, config, ctx.stats)
+    reader = RangeReader(
+        EntryReader(ledger_id, digest, ctx.pool, config, ctx.stats),
+        digest,
+        ctx.pool,
+        config.read_timeout,
+        config.read_ahead_bytes,
+        ctx.stats,
+    )
     crcs = array.array("I")
 
     async def bodies() -> AsyncIterator[tuple[int, bytes]]:
         if last < 0:
             return
         passed = 0  # bytes handed to the object, until a block of them has gone
-        async for body in reader.iter_bodies(metadata, 0, last):
+        async for body in reader.bodies(metadata, 0, last):
             raw = pack_entry(body.signed_part, body.digest, body.payload)
             crcs.append(crc32c.crc32c(raw))
             yield body.entry_id, raw

@@ -4,13 +4,18 @@ operations (tests/compat/driver.py) and must see the same results."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from aiobk import BookKeeper
 from aiobk.bookie import Bookie
+from aiobk.client.offload import offload_ledger
+from aiobk.metadata import OffloadStoreSettings
 from tests.compat.conftest import CLIENT_CONFIG
 from tests.compat.driver import run_steps
 from tests.compat.harness import Release
@@ -97,3 +102,29 @@ async def test_head_client_against_release_bookies(
     # accepts it by what the release wrote there, and none of them writes the record.
     async with BookKeeper(uri) as bk:
         assert bk.cluster is None
+
+
+@pytest.mark.timeout(90)
+async def test_head_client_offloads_a_ledger_of_release_bookies(
+    release_bookies: Callable[..., Awaitable[list[BookieProcess]]],
+    client: BookKeeper,
+    uri: str,
+    tmp_path: Path,
+) -> None:
+    """The release's bookies know no READ_RANGE (protocol 3): the offloader reads their
+    ledger entry by entry, and the object holds every entry."""
+    await release_bookies(3)
+    await client.store.set_offload_store(OffloadStoreSettings(f"file://{tmp_path}", 0))
+    lh = await client.create_ledger(3, 3, 2, password=b"pw")
+    await asyncio.gather(*(lh.append(b"old-%d" % i) for i in range(300)))
+    await lh.close()
+    settings = await client.store.read_offload_store()
+    assert settings is not None
+    done = await offload_ledger(
+        client.context, client.objects, settings, lh.ledger_id, now=time.time, password=b"pw"
+    )
+    assert (done.outcome, done.entries) == ("released", 300)
+    conns = [client.pool.get_nowait(bookie) for bookie in lh.metadata.ensemble]
+    assert [conn.protocol_version for conn in conns if conn is not None] == [2, 2, 2]
+    handle = await client.open_ledger(lh.ledger_id, b"pw")
+    assert [e.data for e in await handle.read(0, 299)] == [b"old-%d" % i for i in range(300)]

@@ -16,6 +16,7 @@ from aiobk.protocol import (
     pack_header,
     pack_statuses,
     unpack_bodies,
+    unpack_range,
     unpack_statuses,
 )
 from aiobk.protocol.limits import MAX_ENTRY_ID
@@ -74,3 +75,25 @@ def test_statuses_of_the_wrong_count_or_unknown_codes() -> None:
     with pytest.raises(BatchError, match="2 statuses for 3"):
         unpack_statuses(b"\x00\x01", 3)
     assert unpack_statuses(b"\x00\xfa", 2) == [StatusCode.EOK, StatusCode.EIO]
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=30), st.integers(0, 2**40))
+def test_a_range_round_trips(payloads: list[bytes], first: int) -> None:
+    bodies = [_entry(7, first + i, p) for i, p in enumerate(payloads)]
+    last = first + len(bodies) - 1
+    assert unpack_range(pack_bodies(bodies), 7, first, last) == bodies
+    assert unpack_range(pack_bodies(bodies[:1]), 7, first, last) == bodies[:1]
+
+
+@pytest.mark.parametrize(
+    ("bodies", "reason"),
+    [
+        ([_entry(7, 11), _entry(7, 12)], "not a run from 10"),  # not from the first asked
+        ([_entry(7, 10), _entry(7, 12)], "not a run from 10"),  # a gap
+        ([_entry(7, i) for i in range(10, 22)], "within 10..20"),  # past the last asked
+        ([_entry(8, 10)], "of ledger 8"),
+    ],
+)
+def test_a_range_that_is_not_the_run_asked_is_refused(bodies: list[bytes], reason: str) -> None:
+    with pytest.raises(BatchError, match=reason):
+        unpack_range(pack_bodies(bodies), 7, 10, 20)

@@ -1,0 +1,196 @@
+"""Bulk reads of a ledger's entries in runs: one READ_RANGE (protocol 3) per run of consecutive
+entries instead of one READ per entry -- what a copy of a whole closed ledger (an offload) reads.
+
+Theory of operation. A run can come from one bookie only if that bookie holds every entry of
+it: a ledger whose ensemble size equals its write quorum, the common case, where every bookie
+of a fragment holds all the fragment's entries. A striped ledger (ensemble larger than its write
+quorum) is read entry by entry (``EntryReader``), and so is a fragment none of whose bookies
+agreed to protocol 3 (an older release's).
+
+The range ``first..last`` is cut into chunks of consecutive entries, each sized to about
+``RANGE_BYTES`` of bodies by the largest entry seen, and a window of chunks is fetched ahead of
+the consumer, bounded by ``read_ahead_bytes`` as ``EntryReader``'s window is; the first chunk
+is whatever one answer holds, to learn the entries' size. A chunk asks the bookies of its
+fragment in read order (``BookiePool.read_order``) and takes the first answer with a body; a
+bookie's answer is a prefix of what was asked (its byte and entry caps, an entry it lacks),
+so the chunk asks again from where the answer ended until the chunk is complete. Every body is
+checked as a READ's is (``entry_read.verified``), its ids against the place it holds in the run;
+a damaged body ends that answer before it. When no bookie answers with a body -- down, EIO, a
+missing entry, a digest that fails -- the entry is read through ``EntryReader.fetch``, whose
+speculative reads over the write set find a good copy or say why there is none, and the chunk
+goes on in runs from the entry after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncGenerator, Sequence
+from typing import Final
+
+from aiobk.client.digest import Digester
+from aiobk.client.entry_read import verified
+from aiobk.client.pool import BookiePool
+from aiobk.client.read import EntryReader
+from aiobk.client.stats import ClientStats
+from aiobk.metadata import LedgerMetadata
+from aiobk.protocol import (
+    MAX_BATCH_ENTRIES,
+    MAX_ENTRY_ID,
+    BatchError,
+    EntryBody,
+    ReadRangeRequest,
+    ReadRangeResponse,
+    StatusCode,
+    unpack_range,
+)
+from aiobk.protocol.errors import BKError, DigestMismatchError
+
+# Body bytes one READ_RANGE asks for: large enough that a request's round trip is a small part
+# of moving its bytes, small enough to stay well inside a response frame (5 MiB by default).
+RANGE_BYTES: Final = 1024 * 1024
+RANGE_VERSION: Final = 3  # the protocol version that brought READ_RANGE
+
+
+class RangeReader:
+    """A ledger's verified bodies in runs (see the module docstring)."""
+
+    def __init__(
+        self,
+        entries: EntryReader,
+        digest: Digester,
+        pool: BookiePool,
+        read_timeout: float,
+        read_ahead_bytes: int,
+        stats: ClientStats,
+    ) -> None:
+        self._entries = entries
+        self._ledger_id = entries.ledger_id
+        self._digest = digest
+        self._pool = pool
+        self._timeout = read_timeout
+        self._ahead = read_ahead_bytes
+        self._stats = stats
+
+    async def bodies(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[EntryBody, None]:
+        """Entries ``first``..``last``, verified, in order."""
+        if metadata.ensemble_size != metadata.write_quorum:
+            async for body in self._entries.iter_bodies(metadata, first, last):
+                yield body
+            return
+        if first > last:
+            return
+        head = await self._head(metadata, first, last)
+        if head is None:  # the first fragment's bookies read no runs: entry by entry
+            async for body in self._entries.iter_bodies(metadata, first, last):
+                yield body
+            return
+        for body in head:
+            yield body
+        largest = max(len(body.payload) for body in head)
+        chunks: deque[asyncio.Task[list[EntryBody]]] = deque()
+        next_id = first + len(head)
+        try:
+            while chunks or next_id <= last:
+                count = max(1, min(MAX_BATCH_ENTRIES, RANGE_BYTES // max(1, largest)))
+                window = max(1, self._ahead // max(1, count * largest))
+                while next_id <= last and len(chunks) < window:
+                    end = min(last, next_id + count - 1)
+                    chunks.append(asyncio.ensure_future(self._chunk(metadata, next_id, end)))
+                    next_id = end + 1
+                chunk = await chunks[0]
+                chunks.popleft()
+                for body in chunk:
+                    largest = max(largest, len(body.payload))
+                    yield body
+        finally:
+            for task in chunks:
+                task.cancel()
+            if chunks:
+                await asyncio.gather(*chunks, return_exceptions=True)
+
+    async def _head(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> list[EntryBody] | None:
+        """Entry ``first`` and as many after it as one answer holds; None when the bookies
+        of its fragment read no runs."""
+        return await self._next_run(metadata, first, min(last, _fragment_end(metadata, first)))
+
+    async def _chunk(self, metadata: LedgerMetadata, first: int, last: int) -> list[EntryBody]:
+        """Entries ``first``..``last``, in as many runs as it takes."""
+        bodies: list[EntryBody] = []
+        at = first
+        while at <= last:
+            end = min(last, _fragment_end(metadata, at))
+            run = await self._next_run(metadata, at, end)
+            if run is None:  # no bookie of the fragment reads runs: entry by entry
+                run = [body async for body in self._entries.iter_bodies(metadata, at, end)]
+            bodies.extend(run)
+            at += len(run)
+        return bodies
+
+    async def _next_run(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> list[EntryBody] | None:
+        """A run from ``first`` within one fragment: one bookie's answer, or entry ``first``
+        alone read as a READ reads it when no bookie answered with a body; None when no bookie
+        of the fragment reads runs."""
+        run = await self._run(metadata.fragment_for(first).ensemble, first, last)
+        if run is None:
+            return None
+        if not run:
+            return [await self._entries.fetch(metadata, first)]
+        self._stats.entries_read += len(run)
+        return run
+
+    async def _run(self, bookies: Sequence[str], first: int, last: int) -> list[EntryBody] | None:
+        """The verified run from ``first`` of the first bookie to answer with one; ``[]``
+        when none did, None when none of them speaks protocol 3."""
+        spoken = False
+        for bookie in self._pool.read_order(list(bookies)):
+            try:
+                conn = await self._pool.get(bookie)
+                if conn.protocol_version < RANGE_VERSION:
+                    continue
+                spoken = True
+                request = ReadRangeRequest(
+                    conn.next_txn_id(), self._ledger_id, first, last, RANGE_BYTES
+                )
+                response = await conn.send(request, self._timeout)
+            except BKError:
+                spoken = True  # unknown: the entry-by-entry read will find out
+                continue
+            if not isinstance(response, ReadRangeResponse) or response.status != StatusCode.EOK:
+                continue
+            run = self._verified(bookie, response.bodies, first, last)
+            if run:
+                return run
+        return [] if spoken else None
+
+    def _verified(self, bookie: str, packed: bytes, first: int, last: int) -> list[EntryBody]:
+        """The bodies of an answer, each checked; those before the first that fails."""
+        try:
+            raw = unpack_range(packed, self._ledger_id, first, last)
+        except BatchError:
+            return []
+        run: list[EntryBody] = []
+        for entry_id, body in enumerate(raw, first):
+            try:
+                run.append(verified(body, self._digest, self._ledger_id, entry_id, bookie))
+            except DigestMismatchError:
+                break
+        return run
+
+
+def _fragment_end(metadata: LedgerMetadata, entry_id: int) -> int:
+    """The last entry id the fragment holding ``entry_id`` may hold (the next one's first
+    entry less one; unbounded for the last fragment)."""
+    for fragment in metadata.fragments:
+        if fragment.first_entry_id > entry_id:
+            return fragment.first_entry_id - 1
+    return MAX_ENTRY_ID
+
+
+__all__ = ["RANGE_BYTES", "RangeReader"]

@@ -1,0 +1,172 @@
+"""A closed ledger read in runs (READ_RANGE, protocol 3) against real bookies in process: the
+same bodies, in the same order, as entry-by-entry reads -- whatever stops a run short (a
+bookie's caps, an entry that fails, an older bookie, a striped ensemble)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from aiobk.bookie import Bookie
+from aiobk.bookie.entrylog.format import log_name, unpack_location
+from aiobk.bookie.ops import admin
+from aiobk.bookie.ops.read_range import MAX_RANGE_BYTES, MAX_RANGE_ENTRIES
+from aiobk.bookie.storage import LedgerStorage
+from aiobk.client import BookKeeper
+from aiobk.client.digest import Digester
+from aiobk.client.range_read import RangeReader
+from aiobk.client.read import EntryReader
+from aiobk.protocol import (
+    MAX_ENTRY_ID,
+    EntryBody,
+    ErrorResponse,
+    ReadRangeRequest,
+    ReadRangeResponse,
+    StatusCode,
+    unpack_range,
+)
+from tests.support.cluster import Cluster
+
+PASSWORD = b"pw"
+
+
+def _payload(entry_id: int) -> bytes:
+    size = 1_500_000 if entry_id == 700 else 200 + entry_id % 900  # one larger than a run
+    return (b"%06d-" % entry_id) * (size // 7 + 1)
+
+
+async def _ledger(bk: BookKeeper, count: int, ensemble: tuple[int, int, int] = (3, 3, 2)) -> int:
+    lh = await bk.create_ledger(*ensemble, password=PASSWORD)
+    await asyncio.gather(*(lh.append(_payload(i)) for i in range(count)))
+    await lh.close()
+    return lh.ledger_id
+
+
+async def _bodies(bk: BookKeeper, ledger_id: int, first: int = 0) -> list[EntryBody]:
+    metadata = await bk.store.read_ledger(ledger_id)
+    assert metadata.last_entry_id is not None
+    digest = Digester(metadata.digest_type, PASSWORD)
+    config = bk.context.config
+    entries = EntryReader(ledger_id, digest, bk.pool, config, bk.stats)
+    reader = RangeReader(entries, digest, bk.pool, 10.0, 8 * 1024 * 1024, bk.stats)
+    return [body async for body in reader.bodies(metadata, first, metadata.last_entry_id)]
+
+
+def _run(answer: object, status: StatusCode) -> ReadRangeResponse:
+    assert isinstance(answer, ReadRangeResponse), answer
+    assert answer.status is status, answer
+    return answer
+
+
+def _range_reads(cluster: Cluster) -> int:
+    return sum(bookie.stats.range_reads for bookie in cluster.bookies)
+
+
+def _check(bodies: list[EntryBody], count: int, first: int = 0) -> None:
+    assert [body.entry_id for body in bodies] == list(range(first, count))
+    assert all(body.payload == _payload(body.entry_id) for body in bodies)
+
+
+async def test_a_closed_ledger_reads_in_runs(cluster: Cluster) -> None:
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 3000)
+        _check(await _bodies(bk, ledger_id), 3000)
+        _check(await _bodies(bk, ledger_id, first=2999), 3000, first=2999)
+    # About 0.5 KiB each: ~2,000 per MiB, so a run is cut at 1,024 entries or 1 MiB.
+    assert 3 <= _range_reads(cluster) <= 12, _range_reads(cluster)
+
+
+async def test_an_older_bookie_is_read_entry_by_entry(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bookies whose handshake stops at protocol 2, as 0.1.0's does: no READ_RANGE is sent."""
+    monkeypatch.setattr(admin, "PROTOCOL_VERSION", 2)
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 800)
+        _check(await _bodies(bk, ledger_id), 800)
+    assert _range_reads(cluster) == 0
+
+
+async def test_a_striped_ledger_is_read_entry_by_entry(cluster: Cluster) -> None:
+    """Ensemble 5, write quorum 3: no bookie holds every entry of a run."""
+    while len(cluster.bookies) < 5:
+        await cluster.add_bookie()
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 500, (5, 3, 2))
+        _check(await _bodies(bk, ledger_id), 500)
+    assert _range_reads(cluster) == 0
+
+
+async def test_runs_that_fail_fall_back_to_the_entry_and_go_on(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every bookie fails a run that starts at entry 1,000 (EIO): that entry is read by a
+    plain READ, and runs go on from the next one."""
+    real = LedgerStorage.read_entries
+
+    async def failing(
+        self: LedgerStorage, state: object, first: int, last: int, max_bytes: int
+    ) -> list[bytes]:
+        if first == 1000:
+            raise OSError("a failing disk")
+        return await real(self, state, first, last, max_bytes)  # type: ignore[arg-type]
+
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 2200)
+        monkeypatch.setattr(LedgerStorage, "read_entries", failing)
+        _check(await _bodies(bk, ledger_id), 2200)
+
+
+async def _damage(bookie: Bookie, ledger_id: int, entry_id: int) -> None:
+    """Flip a byte of the stored body of ``entry_id`` in its entry log file."""
+    await bookie.storage.entry_logger.flush()
+    state = bookie.storage.get(ledger_id)
+    assert state is not None
+    log_id, offset = unpack_location(state.location(entry_id))
+    path = next(Path(bookie.config.data_dir).rglob(log_name(log_id)))
+    with open(path, "r+b") as file:
+        file.seek(offset + 40)
+        byte = file.read(1)
+        file.seek(offset + 40)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
+async def test_a_damaged_entry_ends_a_run_and_answers_eio(cluster: Cluster) -> None:
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 300)
+        victim = cluster.bookies[0]
+        await _damage(victim, ledger_id, 120)
+        conn = await bk.pool.get(str(victim.address))
+        runs = []
+        for first in (100, 120, 121):
+            request = ReadRangeRequest(conn.next_txn_id(), ledger_id, first, 299, 1 << 20)
+            runs.append(await conn.send(request, 10))
+        before = _run(runs[0], StatusCode.EOK)
+        assert len(unpack_range(before.bodies, ledger_id, 100, 299)) == 20  # 100..119
+        assert _run(runs[1], StatusCode.EIO).bodies == b""
+        _run(runs[2], StatusCode.EOK)
+        # The client's read goes to another bookie's copy for the damaged entry.
+        _check(await _bodies(bk, ledger_id), 300)
+
+
+async def test_a_run_is_bounded_whatever_a_peer_asks(cluster: Cluster) -> None:
+    """A peer asking for every entry id there is and 2**62 bytes gets one run within the
+    bookie's caps; a range backwards is a bad request, and the connection stays."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 3000)
+        conn = await bk.pool.get(str(cluster.bookies[0].address))
+        greedy = ReadRangeRequest(conn.next_txn_id(), ledger_id, 0, MAX_ENTRY_ID, 2**62)
+        answer = _run(await conn.send(greedy, 10), StatusCode.EOK)
+        bodies = unpack_range(answer.bodies, ledger_id, 0, MAX_ENTRY_ID)
+        assert len(bodies) <= MAX_RANGE_ENTRIES
+        assert sum(map(len, bodies[1:])) <= MAX_RANGE_BYTES
+        backwards = ReadRangeRequest(conn.next_txn_id(), ledger_id, 5, 4, 100)
+        refused = await conn.send(backwards, 10)
+        assert isinstance(refused, ErrorResponse)
+        assert refused.status is StatusCode.EBADREQ
+        missing = ReadRangeRequest(conn.next_txn_id(), ledger_id, 3000, 3100, 100)
+        _run(await conn.send(missing, 10), StatusCode.ENOENTRY)
+        absent = ReadRangeRequest(conn.next_txn_id(), ledger_id + 99, 0, 10, 100)
+        _run(await conn.send(absent, 10), StatusCode.ENOLEDGER)
