@@ -11,7 +11,15 @@ import hmac
 
 import crc32c
 
-from aiobk.protocol import DigestType, EntryBody, pack_entry, pack_header
+from aiobk.protocol import (
+    HEADER_SIZE,
+    DigestType,
+    EntryBody,
+    MalformedEntryError,
+    pack_entry,
+    pack_header,
+    peek_header,
+)
 from aiobk.protocol.errors import DigestMismatchError
 
 
@@ -54,6 +62,40 @@ class Digester:
             raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
         return entry.payload
 
+    def check_body(self, body: bytes, ledger_id: int, entry_id: int) -> None:
+        """``verify``'s checks on an entry body as served, left whole: a copier keeps the
+        bytes, so nothing is parsed out or packed again. DigestMismatchError if anything is
+        off (a body that does not parse too)."""
+        self._check_raw_ids(body, ledger_id, entry_id)
+        kind = self.kind
+        view = memoryview(body)
+        if kind is DigestType.CRC32C:
+            end = HEADER_SIZE + 4
+            crc = crc32c.crc32c(view[end:], crc32c.crc32c(view[:HEADER_SIZE]))
+            if crc != int.from_bytes(view[HEADER_SIZE:end], "big"):
+                raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
+        elif kind is DigestType.MAC:
+            end = HEADER_SIZE + kind.size
+            mac = hmac.new(self._key, view[:HEADER_SIZE], hashlib.sha256)
+            mac.update(view[end:])
+            if not hmac.compare_digest(mac.digest(), view[HEADER_SIZE:end]):
+                raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
+
+    def _check_raw_ids(self, body: bytes, ledger_id: int, entry_id: int) -> None:
+        try:
+            stored_ledger, stored_entry, _lac = peek_header(body)
+        except MalformedEntryError as exc:
+            raise DigestMismatchError(f"entry {ledger_id}/{entry_id}: {exc}") from None
+        if stored_ledger != ledger_id or stored_entry != entry_id:
+            raise DigestMismatchError(
+                f"bookie returned {stored_ledger}/{stored_entry} for {ledger_id}/{entry_id}"
+            )
+        if body[1] != self.kind:
+            raise DigestMismatchError(
+                f"entry {ledger_id}/{entry_id} has digest {DigestType(body[1]).name}, "
+                f"ledger uses {self.kind.name}"
+            )
+
     def _check_ids(self, entry: EntryBody, ledger_id: int, entry_id: int) -> None:
         if entry.ledger_id != ledger_id or entry.entry_id != entry_id:
             raise DigestMismatchError(
@@ -80,3 +122,9 @@ class CopyChecker(Digester):
             return super().verify(entry, ledger_id, entry_id)
         self._check_ids(entry, ledger_id, entry_id)
         return entry.payload
+
+    def check_body(self, body: bytes, ledger_id: int, entry_id: int) -> None:
+        if self.kind is not DigestType.MAC:
+            super().check_body(body, ledger_id, entry_id)
+        else:
+            self._check_raw_ids(body, ledger_id, entry_id)

@@ -1,5 +1,7 @@
 """Bulk reads of a ledger's entries in runs: one READ_RANGE (protocol 3) per run of consecutive
 entries instead of one READ per entry -- what a copy of a whole closed ledger (an offload) reads.
+The entry bodies come out as the bookies served them, checked but not parsed: a copy keeps the
+bytes, so they are neither taken apart nor packed again.
 
 Theory of operation. A run can come from one bookie only if that bookie holds every entry of
 it: a ledger whose ensemble size equals its write quorum, the common case, where every bookie
@@ -14,7 +16,7 @@ is whatever one answer holds, to learn the entries' size. A chunk asks the booki
 fragment in read order (``BookiePool.read_order``) and takes the first answer with a body; a
 bookie's answer is a prefix of what was asked (its byte and entry caps, an entry it lacks),
 so the chunk asks again from where the answer ended until the chunk is complete. Every body is
-checked as a READ's is (``entry_read.verified``), its ids against the place it holds in the run;
+checked as a READ's is (``Digester.check_body``), its ids against the place it holds in the run;
 a damaged body ends that answer before it. When no bookie answers with a body -- down, EIO, a
 missing entry, a digest that fails -- the entry is read through ``EntryReader.fetch``, whose
 speculative reads over the write set find a good copy or say why there is none, and the chunk
@@ -29,7 +31,6 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Final
 
 from aiobk.client.digest import Digester
-from aiobk.client.entry_read import verified
 from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
 from aiobk.client.stats import ClientStats
@@ -42,6 +43,7 @@ from aiobk.protocol import (
     ReadRangeRequest,
     ReadRangeResponse,
     StatusCode,
+    pack_entry,
     unpack_range,
 )
 from aiobk.protocol.errors import BKError, DigestMismatchError
@@ -53,7 +55,7 @@ RANGE_VERSION: Final = 3  # the protocol version that brought READ_RANGE
 
 
 class RangeReader:
-    """A ledger's verified bodies in runs (see the module docstring)."""
+    """A ledger's checked entry bodies in runs (see the module docstring)."""
 
     def __init__(
         self,
@@ -74,23 +76,23 @@ class RangeReader:
 
     async def bodies(
         self, metadata: LedgerMetadata, first: int, last: int
-    ) -> AsyncGenerator[EntryBody, None]:
-        """Entries ``first``..``last``, verified, in order."""
+    ) -> AsyncGenerator[bytes, None]:
+        """The bodies of entries ``first``..``last`` as served, checked, in order."""
         if metadata.ensemble_size != metadata.write_quorum:
             async for body in self._entries.iter_bodies(metadata, first, last):
-                yield body
+                yield _packed(body)
             return
         if first > last:
             return
         head = await self._head(metadata, first, last)
         if head is None:  # the first fragment's bookies read no runs: entry by entry
             async for body in self._entries.iter_bodies(metadata, first, last):
-                yield body
+                yield _packed(body)
             return
-        for body in head:
-            yield body
-        largest = max(len(body.payload) for body in head)
-        chunks: deque[asyncio.Task[list[EntryBody]]] = deque()
+        for raw in head:
+            yield raw
+        largest = max(map(len, head))
+        chunks: deque[asyncio.Task[list[bytes]]] = deque()
         next_id = first + len(head)
         try:
             while chunks or next_id <= last:
@@ -102,38 +104,36 @@ class RangeReader:
                     next_id = end + 1
                 chunk = await chunks[0]
                 chunks.popleft()
-                for body in chunk:
-                    largest = max(largest, len(body.payload))
-                    yield body
+                largest = max(largest, max(map(len, chunk), default=0))
+                for raw in chunk:
+                    yield raw
         finally:
             for task in chunks:
                 task.cancel()
             if chunks:
                 await asyncio.gather(*chunks, return_exceptions=True)
 
-    async def _head(
-        self, metadata: LedgerMetadata, first: int, last: int
-    ) -> list[EntryBody] | None:
+    async def _head(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes] | None:
         """Entry ``first`` and as many after it as one answer holds; None when the bookies
         of its fragment read no runs."""
         return await self._next_run(metadata, first, min(last, _fragment_end(metadata, first)))
 
-    async def _chunk(self, metadata: LedgerMetadata, first: int, last: int) -> list[EntryBody]:
+    async def _chunk(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes]:
         """Entries ``first``..``last``, in as many runs as it takes."""
-        bodies: list[EntryBody] = []
+        bodies: list[bytes] = []
         at = first
         while at <= last:
             end = min(last, _fragment_end(metadata, at))
             run = await self._next_run(metadata, at, end)
             if run is None:  # no bookie of the fragment reads runs: entry by entry
-                run = [body async for body in self._entries.iter_bodies(metadata, at, end)]
+                run = [_packed(b) async for b in self._entries.iter_bodies(metadata, at, end)]
             bodies.extend(run)
             at += len(run)
         return bodies
 
     async def _next_run(
         self, metadata: LedgerMetadata, first: int, last: int
-    ) -> list[EntryBody] | None:
+    ) -> list[bytes] | None:
         """A run from ``first`` within one fragment: one bookie's answer, or entry ``first``
         alone read as a READ reads it when no bookie answered with a body; None when no bookie
         of the fragment reads runs."""
@@ -141,12 +141,12 @@ class RangeReader:
         if run is None:
             return None
         if not run:
-            return [await self._entries.fetch(metadata, first)]
+            return [_packed(await self._entries.fetch(metadata, first))]
         self._stats.entries_read += len(run)
         return run
 
-    async def _run(self, bookies: Sequence[str], first: int, last: int) -> list[EntryBody] | None:
-        """The verified run from ``first`` of the first bookie to answer with one; ``[]``
+    async def _run(self, bookies: Sequence[str], first: int, last: int) -> list[bytes] | None:
+        """The checked run from ``first`` of the first bookie to answer with one; ``[]``
         when none did, None when none of them speaks protocol 3."""
         spoken = False
         for bookie in self._pool.read_order(list(bookies)):
@@ -164,24 +164,30 @@ class RangeReader:
                 continue
             if not isinstance(response, ReadRangeResponse) or response.status != StatusCode.EOK:
                 continue
-            run = self._verified(bookie, response.bodies, first, last)
+            run = self._verified(response.bodies, first, last)
             if run:
                 return run
         return [] if spoken else None
 
-    def _verified(self, bookie: str, packed: bytes, first: int, last: int) -> list[EntryBody]:
+    def _verified(self, packed: bytes, first: int, last: int) -> list[bytes]:
         """The bodies of an answer, each checked; those before the first that fails."""
         try:
-            raw = unpack_range(packed, self._ledger_id, first, last)
+            bodies = unpack_range(packed, self._ledger_id, first, last)
         except BatchError:
             return []
-        run: list[EntryBody] = []
-        for entry_id, body in enumerate(raw, first):
+        check = self._digest.check_body
+        ledger_id = self._ledger_id
+        for entry_id, body in enumerate(bodies, first):
             try:
-                run.append(verified(body, self._digest, self._ledger_id, entry_id, bookie))
+                check(body, ledger_id, entry_id)
             except DigestMismatchError:
-                break
-        return run
+                return bodies[: entry_id - first]
+        return bodies
+
+
+def _packed(body: EntryBody) -> bytes:
+    """An entry read by a plain READ, as its bookie served it."""
+    return pack_entry(body.signed_part, body.digest, body.payload)
 
 
 def _fragment_end(metadata: LedgerMetadata, entry_id: int) -> int:

@@ -47,7 +47,6 @@ from aiobk.metadata import (
     OffloadState,
     OffloadStoreSettings,
 )
-from aiobk.protocol import pack_entry
 from aiobk.protocol.errors import BKError, MalformedObjectError, NoSuchLedgerError
 from aiobk.protocol.offload_object import DEFAULT_BLOCK_SIZE, ObjectHeader
 from aiobk.tiered.objects import object_key, verify_object, write_object
@@ -197,10 +196,11 @@ async def _copy(
         if last < 0:
             return
         passed = 0  # bytes handed to the object, until a block of them has gone
-        async for body in reader.bodies(metadata, 0, last):
-            raw = pack_entry(body.signed_part, body.digest, body.payload)
+        entry_id = 0
+        async for raw in reader.bodies(metadata, 0, last):
             crcs.append(crc32c.crc32c(raw))
-            yield body.entry_id, raw
+            yield entry_id, raw
+            entry_id += 1
             if passed >= 0:
                 passed += len(raw)
                 if passed > 2 * attempt.block_size:  # part of the object is in the store

@@ -25,6 +25,7 @@ from aiobk.protocol import (
     ReadRangeRequest,
     ReadRangeResponse,
     StatusCode,
+    parse_entry,
     unpack_range,
 )
 from tests.support.cluster import Cluster
@@ -51,7 +52,9 @@ async def _bodies(bk: BookKeeper, ledger_id: int, first: int = 0) -> list[EntryB
     config = bk.context.config
     entries = EntryReader(ledger_id, digest, bk.pool, config, bk.stats)
     reader = RangeReader(entries, digest, bk.pool, 10.0, 8 * 1024 * 1024, bk.stats)
-    return [body async for body in reader.bodies(metadata, first, metadata.last_entry_id)]
+    return [
+        parse_entry(raw) async for raw in reader.bodies(metadata, first, metadata.last_entry_id)
+    ]
 
 
 def _run(answer: object, status: StatusCode) -> ReadRangeResponse:

@@ -17,7 +17,15 @@ import time
 import pytest
 
 from aiobk.bookie.flow import READS_PER_CONNECTION
-from aiobk.protocol import ReadRequest, ReadResponse, StatusCode
+from aiobk.bookie.ops.read_range import MAX_RANGE_BYTES
+from aiobk.protocol import (
+    ReadRangeRequest,
+    ReadRangeResponse,
+    ReadRequest,
+    ReadResponse,
+    StatusCode,
+    unpack_range,
+)
 from tests.hostile.conftest import Connect, Launch
 from tests.hostile.harness import BookieUnderTest, MiB, RssSampler, percentile, summary
 from tests.hostile.honest import HonestClient, add_request, entry_body
@@ -180,3 +188,48 @@ async def test_a_peer_that_never_reads_its_answers_is_closed_after_write_timeout
     assert time.monotonic() - started < 4.0  # write_timeout plus the one-second sweep
     assert await peer.closed_by_peer(5.0)
     assert bookie.terminate() == 0, bookie.log_text()
+
+
+RUN_ENTRIES = 6  # 6 MiB of entries: each answer a full run (MAX_RANGE_BYTES and one more entry)
+# A range read's fetch holds a run, not an entry: the same bound with a run in place of each.
+RANGE_PEER_BOUND = (
+    HIGH_WATER + MAX_RANGE_BYTES + READS_PER_CONNECTION * 2 * (MAX_RANGE_BYTES + MiB) + 16 * MiB
+)
+
+
+@pytest.mark.timeout(90)
+async def test_pipelined_range_reads_never_collected_hold_a_bounded_share(
+    launch: Launch, connect: Connect
+) -> None:
+    """A peer pipelines a thousand READ_RANGEs of a run as large as the bookie sends and
+    reads nothing: the bookie holds a high-water mark and its few turns' runs, no more."""
+    bookie = await launch(server_write_buffer_high_water_mark=HIGH_WATER)
+    writer = await connect(bookie)
+    for entry_id in range(RUN_ENTRIES):
+        added = await writer.call(add_request(writer.next_txn_id(), LEDGER, entry_id, ENTRY), 30)
+        assert added.status is StatusCode.EOK, added
+    writer.close()
+    with bookie.sampler(RANGE_PEER_BOUND, bookie.kill_now) as rss:
+        peer = await connect(bookie)
+        peer.send_many(
+            ReadRangeRequest(peer.next_txn_id(), LEDGER, 0, RUN_ENTRIES - 1, 2**62)
+            for _ in range(HOSTILE_READS)
+        )
+        deadline = time.monotonic() + ATTACK_SECONDS
+        while time.monotonic() < deadline and not rss.limit_hit:
+            await asyncio.sleep(0.05)  # pacing: the attack goes on until its time is up
+        assert rss.growth <= RANGE_PEER_BOUND, (
+            f"RSS grew {rss.growth / MiB:.0f} MiB, bound {RANGE_PEER_BOUND / MiB:.0f} MiB"
+        )
+        closed = peer.eof or await _closed_now(peer)
+        assert not closed, "a peer under every bound was closed"
+        peer.abort()
+    stats = await _settled(bookie, open_connections=1)
+    assert stats["connection_bytes_held"] < 64 * 1024, stats
+    conn = await connect(bookie)
+    answer = await conn.call(ReadRangeRequest(conn.next_txn_id(), LEDGER, 0, 9, 2**62), 30)
+    assert isinstance(answer, ReadRangeResponse), answer
+    assert answer.status is StatusCode.EOK
+    bodies = unpack_range(answer.bodies, LEDGER, 0, 9)
+    assert bodies == [entry_body(LEDGER, i, ENTRY) for i in range(len(bodies))]
+    assert len(bodies) == MAX_RANGE_BYTES // len(bodies[0])  # as many as the cap holds
