@@ -13,7 +13,7 @@ asyncio: every layer above may keep tasks with it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterator
+from collections.abc import Collection, Coroutine, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -32,6 +32,15 @@ async def cancel_and_wait(task: asyncio.Task[Any], *ignored: type[BaseException]
             raise
     except ignored:
         pass
+
+
+async def cancel_all(tasks: Collection[asyncio.Future[Any]]) -> None:
+    """Cancel every one of ``tasks`` and wait until all have ended, their outcomes (a
+    cancellation, an error) dropped: what a reader does with the reads it no longer needs."""
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class TaskKeeper:

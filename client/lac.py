@@ -32,7 +32,7 @@ from aiobk.protocol import (
     WriteLacRequest,
 )
 from aiobk.protocol.errors import BKError, BookieUnavailableError
-from aiobk.tasks import TaskKeeper
+from aiobk.tasks import TaskKeeper, cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,7 @@ async def read_lac_quorum(
     try:
         await done.wait()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
     if not covered(e, wq, aq, answered):
         raise BookieUnavailableError(
             f"ledger {ledger_id}: too few bookies answered a LAC read ({sorted(answered)} of {e})"
@@ -132,9 +130,7 @@ async def long_poll_lac(
     try:
         return await result
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
 
 
 # What the writer says when its explicit-LAC timer fires: (LAC, ensemble) to announce, or None

@@ -47,6 +47,7 @@ from aiobk.protocol import (
     unpack_range,
 )
 from aiobk.protocol.errors import BKError, DigestMismatchError
+from aiobk.tasks import cancel_all
 
 # Body bytes one READ_RANGE asks for: large enough that a request's round trip is a small part
 # of moving its bytes, small enough to stay well inside a response frame (5 MiB by default).
@@ -108,10 +109,7 @@ class RangeReader:
                 for raw in chunk:
                     yield raw
         finally:
-            for task in chunks:
-                task.cancel()
-            if chunks:
-                await asyncio.gather(*chunks, return_exceptions=True)
+            await cancel_all(chunks)
 
     async def _head(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes] | None:
         """Entry ``first`` and as many after it as one answer holds; None when the bookies

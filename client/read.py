@@ -41,6 +41,7 @@ from aiobk.protocol.errors import (
     DigestMismatchError,
     NoSuchEntryError,
 )
+from aiobk.tasks import cancel_all
 
 _T = TypeVar("_T")
 
@@ -128,11 +129,7 @@ class EntryReader:
                         break  # a failure: move on to the next bookie at once
             raise summarize(self.ledger_id, entry_id, errors)
         finally:
-            left = [task for task in asked if task in running]
-            for task in left:
-                task.cancel()
-            if left:
-                await asyncio.gather(*left, return_exceptions=True)
+            await cancel_all([task for task in asked if task in running])
 
     async def _ask(self, bookie: str, entry_id: int) -> EntryBody:
         response = await ask(
@@ -183,10 +180,7 @@ class EntryReader:
                 largest = max(largest, size(item))
                 yield item
         finally:
-            for task in fetching:
-                task.cancel()
-            if fetching:
-                await asyncio.gather(*fetching, return_exceptions=True)
+            await cancel_all(fetching)
 
     async def read_range(self, metadata: LedgerMetadata, first: int, last: int) -> list[Entry]:
         """Entries first..last inclusive, in order (all of them in memory: see iter_range)."""

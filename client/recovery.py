@@ -46,6 +46,7 @@ from aiobk.protocol.errors import (
     MetadataVersionError,
     UnauthorizedError,
 )
+from aiobk.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -277,9 +278,7 @@ class LedgerRecovery:
                 last, length = entry, entry_length
                 entry += 1
         finally:
-            for task in reads.values():
-                task.cancel()
-            await asyncio.gather(*reads.values(), return_exceptions=True)
+            await cancel_all(reads.values())
 
     async def _change_locally(
         self,
