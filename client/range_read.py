@@ -11,21 +11,22 @@ agreed to protocol 3 (an older release's).
 
 The range ``first..last`` is cut into chunks of consecutive entries, each sized to about
 ``RANGE_BYTES`` of bodies by the largest entry seen, and a window of chunks is fetched ahead of
-the consumer, bounded by ``read_ahead_bytes`` as ``EntryReader``'s window is; the first chunk
-is whatever one answer holds, to learn the entries' size. A chunk asks the bookies of its
-fragment in read order (``BookiePool.read_order``) and takes the first answer with a body; a
-bookie's answer is a prefix of what was asked (its byte and entry caps, an entry it lacks),
-so the chunk asks again from where the answer ended until the chunk is complete. Every body is
-checked as a READ's is (``Digester.check_body``), its ids against the place it holds in the run;
-a damaged body ends that answer before it. When no bookie answers with a body -- down, EIO, a
-missing entry, a digest that fails -- the entry is read through ``EntryReader.fetch``, whose
-speculative reads over the write set find a good copy or say why there is none, and the chunk
-goes on in runs from the entry after it.
+the consumer, bounded by ``read_ahead_bytes`` as ``EntryReader``'s window is; the first chunk is
+whatever one answer holds, to learn the entries' size. A chunk asks the bookies of its fragment
+in read order (``BookiePool.read_order``; one that failed a run of this reader, last) and takes
+the first answer with a body; a bookie's answer is a prefix of what was asked (its byte and
+entry caps, an entry it lacks), so the chunk asks again from where the answer ended until the
+chunk is complete. Every body is checked as a READ's is (``Digester.check_body``), its ids
+against the place it holds in the run; a damaged body ends that answer before it. When no bookie
+answers with a body -- down, EIO, a missing entry, a digest that fails -- the entry is read
+through ``EntryReader.fetch``, whose speculative reads over the write set find a good copy or
+say why there is none, and the chunk goes on in runs from the entry after it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
 from typing import Final
@@ -74,6 +75,9 @@ class RangeReader:
         self._timeout = read_timeout
         self._ahead = read_ahead_bytes
         self._stats = stats
+        # Bookies that failed a run of this reader (an error, a timeout, a damaged body): asked
+        # last from then on, so a bookie that hangs costs one timeout, not one per run.
+        self._failed: set[str] = set()
 
     async def bodies(
         self, metadata: LedgerMetadata, first: int, last: int
@@ -92,24 +96,31 @@ class RangeReader:
             return
         for raw in head:
             yield raw
-        largest = max(map(len, head))
-        chunks: deque[asyncio.Task[list[bytes]]] = deque()
+        seen, seen_bytes = len(head), sum(map(len, head))
+        window = max(1, self._ahead // RANGE_BYTES)  # chunks of about RANGE_BYTES each
+        # In entry order: each chunk's task and the entries it was asked for.
+        chunks: deque[tuple[asyncio.Task[list[bytes]], int, int]] = deque()
         next_id = first + len(head)
         try:
             while chunks or next_id <= last:
-                count = max(1, min(MAX_BATCH_ENTRIES, RANGE_BYTES // max(1, largest)))
-                window = max(1, self._ahead // max(1, count * largest))
+                count = max(1, min(MAX_BATCH_ENTRIES, RANGE_BYTES * seen // max(1, seen_bytes)))
                 while next_id <= last and len(chunks) < window:
                     end = min(last, next_id + count - 1)
-                    chunks.append(asyncio.ensure_future(self._chunk(metadata, next_id, end)))
+                    task = asyncio.ensure_future(self._chunk(metadata, next_id, end))
+                    chunks.append((task, next_id, end))
                     next_id = end + 1
-                chunk = await chunks[0]
-                chunks.popleft()
-                largest = max(largest, max(map(len, chunk), default=0))
+                task, start, end = chunks.popleft()
+                chunk = await task
+                seen += len(chunk)
+                seen_bytes += sum(map(len, chunk))
                 for raw in chunk:
                     yield raw
+                rest = start + len(chunk)
+                if rest <= end:  # the chunk's bytes ran out first: the rest of it comes next
+                    task = asyncio.ensure_future(self._chunk(metadata, rest, end))
+                    chunks.appendleft((task, rest, end))
         finally:
-            await cancel_all(chunks)
+            await cancel_all([task for task, _start, _end in chunks])
 
     async def _head(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes] | None:
         """Entry ``first`` and as many after it as one answer holds; None when the bookies
@@ -117,16 +128,34 @@ class RangeReader:
         return await self._next_run(metadata, first, min(last, _fragment_end(metadata, first)))
 
     async def _chunk(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes]:
-        """Entries ``first``..``last``, in as many runs as it takes."""
+        """Entries from ``first`` on, up to ``last``, in as many runs as it takes, until
+        their bodies reach ``RANGE_BYTES`` (a chunk ends early when its entries are larger
+        than the ones seen before it)."""
         bodies: list[bytes] = []
+        size = 0
         at = first
-        while at <= last:
+        while at <= last and size < RANGE_BYTES:
             end = min(last, _fragment_end(metadata, at))
             run = await self._next_run(metadata, at, end)
             if run is None:  # no bookie of the fragment reads runs: entry by entry
-                run = [_packed(b) async for b in self._entries.iter_bodies(metadata, at, end)]
+                run = await self._one_by_one(metadata, at, end, RANGE_BYTES - size)
             bodies.extend(run)
+            size += sum(map(len, run))
             at += len(run)
+        return bodies
+
+    async def _one_by_one(
+        self, metadata: LedgerMetadata, first: int, last: int, budget: int
+    ) -> list[bytes]:
+        """Entries ``first``..``last`` read a READ each, until their bodies reach ``budget``."""
+        bodies: list[bytes] = []
+        size = 0
+        async with contextlib.aclosing(self._entries.iter_bodies(metadata, first, last)) as read:
+            async for body in read:
+                bodies.append(_packed(body))
+                size += len(bodies[-1])
+                if size >= budget:
+                    break
         return bodies
 
     async def _next_run(
@@ -147,7 +176,9 @@ class RangeReader:
         """The checked run from ``first`` of the first bookie to answer with one; ``[]``
         when none did, None when none of them speaks protocol 3."""
         spoken = False
-        for bookie in self._pool.read_order(list(bookies)):
+        order = self._pool.read_order(list(bookies))
+        failed = self._failed
+        for bookie in [b for b in order if b not in failed] + [b for b in order if b in failed]:
             try:
                 conn = await self._pool.get(bookie)
                 if conn.protocol_version < RANGE_VERSION:
@@ -159,12 +190,13 @@ class RangeReader:
                 response = await conn.send(request, self._timeout)
             except BKError:
                 spoken = True  # unknown: the entry-by-entry read will find out
+                failed.add(bookie)
                 continue
-            if not isinstance(response, ReadRangeResponse) or response.status != StatusCode.EOK:
-                continue
-            run = self._verified(response.bodies, first, last)
-            if run:
-                return run
+            if isinstance(response, ReadRangeResponse) and response.status == StatusCode.EOK:
+                run = self._verified(response.bodies, first, last)
+                if run:
+                    return run
+            failed.add(bookie)
         return [] if spoken else None
 
     def _verified(self, packed: bytes, first: int, last: int) -> list[bytes]:

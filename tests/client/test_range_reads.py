@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from aiobk.bookie import Bookie
+from aiobk.bookie.context import BookieContext, Replier
 from aiobk.bookie.entrylog.format import log_name, unpack_location
-from aiobk.bookie.ops import admin
+from aiobk.bookie.ops import HANDLERS, admin
 from aiobk.bookie.ops.read_range import MAX_RANGE_BYTES, MAX_RANGE_ENTRIES
 from aiobk.bookie.storage import LedgerStorage
 from aiobk.client import BookKeeper
@@ -22,8 +23,10 @@ from aiobk.protocol import (
     MAX_ENTRY_ID,
     EntryBody,
     ErrorResponse,
+    OpCode,
     ReadRangeRequest,
     ReadRangeResponse,
+    Request,
     StatusCode,
     parse_entry,
     unpack_range,
@@ -45,13 +48,19 @@ async def _ledger(bk: BookKeeper, count: int, ensemble: tuple[int, int, int] = (
     return lh.ledger_id
 
 
-async def _bodies(bk: BookKeeper, ledger_id: int, first: int = 0) -> list[EntryBody]:
+async def _bodies(
+    bk: BookKeeper,
+    ledger_id: int,
+    first: int = 0,
+    timeout: float = 10.0,
+    ahead: int = 8 * 1024 * 1024,
+) -> list[EntryBody]:
     metadata = await bk.store.read_ledger(ledger_id)
     assert metadata.last_entry_id is not None
     digest = Digester(metadata.digest_type, PASSWORD)
     config = bk.context.config
     entries = EntryReader(ledger_id, digest, bk.pool, config, bk.stats)
-    reader = RangeReader(entries, digest, bk.pool, 10.0, 8 * 1024 * 1024, bk.stats)
+    reader = RangeReader(entries, digest, bk.pool, timeout, ahead, bk.stats)
     return [
         parse_entry(raw) async for raw in reader.bodies(metadata, first, metadata.last_entry_id)
     ]
@@ -74,11 +83,12 @@ def _check(bodies: list[EntryBody], count: int, first: int = 0) -> None:
 
 async def test_a_closed_ledger_reads_in_runs(cluster: Cluster) -> None:
     async with await BookKeeper.connect(cluster.uri) as bk:
-        ledger_id = await _ledger(bk, 3000)
-        _check(await _bodies(bk, ledger_id), 3000)
-        _check(await _bodies(bk, ledger_id, first=2999), 3000, first=2999)
-    # About 0.5 KiB each: ~2,000 per MiB, so a run is cut at 1,024 entries or 1 MiB.
-    assert 3 <= _range_reads(cluster) <= 12, _range_reads(cluster)
+        ledger_id = await _ledger(bk, 8000)
+        _check(await _bodies(bk, ledger_id), 8000)
+        _check(await _bodies(bk, ledger_id, first=7999), 8000, first=7999)
+    # About 0.6 KiB each, 6 MB in all: a run is cut at 1,024 entries or 1 MiB, and the one
+    # large entry early on makes no run after it shorter.
+    assert 8 <= _range_reads(cluster) <= 24, _range_reads(cluster)
 
 
 async def test_an_older_bookie_is_read_entry_by_entry(
@@ -173,3 +183,30 @@ async def test_a_run_is_bounded_whatever_a_peer_asks(cluster: Cluster) -> None:
         _run(await conn.send(missing, 10), StatusCode.ENOENTRY)
         absent = ReadRangeRequest(conn.next_txn_id(), ledger_id + 99, 0, 10, 100)
         _run(await conn.send(absent, 10), StatusCode.ENOLEDGER)
+
+
+async def test_a_bookie_that_never_answers_costs_one_timeout_not_one_per_run(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first bookie of the ensemble takes range reads and never answers them. With one
+    run in flight at a time (a 1 MiB window), each of the ledger's six runs would wait out the
+    timeout on it; the reader asks it last once it has failed, so one timeout is all."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 6000)
+        metadata = await bk.store.read_ledger(ledger_id)
+        silent = cluster.by_id(metadata.ensemble[0]).context
+        real = HANDLERS[OpCode.READ_RANGE]
+        asked: list[int] = []
+
+        def never_answers(ctx: BookieContext, request: Request, conn: Replier) -> None:
+            if ctx is silent:
+                asked.append(request.txn_id)
+                return
+            real(ctx, request, conn)
+
+        monkeypatch.setitem(HANDLERS, OpCode.READ_RANGE, never_answers)
+        started = asyncio.get_running_loop().time()
+        _check(await _bodies(bk, ledger_id, timeout=1.0, ahead=1024 * 1024), 6000)
+        took = asyncio.get_running_loop().time() - started
+    assert len(asked) == 1, asked
+    assert took < 4.0, took
