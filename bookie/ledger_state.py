@@ -116,6 +116,10 @@ class LedgerState:
     def location(self, entry_id: int) -> int:
         return self.index.location(self.ledger_id, entry_id)
 
+    def locations(self, first: int, last: int) -> list[int]:
+        """``location`` of entries ``first``.. on, ending before the first one not held."""
+        return self.index.locations(self.ledger_id, first, last)
+
     def set_location(self, entry_id: int, location: int) -> None:
         self.index.cache.put_location(self.ledger_id, entry_id, location)
         self.max_entry = max(self.max_entry, entry_id)

@@ -287,13 +287,7 @@ class LedgerStorage:
         stored here or not readable (a range read's answer). Empty when ``first`` is not
         stored; raises CorruptEntryError when ``first``'s copy is bad. The read cache is
         neither asked nor filled: a bulk copy reads each entry once."""
-        wanted: list[tuple[int, int]] = []
-        location = state.location
-        for entry_id in range(first, last + 1):
-            at = location(entry_id)
-            if at < 0:
-                break
-            wanted.append((entry_id, at))
+        wanted = list(enumerate(state.locations(first, last), first))
         if not wanted:
             return []
         try:

@@ -354,6 +354,29 @@ class EntryIndex:
         found = self.db.get(location_key(ledger_id, entry_id))
         return -1 if found is None else VALUE.unpack(found)[0]
 
+    def locations(self, ledger_id: int, first: int, last: int) -> list[int]:
+        """Where entries ``first``.. on are, consecutive, ending before the first one not
+        held (at most ``last``): a range read's lookups. A ledger the cache knows nothing of
+        (a closed one, long checkpointed) is one scan of the engine, not a lookup per entry."""
+        generations = self.cache.generations()
+        if any(ledger_id in c.locations or ledger_id in c.deleted for c in generations):
+            found: list[int] = []
+            for entry_id in range(first, last + 1):
+                at = self.location(ledger_id, entry_id)
+                if at < 0:
+                    break
+                found.append(at)
+            return found
+        found = []
+        expected = first
+        start, end = location_key(ledger_id, first), location_key(ledger_id, last + 1)
+        for key, value in self.db.scan(start, end):
+            if LOCATION_KEY.unpack(key)[2] != expected:
+                break  # an entry missing here: the run ends before it
+            found.append(VALUE.unpack(value)[0])
+            expected += 1
+        return found
+
     def state(self, ledger_id: int) -> LedgerRecord | None:
         for changes in self.cache.generations():
             record = changes.states.get(ledger_id)

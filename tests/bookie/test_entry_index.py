@@ -168,3 +168,24 @@ async def test_an_index_in_another_key_layout_is_refused(tmp_path: Path) -> None
     await index.flush(mark=6)
     check_layout(db, "written now")
     await db.close()
+
+
+async def test_a_run_of_locations_ends_before_the_first_entry_not_held(
+    index: EntryIndex,
+) -> None:
+    """``locations`` from the cache while it knows the ledger, from one scan of the engine
+    once flushed; either way consecutive from the first entry asked, up to a gap or ``last``."""
+    for entry in (*range(10), *range(11, 14)):  # entry 10 is missing
+        index.cache.put_location(7, entry, 1000 + entry)
+    index.cache.put_location(8, 0, 5)  # the next ledger's entries are not this one's
+    cached = index.locations(7, 2, 99)
+    assert cached == [1000 + e for e in range(2, 10)]
+    await index.flush(mark=1)
+    assert index.cache.memory == 0
+    assert index.locations(7, 2, 99) == cached
+    assert index.locations(7, 0, 4) == [1000 + e for e in range(5)]
+    assert index.locations(7, 11, 99) == [1011, 1012, 1013]
+    assert index.locations(7, 10, 99) == []
+    assert index.locations(9, 0, 9) == []
+    index.cache.put_location(7, 10, 1010)  # the cache knows the ledger again
+    assert index.locations(7, 8, 12) == [1008, 1009, 1010, 1011, 1012]
