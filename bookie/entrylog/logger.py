@@ -11,6 +11,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from aiobk.bookie import record_codecs
 from aiobk.bookie.disk import Disk
 from aiobk.bookie.entrylog.buffer import Chunk, LogBuffer
 from aiobk.bookie.entrylog.format import (
@@ -19,7 +20,6 @@ from aiobk.bookie.entrylog.format import (
     is_log,
     log_name,
     map_name,
-    pack_records,
     side_of,
 )
 from aiobk.bookie.entrylog.reads import EntryReader
@@ -88,7 +88,7 @@ class EntryLogger:
         while True:
             data = active.data
             before = len(data)
-            stop = pack_records(
+            stop = record_codecs.pack_records(
                 data,
                 active.start,
                 self._max_log_size,
