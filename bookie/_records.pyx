@@ -1,12 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The bookie's per-entry record encoders in C: the journal's ADD records of a batch and the
-entry log's records of a batch, with CRC32C computed here (SSE4.2 where the CPU has it).
+"""The bookie's per-entry work on a batch in C: the journal's ADD records and the entry log's
+records of a batch, with CRC32C computed here (SSE4.2 where the CPU has it), and the checked
+unpacking of an ADD_BATCH's bodies.
 
 Each function stands for a pure-Python one (``aiobk.bookie.journal.format.encode_adds``,
-``aiobk.bookie.entrylog.format.pack_records``), byte for byte: arguments of the shapes the
-bookie passes (exact ints in range, ``bytes`` bodies, a list or tuple of ``(int, bytes)``
-pairs) are encoded here in one allocation; any other arguments go to the pure function, so
-that odd input behaves, and fails, exactly as there. ``aiobk.bookie.record_codecs`` chooses
+``aiobk.bookie.entrylog.format.pack_records``, ``aiobk.protocol.batch.unpack_bodies``), byte
+for byte: arguments of the shapes the bookie passes (exact ints in range, ``bytes`` bodies, a
+list or tuple of ``(int, bytes)`` pairs, a well-formed batch) are handled here, records in one
+allocation; anything else goes to the pure function, so that odd input behaves, and fails,
+exactly as there. ``aiobk.bookie.record_codecs`` chooses
 between the two implementations, and the tests hold them equal.
 """
 
@@ -32,6 +34,22 @@ cdef enum:
     ADD_TYPE = 1
     LOG_MAGIC_SIZE = 12
 
+from aiobk.protocol.batch import MAX_BATCH_ENTRIES as _MAX_BATCH_ENTRIES
+from aiobk.protocol.entry import ENTRY_FORMAT_VERSION as _ENTRY_FORMAT_VERSION
+from aiobk.protocol.entry import HEADER_SIZE as _HEADER_SIZE
+from aiobk.protocol.entry import DigestType as _DigestType
+from aiobk.protocol.limits import MAX_ENTRY_ID as _MAX_ENTRY_ID
+
+cdef Py_ssize_t MAX_BATCH_ENTRIES = _MAX_BATCH_ENTRIES
+cdef Py_ssize_t HEADER_SIZE = _HEADER_SIZE  # u8 version, u8 digest type, 4 x i64
+cdef int ENTRY_FORMAT_VERSION = _ENTRY_FORMAT_VERSION
+cdef int64_t MAX_ENTRY_ID = _MAX_ENTRY_ID
+cdef Py_ssize_t DIGEST_SIZE[256]  # by digest type; -1: not a digest type
+for _kind in range(256):
+    DIGEST_SIZE[_kind] = -1
+for _digest in _DigestType:
+    DIGEST_SIZE[int(_digest)] = _digest.size
+
 cdef object _INT64_MIN = -(2**63)
 cdef object _INT64_LIMIT = 2**63
 cdef Py_ssize_t _MAX_BODY = 0xFFFFFFFF - IDS
@@ -52,6 +70,14 @@ cdef inline void put32(unsigned char *p, uint32_t v) noexcept nogil:
 cdef inline void put64(unsigned char *p, uint64_t v) noexcept nogil:
     put32(p, <uint32_t>(v >> 32))
     put32(p + 4, <uint32_t>v)
+
+
+cdef inline uint32_t get32(const unsigned char *p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+
+cdef inline int64_t get64(const unsigned char *p) noexcept nogil:
+    return <int64_t>((<uint64_t>get32(p) << 32) | get32(p + 4))
 
 
 cdef inline bint _is_int64(object value):
@@ -79,6 +105,47 @@ def _pure_pack_records(data, start, max_size, location_base, ledger_id, entries,
     from aiobk.bookie.entrylog.format import pack_records  # at call time: no cycle at import
 
     return pack_records(data, start, max_size, location_base, ledger_id, entries, first, locations)
+
+
+def _pure_unpack_bodies(packed, ledger_id):
+    from aiobk.protocol.batch import unpack_bodies  # at call time, as the others
+
+    return unpack_bodies(packed, ledger_id)
+
+
+def unpack_bodies(packed, ledger_id):
+    """``aiobk.protocol.batch.unpack_bodies``: a batch that passes every check is unpacked
+    here; any other goes to the pure function, which raises its ``BatchError``."""
+    if type(packed) is not bytes or not _is_int64(ledger_id):
+        return _pure_unpack_bodies(packed, ledger_id)
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(packed)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(packed), at = 0, count = 0, size, digest
+    cdef int64_t ledger = ledger_id, last = -1, entry_id
+    cdef const unsigned char *head
+    cdef list entries = []
+    while at < end:
+        if count == MAX_BATCH_ENTRIES or end - at < 4:
+            return _pure_unpack_bodies(packed, ledger_id)
+        size = get32(p + at)
+        at += 4
+        if size < HEADER_SIZE or size > end - at:
+            return _pure_unpack_bodies(packed, ledger_id)
+        head = p + at
+        digest = DIGEST_SIZE[head[1]]
+        if head[0] != ENTRY_FORMAT_VERSION or digest < 0 or size < HEADER_SIZE + digest:
+            return _pure_unpack_bodies(packed, ledger_id)
+        entry_id = get64(head + 10)
+        if get64(head + 2) != ledger or entry_id <= last or entry_id > MAX_ENTRY_ID:
+            return _pure_unpack_bodies(packed, ledger_id)
+        last = entry_id
+        entries.append(
+            (entry_id, get64(head + 18), PyBytes_FromStringAndSize(<const char *>head, size))
+        )
+        at += size
+        count += 1
+    if count == 0:
+        return _pure_unpack_bodies(packed, ledger_id)
+    return entries
 
 
 def encode_adds(first_lsn, ledger_id, entries):

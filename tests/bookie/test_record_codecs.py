@@ -18,6 +18,9 @@ from aiobk.bookie import record_codecs
 from aiobk.bookie.entrylog import format as log_format
 from aiobk.bookie.entrylog.format import FILE_MAGIC, OFFSET_BITS
 from aiobk.bookie.journal import format as journal_format
+from aiobk.protocol import batch
+from aiobk.protocol.batch import MAX_BATCH_ENTRIES, pack_bodies
+from aiobk.protocol.entry import ENTRY_HEADER
 
 
 def compiled() -> Any:
@@ -36,9 +39,11 @@ def test_the_extension_is_built_and_chosen() -> None:
     module = compiled()
     assert record_codecs.COMPILED is (os.environ.get("AIOBK_NO_EXTENSIONS") != "1")
     if record_codecs.COMPILED:
+        assert record_codecs.unpack_bodies is module.unpack_bodies
         assert record_codecs.encode_adds is module.encode_adds
         assert record_codecs.pack_records is module.pack_records
     else:
+        assert record_codecs.unpack_bodies is batch.unpack_bodies
         assert record_codecs.encode_adds is journal_format.encode_adds
         assert record_codecs.pack_records is log_format.pack_records
 
@@ -48,6 +53,7 @@ def test_no_extensions_chooses_the_pure_functions(monkeypatch: pytest.MonkeyPatc
     try:
         pure = importlib.reload(record_codecs)
         assert not pure.COMPILED
+        assert pure.unpack_bodies is batch.unpack_bodies
         assert pure.encode_adds is journal_format.encode_adds
         assert pure.pack_records is log_format.pack_records
     finally:
@@ -146,3 +152,68 @@ def test_pack_records_stops_at_the_size_limit_but_a_log_takes_its_first_record()
         fresh, locations = bytearray(FILE_MAGIC), list[int]()
         assert pack(fresh, 0, 50, 0, 9, entries, 3, locations) == 4  # too big, but first
         assert locations == [12]
+
+
+def body_of(header: tuple[int, int, int, int, int, int], tail: bytes) -> bytes:
+    return ENTRY_HEADER.pack(*header) + tail
+
+
+VALID_BODY = st.tuples(
+    st.sampled_from([0, 1, 2]),  # digest type
+    st.integers(-(2**63), 2**63 - 1),  # piggybacked LAC
+    st.integers(-(2**63), 2**63 - 1),  # length
+    st.binary(min_size=32, max_size=60),  # digest and payload: long enough for any digest
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(VALID_BODY, max_size=8),
+    st.lists(st.integers(1, 2**20), min_size=8, max_size=8),  # id steps: increasing ids
+    st.one_of(st.none(), st.integers(0, 600)),  # a byte to change
+    st.integers(1, 255),  # changed by
+    st.one_of(st.just(b""), st.binary(min_size=1, max_size=6)),  # trailing bytes
+    st.one_of(st.none(), st.integers(0, 600)),  # cut short at
+    st.sampled_from([5, 5, 5, 6, 2**63, -(2**63) - 1]),  # the ledger asked for
+    st.sampled_from([bytes, bytes, bytearray]),
+)
+def test_unpack_bodies_agrees(
+    bodies: list[tuple[int, int, int, bytes]],
+    steps: list[int],
+    flip: int | None,
+    by: int,
+    trailing: bytes,
+    cut: int | None,
+    ledger_id: int,
+    kind: Callable[[bytes], Any],
+) -> None:
+    """Every check a batch goes through -- lengths, header, ledger, ids increasing, count --
+    ends the same way in both: the same entries, or the same ``BatchError``. Batches start
+    valid (entries of ledger 5, ids increasing), then may have a byte changed, bytes added
+    or be cut short."""
+    entry_id = -1
+    parts = []
+    for (digest, lac, length, tail), step in zip(bodies, steps, strict=False):
+        entry_id += step
+        parts.append(body_of((1, digest, 5, entry_id, lac, length), tail))
+    packed = bytearray(pack_bodies(parts) + trailing)
+    if flip is not None and flip < len(packed):
+        packed[flip] = (packed[flip] + by) % 256
+    if cut is not None:
+        del packed[cut:]
+    given_bytes = kind(bytes(packed))
+    pure = outcome(lambda: batch.unpack_bodies(given_bytes, ledger_id))
+    fast = outcome(lambda: compiled().unpack_bodies(given_bytes, ledger_id))
+    assert fast == pure
+
+
+def test_unpack_bodies_refuses_more_than_a_batch_holds_as_the_pure_one_does() -> None:
+    body = body_of((1, 0, 5, 0, -1, 0), b"")
+    for count, ok in ((MAX_BATCH_ENTRIES, True), (MAX_BATCH_ENTRIES + 1, False)):
+        packed = pack_bodies(
+            [body_of((1, 0, 5, entry_id, -1, 0), b"x") for entry_id in range(count)]
+        )
+        pure = outcome(functools.partial(batch.unpack_bodies, packed, 5))
+        assert outcome(functools.partial(compiled().unpack_bodies, packed, 5)) == pure
+        assert (pure[0] == "value") is ok
+    assert outcome(lambda: compiled().unpack_bodies(body, 5))[0] == "error"  # no length
