@@ -35,7 +35,9 @@ system-packages:
 		$(call have,$$server) || { echo "$$server still not installed after install" >&2; exit 1; }; \
 	done
 
-$(VENV)/.installed: pyproject.toml
+# The compiled extension's sources too: an editable install builds it once, so a change to them
+# needs the install again (setup.py).
+$(VENV)/.installed: pyproject.toml setup.py bookie/_records.pyx bookie/_crc32c.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all,dev]'
@@ -132,4 +134,4 @@ pipeline-demo: setup
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage bench/results demo-output \
-		standalone-data
+		standalone-data bookie/_records.c bookie/_records.*.so

@@ -95,6 +95,9 @@ def test_the_wheel_installs_one_top_level_name_aiobk(tmp_path: Path) -> None:
             f"aiobk/{path.relative_to(ROOT).as_posix()}" for path in (ROOT / layer).rglob("*.py")
         }
         assert expected <= set(names), sorted(expected - set(names))[:5]
+    # The compiled record encoders and their types (setup.py builds them where C compiles).
+    assert [n for n in names if n.startswith("aiobk/bookie/_records.") and n.endswith(".so")]
+    assert "aiobk/bookie/_records.pyi" in names
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)

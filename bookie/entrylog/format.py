@@ -16,6 +16,7 @@ here are what the writing, reading and counting parts of the entry logger share.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import crc32c
 
@@ -41,6 +42,41 @@ class CorruptEntryError(Exception):
 
 def pack_location(log_id: int, offset: int) -> int:
     return (log_id << OFFSET_BITS) | offset
+
+
+def pack_records(
+    data: bytearray,
+    start: int,
+    max_size: int,
+    location_base: int,
+    ledger_id: int,
+    entries: Sequence[tuple[int, bytes]],
+    first: int,
+    locations: list[int],
+) -> int:
+    """Append to ``data`` -- a log's bytes from file offset ``start`` on -- the records of
+    ``entries[first:]`` (entry id, body) of ``ledger_id``, until the next would take the log
+    past ``max_size`` (a log's first record always goes in), and each one's location
+    (``location_base | offset``, ``location_base`` being ``log_id << OFFSET_BITS``) to
+    ``locations``; return the index of the first entry not appended (``len(entries)`` when
+    all were)."""
+    pack_head, pack_ids, crc = RECORD_HEAD.pack, IDS.pack, crc32c.crc32c
+    head_size = RECORD_HEAD.size
+    magic_size = len(FILE_MAGIC)
+    index = first
+    count = len(entries)
+    while index < count:
+        entry_id, body = entries[index]
+        size = head_size + len(body)
+        offset = start + len(data)
+        if offset + size > max_size and offset > magic_size:
+            break
+        checksum = crc(body, crc(pack_ids(ledger_id, entry_id)))
+        data += pack_head(size - 8, checksum, ledger_id, entry_id)
+        data += body
+        locations.append(location_base | offset)
+        index += 1
+    return index
 
 
 def unpack_location(location: int) -> tuple[int, int]:

@@ -11,15 +11,11 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 
-import crc32c
-
+from aiobk.bookie import record_codecs
 from aiobk.bookie.disk import Disk
 from aiobk.bookie.entrylog.buffer import Chunk, LogBuffer
 from aiobk.bookie.entrylog.format import (
-    FILE_MAGIC,
-    IDS,
     OFFSET_BITS,
-    RECORD_HEAD,
     count_name,
     is_log,
     log_name,
@@ -88,31 +84,27 @@ class EntryLogger:
         active = self._buffer.active
         assert active is not None
         tallies = self._tallies
-        max_size = self._max_log_size
-        head_size = RECORD_HEAD.size
-        pack_head, pack_ids, crc = RECORD_HEAD.pack, IDS.pack, crc32c.crc32c
-        data = active.data
-        added = 0  # record bytes of this ledger in the active log, tallied once per call
-        placed = 0  # records of this call in the active log: each log counts its own
-        for entry_id, body in entries:
-            size = head_size + len(body)
-            offset = active.start + len(data)
-            if offset + size > max_size and offset > len(FILE_MAGIC):
-                tallies.active_records += placed
-                tallies.tally(ledger_id, added)
-                added = placed = 0
-                active = self.roll()
-                data = active.data
-                offset = len(FILE_MAGIC)
-            added += size
-            placed += 1
-            checksum = crc(body, crc(pack_ids(ledger_id, entry_id)))
-            data += pack_head(size - 8, checksum, ledger_id, entry_id)
-            data += body
-            locations.append(active.log_id << OFFSET_BITS | offset)  # pack_location, inlined
-        tallies.active_records += placed
-        tallies.tally(ledger_id, added)
-        self._buffer.appended(len(data))
+        index = 0
+        while True:
+            data = active.data
+            before = len(data)
+            stop = record_codecs.pack_records(
+                data,
+                active.start,
+                self._max_log_size,
+                active.log_id << OFFSET_BITS,
+                ledger_id,
+                entries,
+                index,
+                locations,
+            )
+            tallies.active_records += stop - index  # each log counts its own records
+            tallies.tally(ledger_id, len(data) - before)  # once per log per call
+            if stop == len(entries):
+                break
+            active = self.roll()
+            index = stop
+        self._buffer.appended(len(active.data))
         return locations
 
     async def flush(self) -> None:

@@ -43,10 +43,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from aiobk.bookie import record_codecs
 from aiobk.bookie.disk import AppendFile, Disk
 from aiobk.bookie.journal.batch import Batch, Callback, JournalFailedError, count_batch, notify
 from aiobk.bookie.journal.files import JournalFiles
-from aiobk.bookie.journal.format import Record, RecordType, encode_adds, encode_record, padding
+from aiobk.bookie.journal.format import Record, RecordType, encode_record, padding
 from aiobk.bookie.journal.policy import JOURNAL_ALIGNMENT, BatchPlan, GroupCommitPolicy, batch_plan
 from aiobk.bookie.journal.queue import RecordQueue
 from aiobk.bookie.journal.sync import SyncStage
@@ -202,7 +203,8 @@ class Journal:
         lsn = self._next_lsn
         count = len(entries)
         self._next_lsn = lsn + count
-        self._queue_records(encode_adds(lsn, ledger_id, entries), count, lsn, callback, on_written)
+        records = record_codecs.encode_adds(lsn, ledger_id, entries)
+        self._queue_records(records, count, lsn, callback, on_written)
         return lsn + count - 1
 
     def _queue_records(

@@ -16,6 +16,7 @@ from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
+from aiobk.bookie import record_codecs
 from aiobk.bookie.flow import ADD_HELD_BYTES
 from aiobk.bookie.index.engine import IndexCorruptError
 from aiobk.bookie.ops.add import add_entry
@@ -30,7 +31,6 @@ from aiobk.protocol import (
     Response,
     StatusCode,
     pack_statuses,
-    unpack_bodies,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def handle_add_batch(ctx: BookieContext, request: AddBatchRequest, conn: Replier
     txn_id, ledger_id = request.txn_id, request.ledger_id
     ctx.stats.add_batches += 1
     try:
-        entries = unpack_bodies(request.bodies, ledger_id)
+        entries = record_codecs.unpack_bodies(request.bodies, ledger_id)
     except BatchError:
         ctx.stats.bad_requests += 1
         conn.reply(AddBatchResponse(txn_id, StatusCode.EBADREQ, ledger_id))
