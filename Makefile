@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 SOURCES := protocol bookie client metadata tiered autorecovery pipeline bench aiobk
 PYTEST_ARGS ?=
 
-.PHONY: setup system-packages test soak lint unit-protocol docs run bench sim chaos fuzz pipeline-demo clean
+.PHONY: setup system-packages test soak lint unit-protocol unit-pure docs run bench sim chaos fuzz pipeline-demo clean
 
 setup: system-packages $(VENV)/.installed
 
@@ -57,6 +57,14 @@ lint: setup
 unit-protocol: setup
 	$(PY) -m pytest -q tests/protocol --cov=aiobk.protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
 
+# The bookie's record tier once more on the pure-Python encoders the compiled extension stands
+# for (AIOBK_NO_EXTENSIONS=1): the main run uses the extension, and both must pass the same tests.
+PURE_TIER = tests/bookie/test_record_codecs.py tests/bookie/test_journal_pure.py \
+	tests/bookie/test_journal.py tests/bookie/test_entrylog_reads.py tests/bookie/test_add_batch.py \
+	tests/bookie/test_bad_input.py tests/protocol/test_batch.py
+unit-pure: setup
+	AIOBK_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(PURE_TIER) $(PYTEST_ARGS)
+
 # PYTHONHASHSEED=0: a simulator seed that fails here replays the same way under `make sim`.
 # Two pytest workers, a test file each at a time (--dist loadfile keeps a file's fixtures in one
 # process): most tests wait on sockets, fsyncs and etcd, so two workers share two cores well
@@ -74,7 +82,7 @@ PYTEST_RUN = PYTHONHASHSEED=0 PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYT
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean --quiet --site-dir site
 
-test: lint unit-protocol docs
+test: lint unit-protocol unit-pure docs
 	timeout --kill-after=30 $(SUITE_TIMEOUT) env $(PYTEST_RUN) -m "not soak" -n $(TEST_WORKERS) \
 		--dist loadfile --max-worker-restart=0 --durations=25 $(PYTEST_ARGS) \
 		|| { status=$$?; df -h "$${TMPDIR:-/tmp}" | tail -1 | awk '{print "free space for test data:", $$4, "of", $$2}'; exit $$status; }
