@@ -23,6 +23,7 @@ from aiobk.protocol import (
     Durability,
     Response,
     encode,
+    encode_parts,
     pack_bodies,
 )
 from aiobk.protocol.errors import BKError
@@ -215,7 +216,8 @@ class AddBatcher:
         for op in ops:
             self._unqueued(op)
         callback = functools.partial(self._on_batch, ops, slot, bookie)
-        conn.send_frame(txn_id, encode(request), timeout, callback)
+        head, bodies = encode_parts(request)  # the bodies go out as packed, not copied again
+        conn.send_frame(txn_id, head, timeout, callback, tail=bodies)
 
     @staticmethod
     def _unqueued(op: PendingAdd) -> None:

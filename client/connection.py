@@ -192,11 +192,18 @@ class BookieConnection(asyncio.Protocol):
         return next(self._txn_ids)
 
     def send_frame(
-        self, txn_id: int, frame: bytes, timeout: float, callback: Callback, now: bool = False
+        self,
+        txn_id: int,
+        frame: bytes,
+        timeout: float,
+        callback: Callback,
+        now: bool = False,
+        tail: bytes = b"",
     ) -> None:
         """Send an encoded request; ``callback`` gets the response (any status) or a BKError.
         ``now``: write it at once (with anything queued before it) instead of at the end of
-        the loop turn -- a lone add, which nothing would join."""
+        the loop turn -- a lone add, which nothing would join. ``tail``: the rest of the
+        frame, written after ``frame`` as it is (``codec.encode_parts``)."""
         if self._closed_error is not None:
             self._loop.call_soon(callback, self._closed_error)
             return
@@ -208,6 +215,8 @@ class BookieConnection(asyncio.Protocol):
         if self._sweeper is None:
             self._sweeper = self._loop.call_later(SWEEP_INTERVAL, self._sweep)
         self._out.append(frame)
+        if tail:
+            self._out.append(tail)
         if now:
             # Written here: no turn-end flush is scheduled for it (one callback less on the
             # loop per bookie per lone add, run before the loop can wait for the answers).

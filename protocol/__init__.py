@@ -16,7 +16,7 @@ from aiobk.protocol.batch import (
     unpack_range,
     unpack_statuses,
 )
-from aiobk.protocol.codec import decode_request, decode_response, encode
+from aiobk.protocol.codec import decode_request, decode_response, encode, encode_parts
 from aiobk.protocol.entry import (
     ENTRY_HEADER,
     HEADER_SIZE,
@@ -142,6 +142,7 @@ __all__ = [
     "FrameTooLargeError",
     "frame",
     "encode",
+    "encode_parts",
     "decode_request",
     "decode_response",
     # messages

@@ -35,6 +35,31 @@ def encode(message: Message) -> bytes:
     return LENGTH.pack(len(payload)) + payload
 
 
+_BIN8, _BIN16, _BIN32 = b"\xc4", b"\xc5", b"\xc6"
+
+
+def encode_parts(message: Message) -> tuple[bytes, bytes]:
+    """``encode(message)`` as two buffers, for a message whose last field is a large
+    ``bytes`` (an ADD_BATCH's bodies): the frame's head, then that field itself, uncopied.
+    ``b"".join(encode_parts(m)) == encode(m)``; a connection writes both with one
+    ``writelines``, so a batch is not copied into a frame (twice: msgpack's buffer, then the
+    length prefix's concatenation)."""
+    fields = message.to_wire()
+    tail = fields.pop()
+    if type(tail) is not bytes:
+        raise TypeError(f"{type(message).__name__}: the last field is not bytes")
+    size = len(tail)
+    if size < 0x100:
+        bin_head = _BIN8 + size.to_bytes(1, "big")
+    elif size < 0x10000:
+        bin_head = _BIN16 + size.to_bytes(2, "big")
+    else:
+        bin_head = _BIN32 + size.to_bytes(4, "big")
+    head = _packer.pack_array_header(len(fields) + 1) + b"".join(map(_packer.pack, fields))
+    head += bin_head
+    return LENGTH.pack(len(head) + size) + head, tail
+
+
 def _unpack(data: bytes, max_size: int) -> Any:
     try:
         return msgpack.unpackb(

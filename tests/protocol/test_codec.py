@@ -290,3 +290,26 @@ def test_the_generated_paths_match_the_dataclass(message: Any) -> None:
     assert type(message).from_fields(*wire[1:]) == message
     with pytest.raises(dataclasses.FrozenInstanceError):
         rebuilt.txn_id = 1
+
+
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.sampled_from(list(protocol.AddFlag)),
+    st.sampled_from(list(protocol.Durability)),
+    st.sampled_from([b"", b"k" * 32]),
+    st.one_of(st.binary(max_size=300), st.sampled_from([0xFFFF, 0x10000, 0x10001]).map(bytes)),
+)
+def test_a_frame_in_two_parts_is_the_frame_in_one(
+    txn_id: int, ledger_id: int, flags: Any, durability: Any, key: bytes, bodies: bytes
+) -> None:
+    request = protocol.AddBatchRequest(txn_id, ledger_id, flags, durability, key, bodies)
+    head, tail = protocol.encode_parts(request)
+    assert tail is bodies  # written as it is, never copied into the frame
+    assert head + tail == protocol.encode(request)
+    assert protocol.decode_request((head + tail)[4:]) == request
+
+
+def test_a_frame_in_two_parts_needs_bytes_last() -> None:
+    with pytest.raises(TypeError, match="the last field is not bytes"):
+        protocol.encode_parts(protocol.ReadLacRequest(1, 5))
