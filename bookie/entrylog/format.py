@@ -34,6 +34,10 @@ PAGE = 4096
 # under READ_MIN is left: one page from a cold disk for most small records, where a fixed 4 KiB
 # from an unaligned offset always spanned two (a record past the guess is read in a second go).
 READ_MIN = 1024
+# No record is longer: an entry arrives in one frame, and a frame is at most 64 MiB
+# (``BookieConfig.max_frame_size``'s bound). A longer length read from a log is damage, never a
+# size to allocate.
+MAX_RECORD = 64 << 20
 
 
 class CorruptEntryError(Exception):

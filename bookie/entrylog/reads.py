@@ -14,6 +14,7 @@ from aiobk.bookie.entrylog.buffer import LogBuffer
 from aiobk.bookie.entrylog.format import (
     FILE_MAGIC,
     IDS,
+    MAX_RECORD,
     PAGE,
     READ_MIN,
     RECORD_HEAD,
@@ -55,6 +56,9 @@ class EntryReader:
             if len(record) < RECORD_HEAD.size:
                 raise CorruptEntryError(f"entry log {log_id:x} is truncated at {offset}")
             size = 8 + RECORD_HEAD.unpack_from(record)[0]
+            if size > MAX_RECORD:
+                self.stats.corrupt_reads += 1
+                raise CorruptEntryError(f"entry log {log_id:x}: a record of {size} B at {offset}")
             if size > len(record):  # a big entry: the rest of it
                 record += await reader.pread(offset + len(record), size - len(record))
             else:
@@ -125,6 +129,8 @@ class EntryReader:
             at = unpack_location(location)[1] - start
             whole = at + RECORD_HEAD.size <= len(block)  # else a file cut short: damaged
             end = at + 8 + RECORD_HEAD.unpack_from(block, at)[0] if whole else len(block)
+            if end - at > MAX_RECORD:  # a damaged length: nothing to read
+                end = len(block)
             if end > len(block):  # the last record reaches past the page read with it
                 block += await reader.pread(start + len(block), end - len(block))
             try:

@@ -26,6 +26,8 @@ from aiobk.protocol import (
     OpCode,
     ReadRangeRequest,
     ReadRangeResponse,
+    ReadRequest,
+    ReadResponse,
     Request,
     StatusCode,
     parse_entry,
@@ -135,17 +137,18 @@ async def test_runs_that_fail_fall_back_to_the_entry_and_go_on(
         _check(await _bodies(bk, ledger_id), 2200)
 
 
-async def _damage(bookie: Bookie, ledger_id: int, entry_id: int) -> None:
-    """Flip a byte of the stored body of ``entry_id`` in its entry log file."""
+async def _damage(bookie: Bookie, ledger_id: int, entry_id: int, at: int = 40) -> None:
+    """Flip the bits of byte ``at`` of the stored record of ``entry_id`` in its entry log file
+    (40: in its body; 0: the top byte of its length)."""
     await bookie.storage.entry_logger.flush()
     state = bookie.storage.get(ledger_id)
     assert state is not None
     log_id, offset = unpack_location(state.location(entry_id))
     path = next(Path(bookie.config.data_dir).rglob(log_name(log_id)))
     with open(path, "r+b") as file:
-        file.seek(offset + 40)
+        file.seek(offset + at)
         byte = file.read(1)
-        file.seek(offset + 40)
+        file.seek(offset + at)
         file.write(bytes([byte[0] ^ 0xFF]))
 
 
@@ -213,3 +216,22 @@ async def test_a_bookie_that_never_answers_costs_one_timeout_not_one_per_run(
         took = asyncio.get_running_loop().time() - started
     assert len(asked) == 1, asked
     assert took < 4.0, took
+
+
+async def test_a_damaged_length_is_eio_not_a_read_of_gigabytes(cluster: Cluster) -> None:
+    """A record whose length says nearly 4 GiB: a READ of it and a run from it are EIO at
+    once, and a run before it stops short of it."""
+    async with await BookKeeper.connect(cluster.uri) as bk:
+        ledger_id = await _ledger(bk, 300)
+        victim = cluster.bookies[0]
+        await _damage(victim, ledger_id, 150, at=0)
+        conn = await bk.pool.get(str(victim.address))
+        read = await conn.send(ReadRequest(conn.next_txn_id(), ledger_id, 150), 10)
+        assert isinstance(read, ReadResponse)
+        assert read.status is StatusCode.EIO
+        at = ReadRangeRequest(conn.next_txn_id(), ledger_id, 150, 299, 1 << 20)
+        assert _run(await conn.send(at, 10), StatusCode.EIO).bodies == b""
+        before = ReadRangeRequest(conn.next_txn_id(), ledger_id, 140, 299, 1 << 20)
+        run = _run(await conn.send(before, 10), StatusCode.EOK)
+        assert len(unpack_range(run.bodies, ledger_id, 140, 299)) == 10
+        _check(await _bodies(bk, ledger_id), 300)
