@@ -181,6 +181,10 @@ class ServerConnection(asyncio.Protocol):
             high=config.server_write_buffer_high_water_mark,
             low=config.server_write_buffer_low_water_mark,
         )
+        if self.flow.stopped:  # accepted as the bookie stopped: nothing would serve it
+            self.closed = True
+            self.transport.abort()
+            return
         if not self.flow.admit(self):
             log.warning("refusing a connection from %s: max_connections reached", self.peer)
             self.closed = True

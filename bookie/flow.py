@@ -153,15 +153,20 @@ class FlowControl:
         self.long_polls = 0
         self._timer: asyncio.TimerHandle | None = None
         self._clock: Callable[[], float] | None = None
+        # Set once the bookie stops: a connection accepted just before its listener closed
+        # reaches ``connection_made`` after the stop has closed the others, and is refused.
+        self.stopped = False
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.stopped = False
         loop = asyncio.get_running_loop()
         self._clock = loop.time
         self._timer = loop.call_later(SWEEP_INTERVAL, self._sweep)
 
     def stop(self) -> None:
+        self.stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

@@ -48,6 +48,7 @@ from aiobk.bookie.repair import RepairerFactory, run_repair
 from aiobk.bookie.secret import ClusterSecret
 from aiobk.bookie.stats import BookieStats, bound_to_loop
 from aiobk.bookie.storage import LedgerStorage
+from aiobk.bookie.teardown import Teardown
 from aiobk.bookie.tls import BookieTls
 from aiobk.bookie.write_state import OPERATOR, WriteState
 from aiobk.metadata import MetadataStore, Registration, open_store
@@ -347,28 +348,31 @@ class Bookie:
             self.write_state.clear(OPERATOR)
 
     async def stop(self) -> None:
-        """Clean stop: no new requests, journal drained, a final checkpoint."""
+        """Clean stop: no new requests, journal drained, a final checkpoint. Every step runs
+        although an earlier one failed (``bookie.teardown``); the first failure is raised."""
         if not self._running:
             return
         self._running = False
-        await self.companions.stop()
-        await self._deregister(clean=True)
-        await self._close_server(abort=False)
-        await self._cancel_background()
-        await self.journal.stop()
-        try:
-            await self.checkpoint(release=False)
-            complete = True
-        except Exception:
-            # With a journal nothing is lost: the next start replays it. Without one, adds
-            # that never reached an entry log are gone, and the marker must make the next
-            # start take the data-loss path (BP-46).
-            complete = self.config.journal_write_data
-        await self.storage.close()
-        if complete:
-            await clear_marker(self._disk, self.config)  # only a clean stop clears it
+        steps = Teardown(f"bookie {self.bookie_id}")
+        await steps.run(self.companions.stop)
+        await steps.run(self._deregister, True)
+        await steps.run(self._close_server, False)
+        await steps.run(self._cancel_background)
+        complete = False
+        if await steps.run(self.journal.stop):
+            try:
+                await self.checkpoint(release=False)
+                complete = True
+            except Exception:  # logged and counted by ``bookie.checkpoints``
+                # With a journal nothing is lost: the next start replays it. Without one, adds
+                # that never reached an entry log are gone, and the marker must make the next
+                # start take the data-loss path (BP-46).
+                complete = self.config.journal_write_data
+        if await steps.run(self.storage.close) and complete:
+            await steps.run(clear_marker, self._disk, self.config)  # only a clean stop clears it
         if self._owns_disk:
-            await self._disk.close()
+            await steps.run(self._disk.close)
+        steps.raise_first()
         log.info("bookie %s stopped", self.bookie_id)
 
     async def crash(self) -> None:
@@ -376,14 +380,16 @@ class Bookie:
         if not self._running:
             return
         self._running = False
-        await self.companions.stop()
-        await self._deregister(clean=False)
-        await self._close_server(abort=True)
-        await self._cancel_background()
-        await self.journal.crash()
-        await self.storage.close()
+        steps = Teardown(f"bookie {self.bookie_id}")
+        await steps.run(self.companions.stop)
+        await steps.run(self._deregister, False)
+        await steps.run(self._close_server, True)
+        await steps.run(self._cancel_background)
+        await steps.run(self.journal.crash)
+        await steps.run(self.storage.close)
         if self._owns_disk:
-            await self._disk.close()
+            await steps.run(self._disk.close)
+        steps.raise_first()
 
     async def _close_server(self, abort: bool) -> None:
         self.flow.stop()

@@ -330,6 +330,9 @@ class LedgerStorage:
         self._evict()
 
     async def close(self) -> None:
-        await self.entry_logger.close()
-        if self._index is not None:
-            await self._index.db.close()
+        """Close the entry logs and the index; the index although the logs failed to."""
+        try:
+            await self.entry_logger.close()
+        finally:
+            if self._index is not None:
+                await self._index.db.close()

@@ -15,7 +15,8 @@ from aiobk.bookie import Bookie, BookieConfig
 from aiobk.client import BookieConnection
 from aiobk.metadata import EtcdProcess, MemoryKV, MetadataStore, open_store
 from aiobk.runner import make_bookie
-from tests.support.cluster import Cluster, start_cluster
+from tests.support.cluster import Cluster, start_cluster, stop_all
+from tests.support.loops import new_event_loop
 from tests.support.names import unique_name
 from tests.support.procs import HOST_DISK_SETTINGS
 from tests.support.s3server import S3Server
@@ -30,10 +31,8 @@ settings.load_profile("suite")
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
-    """Tests run on uvloop, the loop production uses."""
-    import uvloop
-
-    return {"uvloop": uvloop.new_event_loop}
+    """Tests run on uvloop, the loop production uses (closed by ``tests.support.loops``)."""
+    return {"uvloop": new_event_loop}
 
 
 @pytest.fixture
@@ -57,8 +56,7 @@ async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
         return bookie
 
     yield start
-    for bookie in started:
-        await bookie.stop()
+    await stop_all(started)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """A bookie's background work meeting a failure: the boot repair (BP-46 phase two) waits out a
 journal that failed instead of ending with the ledger still in limbo, and a background task that
 did fail is said at once and does not cut a stop short (found by the simulator: a full disk made
-the repair's sync fail, and the crash that followed left the journal's tasks running)."""
+the repair's sync fail, and the crash that followed left the journal's tasks running). A stop
+lets go of its port, connections, journal and disk although one of its steps fails, and a
+connection accepted as it stops is dropped."""
 
 from __future__ import annotations
 
@@ -114,3 +116,73 @@ async def test_a_failed_background_task_is_said_and_does_not_cut_a_stop_short(
     await bookie.stop()  # raised the task's OSError before, leaving the journal running
     assert bookie.journal.failed is None
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("journal-")]
+
+
+async def _refused(port: int) -> bool:
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except ConnectionRefusedError:
+        return True
+    writer.close()
+    await writer.wait_closed()
+    return False
+
+
+@pytest.mark.parametrize("how", ["stop", "crash"])
+@pytest.mark.timeout(60)
+async def test_a_step_that_fails_while_stopping_leaves_nothing_running(
+    tmp_path: Path, how: str
+) -> None:
+    """The registry cannot be left and the index cannot be closed: the stop raises the first
+    failure, but only after the port, the connections, the journal and the disk are let go."""
+    config = BookieConfig(
+        data_dir=str(tmp_path / "b"),
+        port=0,
+        metadata_uri=f"memory://{unique_name('teardown')}",
+        **HOST_DISK_SETTINGS,
+    )
+    bookie = Bookie(config)
+    await bookie.start()
+    port = bookie.address.port
+    _reader, client = await asyncio.open_connection("127.0.0.1", port)
+
+    async def unreachable(clean: bool) -> None:
+        raise OSError(errno.ETIMEDOUT, "metadata service unreachable")
+
+    close_storage = bookie.storage.close
+
+    async def index_fails() -> None:
+        await close_storage()
+        raise OSError(errno.EIO, "index database: I/O error")
+
+    bookie.membership.close = unreachable  # type: ignore[method-assign]
+    bookie.storage.close = index_fails  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="metadata service unreachable"):
+        await (bookie.stop() if how == "stop" else bookie.crash())
+    assert await _refused(port)
+    assert await _reader.read() == b""  # the bookie's end of the connection is gone
+    client.close()
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("journal-")]
+    with pytest.raises(RuntimeError):  # the disk's threads are shut down
+        await bookie._disk.exists(str(tmp_path))
+
+
+@pytest.mark.timeout(60)
+async def test_a_connection_accepted_as_the_bookie_stops_is_dropped(tmp_path: Path) -> None:
+    """Its ``connection_made`` comes after the stop closed every connection it knew of: the
+    bookie drops it rather than leave it open with nothing to serve it."""
+    config = BookieConfig(data_dir=str(tmp_path / "b"), port=0, **HOST_DISK_SETTINGS)
+    bookie = Bookie(config)
+    await bookie.start()
+    try:
+        bookie.flow.stop()  # the stop's first step; the listener is still open
+        reader, writer = await asyncio.open_connection("127.0.0.1", bookie.address.port)
+        try:
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+        except ConnectionResetError:
+            pass  # dropped with a reset: as good
+        finally:
+            writer.close()
+        assert not bookie.flow.connections
+    finally:
+        await bookie.stop()

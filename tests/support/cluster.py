@@ -52,8 +52,20 @@ class Cluster:
         return fresh
 
     async def stop(self) -> None:
-        for bookie in self.bookies:
+        await stop_all(self.bookies)
+
+
+async def stop_all(bookies: list[Bookie]) -> None:
+    """Stop every bookie, although one fails to; raise the first failure after the last stop
+    (a bookie left serving would outlive its test)."""
+    failures: list[Exception] = []
+    for bookie in bookies:
+        try:
             await bookie.stop()
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 async def start_cluster(
