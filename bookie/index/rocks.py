@@ -300,7 +300,10 @@ class RocksIndexDb(IndexDb):
             await asyncio.to_thread(self.close_now)
 
     def close_now(self) -> None:
-        self._release(flush=True)
+        try:
+            self._release(flush=True)
+        except Exception as exc:  # the last flush failed: the database is closed all the same
+            raise _os_error(exc, self._path) from exc
 
     def _release(self, *, flush: bool = False) -> None:
         """Close the database; the families' views and handles go first (each holds it open,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -304,3 +305,18 @@ async def test_the_entries_family_has_no_filters_and_whole_index_partitions(
     whole = entries["index block size"] / index_rocks.INDEX_PARTITION_BYTES
     assert entries["# index partitions"] <= whole + tables, (entries, tables)
     assert deleted["filter block size"] > 0, deleted
+
+
+async def test_a_close_whose_last_flush_fails_closes_and_raises_an_os_error(tmp_path: Path) -> None:
+    """Its directory gone under it (a failed disk, an operator's rm): the close says so as the
+    bookie's disk errors are said, and the database is closed all the same."""
+    path = str(tmp_path / "index.db")
+    db = await RocksIndexDb.open(path)
+    batch = IndexBatch()
+    batch.put(key(1, 0), b"x")
+    await db.write(batch)
+    shutil.rmtree(path)
+    with pytest.raises(OSError, match="index database"):
+        await db.close()
+    again = await RocksIndexDb.open(path)  # not held open: a new one opens there
+    await again.close()
