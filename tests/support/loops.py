@@ -15,7 +15,7 @@ import warnings
 import uvloop
 
 
-class LeakCheckingLoop(uvloop.Loop):  # type: ignore[misc]
+class LeakCheckingLoop(uvloop.Loop):
     def close(self) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
