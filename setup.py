@@ -1,9 +1,10 @@
 """The compiled extension, the one part of the build pyproject.toml cannot declare.
 
-``aiobk.bookie._records`` (bookie/_records.pyx, Cython) is built as an optional extension:
-where it does not compile (no C compiler, no Python headers) the install goes on and the bookie
-runs the pure-Python encoders it stands for (``aiobk.bookie.record_codecs``). Everything else
-about the package is in pyproject.toml.
+``aiobk.bookie._records`` (bookie/_records.pyx) and ``aiobk.protocol._runs``
+(protocol/_runs.pyx), both Cython, are built as optional extensions: where they do not compile
+(no C compiler, no Python headers) the install goes on and the pure-Python code they stand for
+runs (``aiobk.bookie.record_codecs``, ``aiobk.protocol.runs``). Everything else about the
+package is in pyproject.toml.
 """
 
 from setuptools import Extension, setup
@@ -16,11 +17,15 @@ else:
     ext_modules = cythonize(
         [
             Extension(
-                "aiobk.bookie._records",
-                ["bookie/_records.pyx"],
-                include_dirs=["bookie"],
-                depends=["bookie/_crc32c.h"],
+                name,
+                [source],
+                include_dirs=["protocol"],
+                depends=["protocol/_crc32c.h"],
                 extra_compile_args=["-O2"],
+            )
+            for name, source in (
+                ("aiobk.bookie._records", "bookie/_records.pyx"),
+                ("aiobk.protocol._runs", "protocol/_runs.pyx"),
             )
         ],
         compiler_directives={"language_level": "3"},

@@ -62,6 +62,10 @@ class Digester:
             raise DigestMismatchError(f"digest mismatch on entry {ledger_id}/{entry_id}")
         return entry.payload
 
+    def checks_digest(self) -> bool:
+        """Whether ``check_body`` checks an entry's digest, not only its ids and digest type."""
+        return True
+
     def check_body(self, body: bytes, ledger_id: int, entry_id: int) -> None:
         """``verify``'s checks on an entry body as served, left whole: a copier keeps the
         bytes, so nothing is parsed out or packed again. DigestMismatchError if anything is
@@ -122,6 +126,9 @@ class CopyChecker(Digester):
             return super().verify(entry, ledger_id, entry_id)
         self._check_ids(entry, ledger_id, entry_id)
         return entry.payload
+
+    def checks_digest(self) -> bool:
+        return self.kind is not DigestType.MAC
 
     def check_body(self, body: bytes, ledger_id: int, entry_id: int) -> None:
         if self.kind is not DigestType.MAC:

@@ -34,6 +34,7 @@ from typing import Final
 from aiobk.client.digest import Digester
 from aiobk.client.pool import BookiePool
 from aiobk.client.read import EntryReader
+from aiobk.client.run_check import check_run
 from aiobk.client.stats import ClientStats
 from aiobk.metadata import LedgerMetadata
 from aiobk.protocol import (
@@ -83,19 +84,28 @@ class RangeReader:
         self, metadata: LedgerMetadata, first: int, last: int
     ) -> AsyncGenerator[bytes, None]:
         """The bodies of entries ``first``..``last`` as served, checked, in order."""
+        async with contextlib.aclosing(self.runs(metadata, first, last)) as runs:
+            async for run in runs:
+                for raw in run:
+                    yield raw
+
+    async def runs(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[list[bytes], None]:
+        """``bodies`` a run at a time: lists of consecutive bodies, from ``first`` on, none empty
+        (a copy moves them a run at a time, not an entry at a time)."""
         if metadata.ensemble_size != metadata.write_quorum:
-            async for body in self._entries.iter_bodies(metadata, first, last):
-                yield _packed(body)
+            async for run in self._by_entry(metadata, first, last):
+                yield run
             return
         if first > last:
             return
         head = await self._head(metadata, first, last)
         if head is None:  # the first fragment's bookies read no runs: entry by entry
-            async for body in self._entries.iter_bodies(metadata, first, last):
-                yield _packed(body)
+            async for run in self._by_entry(metadata, first, last):
+                yield run
             return
-        for raw in head:
-            yield raw
+        yield head
         seen, seen_bytes = len(head), sum(map(len, head))
         window = max(1, self._ahead // RANGE_BYTES)  # chunks of about RANGE_BYTES each
         # In entry order: each chunk's task and the entries it was asked for.
@@ -113,14 +123,30 @@ class RangeReader:
                 chunk = await task
                 seen += len(chunk)
                 seen_bytes += sum(map(len, chunk))
-                for raw in chunk:
-                    yield raw
+                yield chunk
                 rest = start + len(chunk)
                 if rest <= end:  # the chunk's bytes ran out first: the rest of it comes next
                     task = asyncio.ensure_future(self._chunk(metadata, rest, end))
                     chunks.appendleft((task, rest, end))
         finally:
             await cancel_all([task for task, _start, _end in chunks])
+
+    async def _by_entry(
+        self, metadata: LedgerMetadata, first: int, last: int
+    ) -> AsyncGenerator[list[bytes], None]:
+        """Entries read a READ each (``EntryReader``'s window ahead), in runs of about
+        ``RANGE_BYTES``."""
+        run: list[bytes] = []
+        size = 0
+        async with contextlib.aclosing(self._entries.iter_bodies(metadata, first, last)) as read:
+            async for body in read:
+                run.append(_packed(body))
+                size += len(run[-1])
+                if size >= RANGE_BYTES:
+                    yield run
+                    run, size = [], 0
+        if run:
+            yield run
 
     async def _head(self, metadata: LedgerMetadata, first: int, last: int) -> list[bytes] | None:
         """Entry ``first`` and as many after it as one answer holds; None when the bookies
@@ -200,7 +226,14 @@ class RangeReader:
         return [] if spoken else None
 
     def _verified(self, packed: bytes, first: int, last: int) -> list[bytes]:
-        """The bodies of an answer, each checked; those before the first that fails."""
+        """The bodies of an answer, each checked; those before the first that fails. An
+        answer the compiled check takes whole (``client.run_check``) needs nothing more."""
+        digest = self._digest
+        whole = check_run(
+            packed, self._ledger_id, first, last, int(digest.kind), digest.checks_digest()
+        )
+        if whole is not None:
+            return whole
         try:
             bodies = unpack_range(packed, self._ledger_id, first, last)
         except BatchError:

@@ -98,7 +98,11 @@ Pure: no I/O here (``tiered.objects`` moves the bytes).
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
+from typing import NamedTuple
 
 import crc32c
 
@@ -155,17 +159,16 @@ class ObjectFooter:
     index_crc: int
 
 
-@dataclass(frozen=True, slots=True)
-class EntryLocation:
-    """Where an entry's body is: its absolute offset and length, and the CRC32C of its bytes."""
+class EntryLocation(NamedTuple):
+    """Where an entry's body is: its absolute offset and length, and the CRC32C of its bytes
+    (a tuple: an index holds one per entry, made from its records in C)."""
 
     offset: int
     length: int
     crc: int
 
 
-@dataclass(frozen=True, slots=True)
-class BlockLocation:
+class BlockLocation(NamedTuple):
     """Where a data block is, and the position (among the object's entries) of its first."""
 
     offset: int
@@ -305,7 +308,8 @@ def parse_locations(data: bytes, count: int, data_end: int | None = None) -> lis
     blocks is malformed too."""
     if len(data) != INDEX_RECORD_SIZE * count:
         raise _fail(f"{len(data)} bytes of index records where {count} take {16 * count}")
-    locations = [EntryLocation(*record) for record in _RECORD.iter_unpack(data)]
+    # each made in C: an index holds one per entry
+    locations = list(map(tuple.__new__, repeat(EntryLocation), _RECORD.iter_unpack(data)))
     if data_end is not None:
         low = HEADER_SIZE + BLOCK_HEADER_SIZE + _PREFIX.size
         for location in locations:
@@ -344,7 +348,7 @@ def parse_index(footer: ObjectFooter, data: bytes) -> ObjectIndex:
     ):
         raise _fail(f"index of entries from {first}, {count} entries, {block_count} blocks")
     locations = parse_locations(data[INDEX_HEADER_SIZE:table], count)
-    blocks = [BlockLocation(*record) for record in _RECORD.iter_unpack(data[table:])]
+    blocks = list(map(BlockLocation._make, _RECORD.iter_unpack(data[table:])))
     index = ObjectIndex(locations, blocks)
     offset = HEADER_SIZE
     for number, block in enumerate(blocks):
@@ -352,11 +356,12 @@ def parse_index(footer: ObjectFooter, data: bytes) -> ObjectIndex:
         if block.offset != offset or not entries or entries.stop > count:
             raise _fail(f"block {number} at {block.offset} holding {len(entries)} entries")
         offset += BLOCK_HEADER_SIZE
-        for position in entries:
-            location = locations[position]
-            if location.offset != offset + _PREFIX.size:
-                raise _fail(f"entry {position} at {location.offset}, not {offset + 4}")
-            offset = location.offset + location.length
+        for position, (at, length, _crc32c) in enumerate(
+            locations[entries.start : entries.stop], entries.start
+        ):
+            if at != offset + _PREFIX.size:
+                raise _fail(f"entry {position} at {at}, not {offset + 4}")
+            offset = at + length
         if offset != block.offset + block.length:
             raise _fail(f"block {number} of {block.length} bytes ends at {offset}")
     if offset != footer.index_offset or (count and (not blocks or blocks[0].first != 0)):
@@ -366,6 +371,15 @@ def parse_index(footer: ObjectFooter, data: bytes) -> ObjectIndex:
 
 def parse_block(data: bytes, index: ObjectIndex, number: int) -> list[bytes]:
     """The bodies of block ``number`` from its bytes (``index.blocks[number]``), each checked."""
+    return _block(data, index, number, keep=True)
+
+
+def check_block(data: bytes, index: ObjectIndex, number: int) -> None:
+    """``parse_block``'s checks, without taking the bodies out (a read-back's)."""
+    _block(data, index, number, keep=False)
+
+
+def _block(data: bytes, index: ObjectIndex, number: int, *, keep: bool) -> list[bytes]:
     block = index.blocks[number]
     entries = index.block_entries(number)
     if len(data) != block.length:
@@ -374,13 +388,19 @@ def parse_block(data: bytes, index: ObjectIndex, number: int) -> list[bytes]:
     if (magic, count, first) != (BLOCK_MAGIC, len(entries), entries.start):
         raise _fail(f"block {number} says {magic!r}, {count} entries from {first}")
     bodies: list[bytes] = []
-    for position in entries:
-        location = index.locations[position]
-        start = location.offset - block.offset
-        (length,) = _PREFIX.unpack_from(data, start - _PREFIX.size)
+    view = memoryview(data)
+    unpack_prefix, crc, base, size = _PREFIX.unpack_from, crc32c.crc32c, block.offset, _PREFIX.size
+    for position, location in enumerate(
+        index.locations[entries.start : entries.stop], entries.start
+    ):
+        start = location.offset - base
+        (length,) = unpack_prefix(data, start - size)
         if length != location.length:
             raise _fail(f"entry {position}'s length prefix {length} is not the index's")
-        bodies.append(check_body(position, location, data[start : start + length]))
+        if crc(view[start : start + length]) != location.crc:
+            check_body(position, location, data[start : start + length])  # says what is wrong
+        if keep:
+            bodies.append(data[start : start + length])
     return bodies
 
 
@@ -429,25 +449,47 @@ class ObjectEncoder:
 
     def add(self, entry_id: int, body: bytes) -> list[bytes]:
         """Add the next entry; returns the bytes completed by it (perhaps none)."""
+        return self.add_run(entry_id, (body,))
+
+    def add_run(self, first_id: int, bodies: Sequence[bytes]) -> list[bytes]:
+        """Add the next entries, ``first_id`` on; returns the bytes completed by them."""
         if self._footer is not None:
             raise ValueError("the object is finished")
-        if entry_id != self._next or entry_id > self._header.last_entry:
-            raise ValueError(
-                f"entry {entry_id} where entry {self._next} of 0..{self._header.last_entry} is next"
-            )
-        if len(body) > MAX_BODY_SIZE:
+        last = self._header.last_entry
+        if first_id != self._next or first_id + len(bodies) - 1 > last:
+            wrong = first_id if first_id != self._next else last + 1
+            raise ValueError(f"entry {wrong} where entry {self._next} of 0..{last} is next")
+        if bodies and max(map(len, bodies)) > MAX_BODY_SIZE:
+            position, body = next((p, b) for p, b in enumerate(bodies) if len(b) > MAX_BODY_SIZE)
+            entry_id = first_id + position
             raise ValueError(f"entry {entry_id} of {len(body)} bytes is too long for format 1")
         out = self._start()
-        record = _PREFIX.size + len(body)
-        if self._pieces and BLOCK_HEADER_SIZE + self._filled + record > self._block_size:
-            out.append(self._close())
-        offset = self._offset + BLOCK_HEADER_SIZE + self._filled + _PREFIX.size
-        self._records += _RECORD.pack(offset, len(body), _crc(body))
-        self._pieces += (_PREFIX.pack(len(body)), body)
-        self._filled += record
-        self._next += 1
-        if BLOCK_HEADER_SIZE + self._filled >= self._block_size:
-            out.append(self._close())
+        sizes = list(map(len, bodies))
+        crcs = list(map(crc32c.crc32c, bodies))
+        room = self._block_size - BLOCK_HEADER_SIZE  # for the block's prefixes and bodies
+        at = 0
+        while at < len(bodies):
+            # The open block's bytes after each of the entries from ``at``, were all added.
+            ends = list(accumulate(map(_PREFIX.size.__add__, sizes[at:]), initial=self._filled))
+            fit = bisect_right(ends, room, 1) - 1  # how many of them the block still holds
+            if not fit:
+                if self._pieces:
+                    out.append(self._close())
+                    continue
+                fit = 1  # an entry larger than a block: a block of its own
+            stop = at + fit
+            base = self._offset + BLOCK_HEADER_SIZE + _PREFIX.size  # + ends[i]: entry i's body
+            self._records += b"".join(
+                map(_RECORD.pack, map(base.__add__, ends[:fit]), sizes[at:stop], crcs[at:stop])
+            )
+            self._pieces += chain.from_iterable(
+                zip(map(_PREFIX.pack, sizes[at:stop]), bodies[at:stop], strict=True)
+            )
+            self._filled = ends[fit]
+            self._next += fit
+            at = stop
+            if BLOCK_HEADER_SIZE + self._filled >= self._block_size:
+                out.append(self._close())
         return out
 
     def finish(self) -> list[bytes]:
@@ -482,7 +524,8 @@ class ObjectEncoder:
     def _close(self) -> bytes:
         count = len(self._pieces) // 2
         first_id = self._header.first_entry + self._block_first
-        block = b"".join((_BLOCK.pack(BLOCK_MAGIC, count, first_id), *self._pieces))
+        self._pieces.insert(0, _BLOCK.pack(BLOCK_MAGIC, count, first_id))
+        block = b"".join(self._pieces)
         self._blocks += _RECORD.pack(self._offset, len(block), self._block_first)
         self._offset += len(block)
         self._block_first += count
@@ -502,6 +545,7 @@ __all__ = [
     "ObjectFooter",
     "ObjectHeader",
     "ObjectIndex",
+    "check_block",
     "check_body",
     "check_footer",
     "index_span",

@@ -28,10 +28,10 @@ from aiobk.protocol.offload_object import (
     ObjectEncoder,
     ObjectFooter,
     ObjectHeader,
+    check_block,
     check_body,
     check_footer,
     index_span,
-    parse_block,
     parse_footer,
     parse_header,
     parse_index,
@@ -97,18 +97,20 @@ async def write_object(
     store: ObjectStore,
     key: str,
     header: ObjectHeader,
-    bodies: AsyncIterable[tuple[int, bytes]],
+    runs: AsyncIterable[Sequence[bytes]],
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> ObjectFooter:
-    """Stream ``bodies`` (entry id, body; every entry of the header's range, in order) into
-    the object ``key``, a block at a time; the footer once the store holds it all. A body out
-    of order is a ``ValueError`` and leaves no object."""
+    """Stream ``runs`` (the bodies of every entry of the header's range, in order, a run of
+    them at a time) into the object ``key``, a block at a time; the footer once the store
+    holds it all. Too many bodies are a ``ValueError`` and leave no object."""
     encoder = ObjectEncoder(header, block_size)
 
     async def chunks() -> AsyncIterator[bytes]:
-        async for entry_id, body in bodies:
-            for chunk in encoder.add(entry_id, body):
+        next_id = header.first_entry
+        async for run in runs:
+            for chunk in encoder.add_run(next_id, run):
                 yield chunk
+            next_id += len(run)
         for chunk in encoder.finish():
             yield chunk
 
@@ -255,7 +257,7 @@ async def verify_object(
         blocks = [index.blocks[number] for number in run]
         ranges = [(block.offset, block.length) for block in blocks]
         for number, block_data in zip(run, await store.get_ranges(ref.key, ranges), strict=True):
-            parse_block(block_data, index, number)
+            check_block(block_data, index, number)
 
 
 def _check_crcs(ref: OffloadRef, crcs: Sequence[int], expected: Sequence[int]) -> None:

@@ -192,17 +192,15 @@ async def _copy(
     )
     crcs = array.array("I")
 
-    async def bodies() -> AsyncIterator[tuple[int, bytes]]:
+    async def runs() -> AsyncIterator[list[bytes]]:
         if last < 0:
             return
         passed = 0  # bytes handed to the object, until a block of them has gone
-        entry_id = 0
-        async for raw in reader.bodies(metadata, 0, last):
-            crcs.append(crc32c.crc32c(raw))
-            yield entry_id, raw
-            entry_id += 1
+        async for run in reader.runs(metadata, 0, last):
+            crcs.extend(map(crc32c.crc32c, run))
+            yield run
             if passed >= 0:
-                passed += len(raw)
+                passed += sum(map(len, run))
                 if passed > 2 * attempt.block_size:  # part of the object is in the store
                     passed = -1
                     await steps.at(step.UPLOADING)
@@ -214,7 +212,7 @@ async def _copy(
         uid=bytes.fromhex(attempt.uid),
         digest_type=int(metadata.digest_type),
     )
-    footer = await write_object(store, attempt.key, header, bodies(), attempt.block_size)
+    footer = await write_object(store, attempt.key, header, runs(), attempt.block_size)
     await steps.at(step.WRITTEN)
     copied = replace(
         attempt,

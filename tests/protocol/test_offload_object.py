@@ -20,6 +20,7 @@ from aiobk.protocol.offload_object import (
     ObjectEncoder,
     ObjectFooter,
     ObjectHeader,
+    check_block,
     check_body,
     check_footer,
     index_span,
@@ -393,6 +394,9 @@ def test_a_block_that_is_not_the_index_s_is_refused() -> None:
     prefix = block[:22] + struct.pack(">I", 9) + block[26:]
     _refused(lambda: parse_block(prefix, index, 0), "entry 1's length prefix 9")
     _refused(lambda: parse_block(block[:-1] + b"X", index, 0), "entry 1: CRC32C")
+    check_block(block, index, 0)  # the same checks, no bodies taken out
+    _refused(lambda: check_block(block[:-1] + b"X", index, 0), "entry 1: CRC32C")
+    _refused(lambda: check_block(prefix, index, 0), "entry 1's length prefix 9")
 
 
 def test_a_whole_object_is_checked_end_to_end() -> None:
@@ -409,6 +413,22 @@ def test_a_whole_object_is_checked_end_to_end() -> None:
     _refused(
         lambda: parse_object(mixed), "header names ledger 7 with 3 entries, the footer ledger 8"
     )
+
+
+def test_runs_of_entries_encode_as_the_entries_one_by_one() -> None:
+    bodies = [bytes([i]) * (i * 37 % 150) for i in range(40)]
+    one_by_one, _chunks = _encode(bodies, block_size=200)
+    for length in (2, 3, 7, 40):
+        encoder = ObjectEncoder(_header(len(bodies) - 1), 200)
+        chunks: list[bytes] = []
+        for start in range(0, len(bodies), length):
+            chunks += encoder.add_run(start, bodies[start : start + length])
+        chunks += encoder.finish()
+        assert b"".join(chunks) == one_by_one, length
+    encoder = ObjectEncoder(_header(2), 200)
+    with pytest.raises(ValueError, match=r"entry 3 where entry 0 of 0\.\.2 is next"):
+        encoder.add_run(0, [b"a", b"b", b"c", b"d"])  # one too many: nothing added
+    assert encoder.add_run(0, []) == [pack_header(_header(2))]
 
 
 def test_the_encoder_refuses_entries_out_of_order_and_use_after_finish(

@@ -1,4 +1,5 @@
-/* CRC32C (Castagnoli, reflected, as the crc32c package computes it) for aiobk.bookie._records:
+/* CRC32C (Castagnoli, reflected, as the crc32c package computes it) for the compiled modules
+ * (aiobk.bookie._records, aiobk.protocol._runs):
  * the SSE4.2 instruction where the CPU has it, else a byte table. */
 #ifndef AIOBK_CRC32C_H
 #define AIOBK_CRC32C_H

@@ -1,0 +1,145 @@
+"""A READ_RANGE answer checked in one pass (protocol/_runs.pyx): the compiled check takes
+exactly the answers the pure-Python checks pass whole, with the same bodies, and leaves every
+other answer to them (``client.run_check`` chooses it)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+
+import crc32c
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiobk.protocol import (
+    MAX_BATCH_ENTRIES,
+    BatchError,
+    DigestType,
+    pack_bodies,
+    pack_entry,
+    pack_header,
+    peek_header,
+    unpack_range,
+)
+from aiobk.protocol.entry import HEADER_SIZE
+from aiobk.protocol.limits import MAX_ENTRY_ID
+
+LEDGER = 7
+KEY = b"k" * 32
+
+# The compiled module whatever AIOBK_NO_EXTENSIONS says: ``make setup`` builds it, and these
+# tests hold it to the pure checks.
+compiled: ModuleType = importlib.import_module("aiobk.protocol._runs")
+
+
+def _body(entry_id: int, payload: bytes, kind: DigestType, ledger_id: int = LEDGER) -> bytes:
+    header = pack_header(ledger_id, entry_id, entry_id - 1, len(payload), kind)
+    if kind is DigestType.CRC32C:
+        digest = crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")
+    elif kind is DigestType.MAC:
+        digest = hmac.new(KEY, header + payload, hashlib.sha256).digest()
+    else:
+        digest = b""
+    return pack_entry(header, digest, payload)
+
+
+def _reference(
+    packed: bytes, ledger_id: int, first: int, last: int, kind: int, check_digest: bool
+) -> list[bytes] | None:
+    """What the pure checks pass whole: ``unpack_range``, then each body's ids, digest type
+    and (CRC32C) digest; None if any of them fails."""
+    try:
+        bodies = unpack_range(packed, ledger_id, first, last)
+    except BatchError:
+        return None
+    for entry_id, body in enumerate(bodies, first):
+        if peek_header(body)[:2] != (ledger_id, entry_id) or body[1] != kind:
+            return None
+        if check_digest and kind == DigestType.CRC32C:
+            crc = crc32c.crc32c(body[HEADER_SIZE + 4 :], crc32c.crc32c(body[:HEADER_SIZE]))
+            if crc != int.from_bytes(body[HEADER_SIZE : HEADER_SIZE + 4], "big"):
+                return None
+    return bodies
+
+
+def _answer(payloads: list[bytes], kind: DigestType, first: int = 0) -> list[bytes]:
+    return [_body(first + i, payload, kind) for i, payload in enumerate(payloads)]
+
+
+@given(
+    payloads=st.lists(st.binary(max_size=300), min_size=1, max_size=40),
+    kind=st.sampled_from([DigestType.DUMMY, DigestType.CRC32C, DigestType.MAC]),
+    first=st.integers(0, 1000),
+    damage=st.none() | st.tuples(st.integers(0, 10**6), st.integers(1, 255)),
+    spare=st.integers(0, 3),
+)
+def test_the_compiled_check_takes_what_the_pure_checks_pass_whole(
+    payloads: list[bytes],
+    kind: DigestType,
+    first: int,
+    damage: tuple[int, int] | None,
+    spare: int,
+) -> None:
+    packed = bytearray(pack_bodies(_answer(payloads, kind, first)))
+    if damage is not None:  # one byte flipped anywhere: a length, a header, a digest, a payload
+        at, flip = damage
+        packed[at % len(packed)] ^= flip
+    last = first + len(payloads) - 1 + spare
+    for check_digest in (True, False):
+        got = compiled.check_run(bytes(packed), LEDGER, first, last, int(kind), check_digest)
+        if kind is DigestType.MAC and check_digest:
+            assert got is None  # HMAC stays on the pure path
+            continue
+        if not check_digest and kind is DigestType.CRC32C:
+            continue  # a copier always checks a CRC32C: never asked
+        assert got == _reference(bytes(packed), LEDGER, first, last, int(kind), check_digest)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda bodies: bodies[:1] + bodies[2:], "a gap in the run"),
+        (lambda bodies: bodies[1:], "not from the first asked"),
+        (lambda bodies: [_body(0, b"x", DigestType.CRC32C, 8), *bodies[1:]], "another ledger"),
+        (lambda bodies: [_body(0, b"x", DigestType.DUMMY), *bodies[1:]], "another digest type"),
+        (lambda bodies: [], "no entries"),
+    ],
+)
+def test_an_answer_that_is_not_the_run_asked_for_is_left_to_the_pure_checks(
+    change: Callable[[list[bytes]], list[bytes]], why: str
+) -> None:
+    bodies = change(_answer([b"a", b"bb", b"ccc"], DigestType.CRC32C))
+    assert compiled.check_run(pack_bodies(bodies), LEDGER, 0, 2, 1, True) is None, why
+
+
+def test_a_run_longer_than_asked_or_than_a_batch_is_left_to_the_pure_checks() -> None:
+    packed = pack_bodies(_answer([b"a", b"b", b"c"], DigestType.DUMMY))
+    assert compiled.check_run(packed, LEDGER, 0, 1, 0, True) is None  # entry 2 not asked for
+    many = pack_bodies(_answer([b""] * (MAX_BATCH_ENTRIES + 1), DigestType.DUMMY))
+    assert compiled.check_run(many, LEDGER, 0, MAX_BATCH_ENTRIES, 0, True) is None
+    whole = pack_bodies(_answer([b""] * MAX_BATCH_ENTRIES, DigestType.DUMMY))
+    taken = compiled.check_run(whole, LEDGER, 0, MAX_BATCH_ENTRIES, 0, True)
+    assert taken is not None
+    assert len(taken) == MAX_BATCH_ENTRIES
+    assert compiled.check_run(packed[:-1], LEDGER, 0, 2, 0, True) is None  # cut short
+    assert compiled.check_run(packed + b"\0\0", LEDGER, 0, 2, 0, True) is None  # a torn length
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (bytearray(b"x"), LEDGER, 0, 2, 1, True),
+        (b"x", "7", 0, 2, 1, True),
+        (b"x", LEDGER, -1, 2, 1, True),
+        (b"x", LEDGER, 0, MAX_ENTRY_ID + 1, 1, True),
+        (b"x", LEDGER, 0, 2**63, 1, True),
+        (b"x", LEDGER, 0, 2, DigestType.CRC32C, True),  # an IntEnum, not an int
+        (b"x", LEDGER, 0, 2, 9, True),
+    ],
+)
+def test_arguments_of_other_shapes_are_left_to_the_pure_checks(arguments: tuple) -> None:
+    assert compiled.check_run(*arguments) is None
