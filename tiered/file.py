@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import functools
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,15 +81,7 @@ class DirectoryStore(ObstoreCalls):
 
         try:
             await step("create", writer.create)
-            batch: list[bytes] = []
-            batched = 0
-            async for chunk in chunks:
-                batch.append(chunk)
-                batched += len(chunk)
-                if batched >= WRITE_BATCH:
-                    pending, batch, batched = batch, [], 0
-                    await step("write", functools.partial(writer.write, pending))
-            await step("write", lambda: writer.write(batch))
+            await self._write_all(chunks, writer, step)
             await step("sync", writer.publish)
             return writer.size
         except Exception:
@@ -105,6 +97,37 @@ class DirectoryStore(ObstoreCalls):
             raise
         finally:
             executor.shutdown(wait=False)
+
+    @staticmethod
+    async def _write_all(
+        chunks: AsyncIterable[bytes],
+        writer: _StagedFile,
+        step: Callable[[str, Callable[[], None]], Awaitable[None]],
+    ) -> None:
+        """Write ``chunks`` in batches of about ``WRITE_BATCH`` bytes, each in the thread while
+        the next one gathers: at most two batches in memory."""
+        writing: asyncio.Future[None] | None = None
+        batch: list[bytes] = []
+        batched = 0
+        try:
+            async for chunk in chunks:
+                batch.append(chunk)
+                batched += len(chunk)
+                if batched >= WRITE_BATCH:
+                    if writing is not None:
+                        await writing
+                    pending, batch, batched = batch, [], 0
+                    writing = asyncio.ensure_future(
+                        step("write", functools.partial(writer.write, pending))
+                    )
+            if writing is not None:
+                await writing
+        except BaseException:
+            if writing is not None and not writing.done():
+                writing.cancel()  # the thread still ends that write before any later step
+                writing.add_done_callback(_retrieved)
+            raise
+        await step("write", functools.partial(writer.write, batch))
 
     async def keys(self, prefix: str) -> AsyncIterator[str]:
         start = parent(prefix)
@@ -218,6 +241,12 @@ def _staging_files(root: Path, prefix: str) -> list[Upload]:
             if key.startswith(prefix):
                 found.append(Upload(key, staging))
     return sorted(found, key=lambda upload: upload.upload_id)
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Mark a cancelled write's outcome seen: the put's own failure is the one raised."""
+    if not future.cancelled():
+        future.exception()
 
 
 __all__ = ["DirectoryStore"]
