@@ -57,13 +57,13 @@ lint: setup
 unit-protocol: setup
 	$(PY) -m pytest -q tests/protocol --cov=aiobk.protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
 
-# The bookie's record tier and the client's range reads once more on the pure-Python code the
-# compiled extensions stand for (AIOBK_NO_EXTENSIONS=1): the main run uses the extensions, and
-# both must pass the same tests.
+# The bookie's record tier, the client's range reads and the offload objects once more on the pure
+# Python code the compiled extensions stand for (AIOBK_NO_EXTENSIONS=1): the main run uses the
+# extensions, and both must pass the same tests.
 PURE_TIER = tests/bookie/test_record_codecs.py tests/bookie/test_journal_pure.py \
 	tests/bookie/test_journal.py tests/bookie/test_entrylog_reads.py tests/bookie/test_add_batch.py \
 	tests/bookie/test_bad_input.py tests/protocol/test_batch.py tests/client/test_range_reads.py \
-	tests/client/test_run_check.py
+	tests/client/test_run_check.py tests/protocol/test_offload_object.py tests/tiered/test_objects.py
 unit-pure: setup
 	AIOBK_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(PURE_TIER) $(PYTEST_ARGS)
 

@@ -18,26 +18,14 @@ cases through both).
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Sequence
-from types import ModuleType
 
 from aiobk.bookie.entrylog import format as log_format
 from aiobk.bookie.journal import format as journal_format
+from aiobk.extensions import compiled
 from aiobk.protocol import batch
 
-
-def _compiled() -> ModuleType | None:
-    if os.environ.get("AIOBK_NO_EXTENSIONS") == "1":
-        return None
-    try:  # by name: an optional binary module, which the import graph cannot read
-        return importlib.import_module("aiobk.bookie._records")
-    except ImportError:
-        return None
-
-
-_module = _compiled()
+_module = compiled("aiobk.bookie._records")
 
 COMPILED = _module is not None
 

@@ -12,21 +12,11 @@ pure-Python checks (``unpack_range`` and ``Digester.check_body``), which say wha
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
-from types import ModuleType
+
+from aiobk.extensions import compiled
 
 CheckRun = Callable[[bytes, int, int, int, int, bool], "list[bytes] | None"]
-
-
-def _compiled() -> ModuleType | None:
-    if os.environ.get("AIOBK_NO_EXTENSIONS") == "1":
-        return None
-    try:  # by name: an optional binary module, which the import graph cannot read
-        return importlib.import_module("aiobk.protocol._runs")
-    except ImportError:
-        return None
 
 
 def _none(
@@ -35,7 +25,7 @@ def _none(
     return None
 
 
-_module = _compiled()
+_module = compiled("aiobk.protocol._runs")
 
 COMPILED = _module is not None
 """Whether the compiled module is in use."""

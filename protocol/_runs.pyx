@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""A READ_RANGE answer's bodies split and checked in C, in one pass, for a reader that keeps
-them as served (a copy of a closed ledger).
+"""A copy's per-entry work in C: a READ_RANGE answer's bodies split and checked in one pass, for
+a reader that keeps them as served (a copy of a closed ledger), and those bodies packed into an
+offload object's block (``pack_run``, the compiled twin of
+``aiobk.protocol.offload_object.pack_run``, which chooses it).
 
 ``check_run`` stands for ``aiobk.protocol.batch.unpack_range`` followed by the digest check of
 each body (``aiobk.client.digest.Digester.check_body``): it returns the bodies when every one of
@@ -9,8 +11,10 @@ body, a MAC to check, odd arguments) goes to the pure-Python path, which says ex
 wrong and where. ``aiobk.client.run_check`` chooses it, and the tests hold the two equal.
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 
 cdef extern from "_crc32c.h":
@@ -44,6 +48,18 @@ cdef inline uint32_t get32(const unsigned char *p) noexcept nogil:
 
 cdef inline int64_t get64(const unsigned char *p) noexcept nogil:
     return <int64_t>((<uint64_t>get32(p) << 32) | get32(p + 4))
+
+
+cdef inline void put32(unsigned char *p, uint32_t v) noexcept nogil:
+    p[0] = <unsigned char>(v >> 24)
+    p[1] = <unsigned char>(v >> 16)
+    p[2] = <unsigned char>(v >> 8)
+    p[3] = <unsigned char>v
+
+
+cdef inline void put64(unsigned char *p, uint64_t v) noexcept nogil:
+    put32(p, <uint32_t>(v >> 32))
+    put32(p + 4, <uint32_t>v)
 
 
 cdef inline bint _is_int64(object value):
@@ -106,3 +122,72 @@ def check_run(packed, ledger_id, first, last, kind, check_digest):
     if count == 0:
         return None
     return bodies
+
+
+cdef enum:
+    BLOCK_HEADER = 16  # an object block's header (magic, count, first entry)
+    RECORD = 16  # an index record: u64 offset, u32 length, u32 CRC32C
+
+
+def _pure_pack_run(block, block_size, records, offset, bodies, first):
+    from aiobk.protocol.offload_object import pack_run  # at call time: no cycle at import
+
+    return pack_run(block, block_size, records, offset, bodies, first)
+
+
+def pack_run(block, block_size, records, offset, bodies, first):
+    """``aiobk.protocol.offload_object.pack_run``, with one resize of ``block`` and of
+    ``records``: arguments of the shapes the encoder passes (bytearrays, exact ints in range,
+    a list or tuple of ``bytes``); anything else goes to the pure function."""
+    if not (
+        type(block) is bytearray
+        and type(records) is bytearray
+        and (type(bodies) is list or type(bodies) is tuple)
+        and _is_int64(block_size)
+        and _is_int64(offset)
+        and type(first) is int
+        and 0 <= first <= len(bodies)
+        and offset >= 0
+        and block_size < 2**40
+        and offset < 2**62
+        and PyByteArray_GET_SIZE(block) >= BLOCK_HEADER
+    ):
+        return _pure_pack_run(block, block_size, records, offset, bodies, first)
+    cdef Py_ssize_t count = len(bodies), i, stop = first, size
+    for i in range(first, count):
+        if type(bodies[i]) is not bytes or PyBytes_GET_SIZE(bodies[i]) > 0xFFFFFFFF:
+            return _pure_pack_run(block, block_size, records, offset, bodies, first)
+    cdef Py_ssize_t used = PyByteArray_GET_SIZE(block), start = used, limit = block_size
+    # how many fit: an entry goes in while the block stays within ``block_size``, and a block's
+    # first entry always does; the block is full once it reaches ``block_size``
+    while stop < count:
+        size = PyBytes_GET_SIZE(bodies[stop])
+        if used > BLOCK_HEADER and used + 4 + size > limit:
+            break
+        used += 4 + size
+        stop += 1
+        if used >= limit:
+            break
+    if stop == first:
+        return stop
+    cdef Py_ssize_t had = PyByteArray_GET_SIZE(records)
+    PyByteArray_Resize(block, used)
+    PyByteArray_Resize(records, had + RECORD * (stop - first))
+    cdef unsigned char *out = <unsigned char *>PyByteArray_AS_STRING(block) + start
+    cdef unsigned char *index = <unsigned char *>PyByteArray_AS_STRING(records) + had
+    cdef uint64_t at = <uint64_t>offset + <uint64_t>start
+    cdef object body
+    cdef const unsigned char *data
+    for i in range(first, stop):
+        body = bodies[i]
+        size = PyBytes_GET_SIZE(body)
+        data = <const unsigned char *>PyBytes_AS_STRING(body)
+        put32(out, <uint32_t>size)
+        memcpy(out + 4, data, size)
+        put64(index, at + 4)
+        put32(index + 8, <uint32_t>size)
+        put32(index + 12, aiobk_crc32c(0, data, <size_t>size))
+        out += 4 + size
+        index += RECORD
+        at += 4 + size
+    return stop

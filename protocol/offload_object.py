@@ -98,14 +98,14 @@ Pure: no I/O here (``tiered.objects`` moves the bytes).
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, repeat
+from itertools import repeat
 from typing import NamedTuple
 
 import crc32c
 
+from aiobk.extensions import compiled
 from aiobk.protocol.entry import DigestType
 from aiobk.protocol.errors import MalformedObjectError
 from aiobk.protocol.limits import MAX_LEDGER_ID
@@ -433,8 +433,9 @@ class ObjectEncoder:
         self._block_size = block_size
         self._next = header.first_entry
         self._offset = 0  # bytes handed out so far: where the open block starts
-        self._pieces: list[bytes] = []  # the open block's length prefixes and bodies
-        self._filled = 0  # their bytes
+        # The open block: its header's room, then its entries, each a length and a body.
+        self._block = bytearray(BLOCK_HEADER_SIZE)
+        self._count = 0  # entries in it
         self._block_first = 0  # position of the open block's first entry
         self._records = bytearray()
         self._blocks = bytearray()
@@ -464,31 +465,13 @@ class ObjectEncoder:
             entry_id = first_id + position
             raise ValueError(f"entry {entry_id} of {len(body)} bytes is too long for format 1")
         out = self._start()
-        sizes = list(map(len, bodies))
-        crcs = list(map(crc32c.crc32c, bodies))
-        room = self._block_size - BLOCK_HEADER_SIZE  # for the block's prefixes and bodies
         at = 0
         while at < len(bodies):
-            # The open block's bytes after each of the entries from ``at``, were all added.
-            ends = list(accumulate(map(_PREFIX.size.__add__, sizes[at:]), initial=self._filled))
-            fit = bisect_right(ends, room, 1) - 1  # how many of them the block still holds
-            if not fit:
-                if self._pieces:
-                    out.append(self._close())
-                    continue
-                fit = 1  # an entry larger than a block: a block of its own
-            stop = at + fit
-            base = self._offset + BLOCK_HEADER_SIZE + _PREFIX.size  # + ends[i]: entry i's body
-            self._records += b"".join(
-                map(_RECORD.pack, map(base.__add__, ends[:fit]), sizes[at:stop], crcs[at:stop])
-            )
-            self._pieces += chain.from_iterable(
-                zip(map(_PREFIX.pack, sizes[at:stop]), bodies[at:stop], strict=True)
-            )
-            self._filled = ends[fit]
-            self._next += fit
+            stop = _pack_run(self._block, self._block_size, self._records, self._offset, bodies, at)
+            self._count += stop - at
+            self._next += stop - at
             at = stop
-            if BLOCK_HEADER_SIZE + self._filled >= self._block_size:
+            if at < len(bodies) or len(self._block) >= self._block_size:
                 out.append(self._close())
         return out
 
@@ -499,7 +482,7 @@ class ObjectEncoder:
         if self._next != self._header.last_entry + 1:
             raise ValueError(f"entries {self._next}..{self._header.last_entry} were not added")
         out = self._start()
-        if self._pieces:
+        if self._count:
             out.append(self._close())
         count = self._next - self._header.first_entry
         index = b"".join((
@@ -522,15 +505,48 @@ class ObjectEncoder:
         return [head]
 
     def _close(self) -> bytes:
-        count = len(self._pieces) // 2
+        count = self._count
         first_id = self._header.first_entry + self._block_first
-        self._pieces.insert(0, _BLOCK.pack(BLOCK_MAGIC, count, first_id))
-        block = b"".join(self._pieces)
+        _BLOCK.pack_into(self._block, 0, BLOCK_MAGIC, count, first_id)
+        block = bytes(self._block)
         self._blocks += _RECORD.pack(self._offset, len(block), self._block_first)
         self._offset += len(block)
         self._block_first += count
-        self._pieces, self._filled = [], 0
+        self._block, self._count = bytearray(BLOCK_HEADER_SIZE), 0
         return block
+
+
+def pack_run(
+    block: bytearray,
+    block_size: int,
+    records: bytearray,
+    offset: int,
+    bodies: Sequence[bytes],
+    first: int,
+) -> int:
+    """Add ``bodies[first:]`` to the open ``block`` (its header's room, then each entry's length
+    and body) while they fit in ``block_size`` -- a block's first entry always does -- and each
+    entry's index record to ``records``: its body's offset (the block is at ``offset`` in the
+    object), length and CRC32C. Returns the position of the first body not added; the block is
+    full when it holds ``block_size`` bytes or more. (``aiobk.protocol._runs.pack_run`` is its
+    compiled twin.)"""
+    at = first
+    for body in bodies[first:]:
+        size = len(body)
+        used = len(block)
+        if used > BLOCK_HEADER_SIZE and used + _PREFIX.size + size > block_size:
+            break
+        records += _RECORD.pack(offset + used + _PREFIX.size, size, _crc(body))
+        block += _PREFIX.pack(size)
+        block += body
+        at += 1
+        if len(block) >= block_size:
+            break
+    return at
+
+
+_compiled_runs = compiled("aiobk.protocol._runs")
+_pack_run = _compiled_runs.pack_run if _compiled_runs is not None else pack_run
 
 
 __all__ = [
@@ -557,4 +573,5 @@ __all__ = [
     "parse_index",
     "parse_locations",
     "parse_object",
+    "pack_run",
 ]

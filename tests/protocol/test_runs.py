@@ -4,11 +4,13 @@ other answer to them (``client.run_check`` chooses it)."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import importlib
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import crc32c
 import pytest
@@ -27,6 +29,7 @@ from aiobk.protocol import (
 )
 from aiobk.protocol.entry import HEADER_SIZE
 from aiobk.protocol.limits import MAX_ENTRY_ID
+from aiobk.protocol.offload_object import BLOCK_HEADER_SIZE, pack_run
 
 LEDGER = 7
 KEY = b"k" * 32
@@ -143,3 +146,56 @@ def test_a_run_longer_than_asked_or_than_a_batch_is_left_to_the_pure_checks() ->
 )
 def test_arguments_of_other_shapes_are_left_to_the_pure_checks(arguments: tuple) -> None:
     assert compiled.check_run(*arguments) is None
+
+
+@given(
+    sizes=st.lists(st.integers(0, 300), max_size=30),
+    block_size=st.integers(17, 1200),
+    held=st.lists(st.integers(0, 200), max_size=3),
+    offset=st.integers(0, 2**40),
+    first=st.integers(0, 5),
+)
+def test_pack_run_adds_what_its_pure_twin_adds(
+    sizes: list[int], block_size: int, held: list[int], offset: int, first: int
+) -> None:
+    bodies = [bytes([size % 251]) * size for size in sizes]
+    first = min(first, len(bodies))
+    results = []
+    for pack in (compiled.pack_run, pack_run):
+        block = bytearray(BLOCK_HEADER_SIZE)
+        for size in held:  # a block that holds entries already
+            block += size.to_bytes(4, "big") + b"h" * size
+        records = bytearray(b"r" * 16)
+        stop = pack(block, block_size, records, offset, bodies, first)
+        results.append((stop, bytes(block), bytes(records)))
+    assert results[0] == results[1]
+    stop, block, _records = results[0]
+    assert first <= stop <= len(bodies)
+    if stop > first and len(block) > block_size:  # over the size only by a block's first entry
+        assert not held
+        assert stop == first + 1
+
+
+def _outcome(pack: Callable[..., int], arguments: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What ``pack`` returns or raises, and what it left in its mutable arguments."""
+    copies = tuple(copy.copy(a) if isinstance(a, bytearray) else a for a in arguments)
+    try:
+        result: Any = pack(*copies)
+    except Exception as exc:
+        result = type(exc)
+    return result, *(bytes(a) for a in copies if isinstance(a, bytearray))
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (bytearray(16), 100, bytearray(), 0, [bytearray(b"x")], 0),  # not bytes
+        (bytearray(16), 100, bytearray(), 0, (b"a", memoryview(b"b")), 0),
+        (bytes(16), 100, bytearray(), 0, [b"x"], 0),  # a block that cannot grow
+        (bytearray(16), 100, bytearray(), -1, [b"x"], 0),  # an offset out of range
+        (bytearray(16), 100, bytearray(), 0, [b"x"], 2),  # past the bodies
+        (bytearray(4), 100, bytearray(), 0, [b"x"], 0),  # no room for the block's header
+    ],
+)
+def test_pack_run_of_other_shapes_is_its_pure_twin(arguments: tuple[Any, ...]) -> None:
+    assert _outcome(compiled.pack_run, arguments) == _outcome(pack_run, arguments)
