@@ -14,3 +14,6 @@ def pack_run(
     bodies: Sequence[bytes],
     first: int,
 ) -> int: ...
+def check_entries(
+    data: bytes, base: int, locations: list[tuple[int, int, int]], start: int, stop: int
+) -> bool: ...

@@ -191,3 +191,43 @@ def pack_run(block, block_size, records, offset, bodies, first):
         index += RECORD
         at += 4 + size
     return stop
+
+
+def check_entries(data, base, locations, start, stop):
+    """True when every entry ``start``..``stop - 1`` of ``locations`` (the index's ``(offset,
+    length, crc)`` tuples) lies in the block ``data``, which starts at ``base`` in the object,
+    after a length prefix equal to its length, and has its CRC32C; else False, leaving the block
+    to the pure checks (``aiobk.protocol.offload_object.check_block``), which say what is
+    wrong."""
+    if not (
+        type(data) is bytes
+        and type(locations) is list
+        and _is_int64(base)
+        and type(start) is int
+        and type(stop) is int
+        and 0 <= start <= stop <= len(locations)
+    ):
+        return False
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data), i
+    cdef int64_t origin = base, at, length
+    cdef tuple location
+    for i in range(start, stop):
+        item = locations[i]
+        if not isinstance(item, tuple) or len(<tuple>item) != 3:
+            return False
+        location = <tuple>item
+        offset, size, crc = location[0], location[1], location[2]
+        if not (_is_int64(offset) and _is_int64(size) and _is_int64(crc)):
+            return False
+        at = <int64_t>offset - origin
+        length = size
+        if at < 4 or length < 0 or length > 0xFFFFFFFF or at + length > end:
+            return False
+        if not 0 <= crc <= 0xFFFFFFFF:
+            return False
+        if get32(p + at - 4) != <uint32_t>length:
+            return False
+        if aiobk_crc32c(0, p + at, <size_t>length) != <uint32_t><int64_t>crc:
+            return False
+    return True

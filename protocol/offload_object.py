@@ -98,7 +98,7 @@ Pure: no I/O here (``tiered.objects`` moves the bytes).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import NamedTuple
@@ -387,6 +387,10 @@ def _block(data: bytes, index: ObjectIndex, number: int, *, keep: bool) -> list[
     magic, count, first = _BLOCK.unpack_from(data)
     if (magic, count, first) != (BLOCK_MAGIC, len(entries), entries.start):
         raise _fail(f"block {number} says {magic!r}, {count} entries from {first}")
+    if not keep and _check_entries(
+        data, block.offset, index.locations, entries.start, entries.stop
+    ):
+        return []  # every entry's prefix and CRC32C checked in C
     bodies: list[bytes] = []
     view = memoryview(data)
     unpack_prefix, crc, base, size = _PREFIX.unpack_from, crc32c.crc32c, block.offset, _PREFIX.size
@@ -547,6 +551,10 @@ def pack_run(
 
 _compiled_runs = compiled("aiobk.protocol._runs")
 _pack_run = _compiled_runs.pack_run if _compiled_runs is not None else pack_run
+# Without the compiled module every block takes the checks in ``_block``.
+_check_entries: Callable[[bytes, int, list[EntryLocation], int, int], bool] = (
+    _compiled_runs.check_entries if _compiled_runs is not None else lambda *_args: False
+)
 
 
 __all__ = [

@@ -28,8 +28,18 @@ from aiobk.protocol import (
     unpack_range,
 )
 from aiobk.protocol.entry import HEADER_SIZE
+from aiobk.protocol.errors import MalformedObjectError
 from aiobk.protocol.limits import MAX_ENTRY_ID
-from aiobk.protocol.offload_object import BLOCK_HEADER_SIZE, pack_run
+from aiobk.protocol.offload_object import (
+    BLOCK_HEADER_SIZE,
+    EntryLocation,
+    ObjectEncoder,
+    ObjectHeader,
+    ObjectIndex,
+    pack_run,
+    parse_block,
+    parse_index,
+)
 
 LEDGER = 7
 KEY = b"k" * 32
@@ -199,3 +209,78 @@ def _outcome(pack: Callable[..., int], arguments: tuple[Any, ...]) -> tuple[Any,
 )
 def test_pack_run_of_other_shapes_is_its_pure_twin(arguments: tuple[Any, ...]) -> None:
     assert _outcome(compiled.pack_run, arguments) == _outcome(pack_run, arguments)
+
+
+def _object(bodies: list[bytes], block_size: int) -> tuple[bytes, ObjectIndex]:
+    header = ObjectHeader(LEDGER, 0, len(bodies) - 1, b"u" * 16, 1)
+    encoder = ObjectEncoder(header, block_size)
+    data = b"".join([*encoder.add_run(0, bodies), *encoder.finish()])
+    footer = encoder.footer
+    index = parse_index(
+        footer, data[footer.index_offset : footer.index_offset + footer.index_length]
+    )
+    return data, index
+
+
+@given(
+    sizes=st.lists(st.integers(0, 200), min_size=1, max_size=30),
+    block_size=st.integers(17, 600),
+    damage=st.none() | st.tuples(st.integers(0, 10**6), st.integers(1, 255)),
+)
+def test_check_entries_passes_the_blocks_the_pure_checks_pass(
+    sizes: list[int], block_size: int, damage: tuple[int, int] | None
+) -> None:
+    data, index = _object([bytes([s % 7]) * s for s in sizes], block_size)
+    for number, block in enumerate(index.blocks):
+        raw = bytearray(data[block.offset : block.offset + block.length])
+        if damage is not None:  # a byte flipped anywhere in the block
+            raw[damage[0] % len(raw)] ^= damage[1]
+        entries = index.block_entries(number)
+        try:
+            _block_checks(bytes(raw), index, number)
+            passes = True
+        except MalformedObjectError:
+            passes = False
+        got = compiled.check_entries(
+            bytes(raw), block.offset, index.locations, entries.start, entries.stop
+        )
+        if got:  # the header is the pure path's to check: only the entries are the C's
+            assert (
+                passes
+                or bytes(raw[:BLOCK_HEADER_SIZE])
+                != data[block.offset : block.offset + BLOCK_HEADER_SIZE]
+            )
+        else:
+            assert not passes
+
+
+def _block_checks(data: bytes, index: ObjectIndex, number: int) -> None:
+    """The pure checks of a block's entries: ``parse_block`` takes no compiled path."""
+    parse_block(data, index, number)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (bytearray(b"x"), 0, [], 0, 0),
+        (b"x", 0, (), 0, 0),
+        (b"x", 0, [], 0, 1),
+        (b"xxxxx", 0, [(4, 1)], 0, 1),  # not an index tuple
+        (b"xxxxx", 0, [(4, "1", 0)], 0, 1),
+        (b"xxxxx", 0, [(2, 1, 0)], 0, 1),  # before its prefix
+        (b"xxxxx", 0, [(4, 2, 0)], 0, 1),  # past the block
+        (b"xxxxx", 0, [(4, 1, 2**32)], 0, 1),
+    ],
+)
+def test_check_entries_leaves_what_it_cannot_read_to_the_pure_checks(
+    arguments: tuple[Any, ...],
+) -> None:
+    assert compiled.check_entries(*arguments) is False
+
+
+def test_check_entries_of_no_entries_and_of_good_ones_is_true() -> None:
+    body = b"x"
+    block = b"\0" * 16 + len(body).to_bytes(4, "big") + body
+    assert compiled.check_entries(block, 100, [], 0, 0) is True
+    good = [EntryLocation(120, 1, crc32c.crc32c(body))]
+    assert compiled.check_entries(block, 100, good, 0, 1) is True
