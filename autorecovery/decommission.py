@@ -52,6 +52,9 @@ POLL_INTERVAL = 1.0  # seconds between looks at the ledgers still naming the boo
 AUDITOR_WAIT = 15.0  # at most this long for an auditor to be elected (a failover takes a TTL)
 STATE_TIMEOUT = 10.0  # for the bookie to answer a read-only request
 SHOWN = 5  # ledger ids named in an error message, and ledgers explained in the progress
+# A ledger left that nothing holds: its copy is under way, or waits for a worker's next look.
+MOVING = "moving"
+MOVING_REASON = "nothing holds it: a worker is copying it now, or takes it at its next look"
 EXPLAIN_EVERY = 10.0  # seconds between explanations of the ledgers left
 
 
@@ -63,7 +66,7 @@ class DecommissionError(Exception):
 @dataclass(frozen=True, slots=True)
 class LedgerLeft:
     """A ledger that still names the bookie, and what holds its repair (the first blocker of
-    its explanation)."""
+    its explanation; ``MOVING`` when nothing does)."""
 
     ledger_id: int
     kind: str
@@ -317,6 +320,8 @@ class Decommission:
             if explanation.blockers:
                 first = explanation.blockers[0]
                 left.append(LedgerLeft(ledger_id, first.kind, first.message))
+            else:  # named all the same: the first few left are the ones shown
+                left.append(LedgerLeft(ledger_id, MOVING, MOVING_REASON))
         return tuple(left)
 
     async def _timed_out(self) -> str:

@@ -253,3 +253,30 @@ async def test_a_stalled_directory_raises_within_its_timeout(tmp_path: Path) -> 
     finally:  # let the blocked open through, so that no thread stays stuck
         os.close(os.open(tmp_path / "stuck", os.O_WRONLY | os.O_NONBLOCK))
     await store.close()
+
+
+async def test_a_write_that_fails_while_the_next_batch_gathers_fails_the_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory store writes a batch in its thread while the next one gathers: a write
+    that fails there (a full disk) fails the put, and no object or staging file is left."""
+    from aiobk.tiered import file as file_store
+
+    written: list[int] = []
+    write = file_store._StagedFile.write
+
+    def full_at_the_second(self: file_store._StagedFile, chunks: list[bytes]) -> None:
+        written.append(sum(map(len, chunks)))
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        write(self, chunks)
+
+    monkeypatch.setattr(file_store._StagedFile, "write", full_at_the_second)
+    store = open_object_store(f"file://{tmp_path}")
+    with pytest.raises(ObjectStoreError, match="No space left"):
+        await store.put(KEY, _chunks(_pattern(5 * MIB), MIB // 2))
+    assert len(written) >= 2
+    assert await store.size(KEY) is None
+    assert await store.uploads("") == []
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    await store.close()
