@@ -35,6 +35,19 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"uvloop": new_event_loop}
 
 
+@pytest.fixture(autouse=True)
+def _tmp_path_first(request: pytest.FixtureRequest) -> None:
+    """Set a test's ``tmp_path`` up before its other fixtures, so it is torn down after them.
+
+    A passing test's directory is removed when ``tmp_path`` is torn down (the suite keeps only
+    failing tests' directories). Fixtures tear down in the reverse of their set-up order, so a
+    fixture asked for before ``tmp_path`` -- a list of clusters stopped at the end -- would
+    otherwise stop its bookies after their directories were gone, and their last index flush
+    would fail to create its file."""
+    if "tmp_path" in request.fixturenames:
+        request.getfixturevalue("tmp_path")
+
+
 @pytest.fixture
 async def start_bookie(tmp_path: Path) -> AsyncIterator[BookieFactory]:
     """Start bookies (port 0, own data dir unless given); all are stopped at the end."""
