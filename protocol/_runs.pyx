@@ -193,41 +193,81 @@ def pack_run(block, block_size, records, offset, bodies, first):
     return stop
 
 
-def check_entries(data, base, locations, start, stop):
-    """True when every entry ``start``..``stop - 1`` of ``locations`` (the index's ``(offset,
-    length, crc)`` tuples) lies in the block ``data``, which starts at ``base`` in the object,
-    after a length prefix equal to its length, and has its CRC32C; else False, leaving the block
-    to the pure checks (``aiobk.protocol.offload_object.check_block``), which say what is
-    wrong."""
+def check_entries(data, base, records, start, stop):
+    """True when every entry ``start``..``stop - 1`` of ``records`` (the index's entry records:
+    big-endian u64 offset, u32 length, u32 CRC32C each) lies in the block ``data``, which starts
+    at ``base`` in the object, after a length prefix equal to its length, and has its CRC32C;
+    else False, leaving the block to the pure checks
+    (``aiobk.protocol.offload_object.check_block``), which say what is wrong."""
     if not (
         type(data) is bytes
-        and type(locations) is list
+        and type(records) is bytes
         and _is_int64(base)
         and type(start) is int
         and type(stop) is int
-        and 0 <= start <= stop <= len(locations)
+        and 0 <= start <= stop <= PyBytes_GET_SIZE(records) // RECORD
     ):
         return False
     cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(data)
+    cdef const unsigned char *record = <const unsigned char *>PyBytes_AS_STRING(records)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(data), i
-    cdef int64_t origin = base, at, length
-    cdef tuple location
+    cdef uint64_t origin = <uint64_t><int64_t>base, offset
+    cdef uint32_t length
+    if <int64_t>base < 0:
+        return False
     for i in range(start, stop):
-        item = locations[i]
-        if not isinstance(item, tuple) or len(<tuple>item) != 3:
+        offset = <uint64_t>get64(record + RECORD * i)
+        length = get32(record + RECORD * i + 8)
+        if offset < origin + 4 or length > end or offset - origin > <uint64_t>(end - length):
             return False
-        location = <tuple>item
-        offset, size, crc = location[0], location[1], location[2]
-        if not (_is_int64(offset) and _is_int64(size) and _is_int64(crc)):
+        if get32(p + (offset - origin) - 4) != length:
             return False
-        at = <int64_t>offset - origin
-        length = size
-        if at < 4 or length < 0 or length > 0xFFFFFFFF or at + length > end:
-            return False
-        if not 0 <= crc <= 0xFFFFFFFF:
-            return False
-        if get32(p + at - 4) != <uint32_t>length:
-            return False
-        if aiobk_crc32c(0, p + at, <size_t>length) != <uint32_t><int64_t>crc:
+        if aiobk_crc32c(0, p + (offset - origin), length) != get32(record + RECORD * i + 12):
             return False
     return True
+
+
+def check_tiling(entries, blocks, start, end):
+    """True when the index's ``blocks`` records (u64 offset, u32 length, u32 first position
+    each) and ``entries`` records tile the data region ``start``..``end`` exactly: each block
+    where the last one ended, holding at least one entry, each entry's body right after its
+    length prefix and the last one's body, every block ending after its last body, the first
+    block holding the first entry; else False, leaving the index to the pure checks
+    (``aiobk.protocol.offload_object.parse_index``), which say what is wrong."""
+    if not (
+        type(entries) is bytes
+        and type(blocks) is bytes
+        and type(start) is int
+        and type(end) is int
+        and 0 <= start < 2**62
+        and 0 <= end < 2**62
+        and PyBytes_GET_SIZE(entries) % RECORD == 0
+        and PyBytes_GET_SIZE(blocks) % RECORD == 0
+    ):
+        return False
+    cdef const unsigned char *entry = <const unsigned char *>PyBytes_AS_STRING(entries)
+    cdef const unsigned char *block = <const unsigned char *>PyBytes_AS_STRING(blocks)
+    cdef Py_ssize_t count = PyBytes_GET_SIZE(entries) // RECORD
+    cdef Py_ssize_t block_count = PyBytes_GET_SIZE(blocks) // RECORD
+    cdef Py_ssize_t number, i
+    cdef uint64_t offset = <uint64_t><int64_t>start, block_offset, first, stop, at
+    for number in range(block_count):
+        block_offset = <uint64_t>get64(block + RECORD * number)
+        first = get32(block + RECORD * number + 12)
+        if number + 1 < block_count:
+            stop = get32(block + RECORD * (number + 1) + 12)
+        else:
+            stop = <uint64_t>count
+        if block_offset != offset or first >= stop or stop > <uint64_t>count:
+            return False
+        offset += BLOCK_HEADER
+        for i in range(<Py_ssize_t>first, <Py_ssize_t>stop):
+            at = <uint64_t>get64(entry + RECORD * i)
+            if at != offset + 4:
+                return False
+            offset = at + get32(entry + RECORD * i + 8)
+        if offset != block_offset + get32(block + RECORD * number + 8):
+            return False
+    if offset != <uint64_t><int64_t>end:
+        return False
+    return count == 0 or (block_count > 0 and get32(block + 12) == 0)

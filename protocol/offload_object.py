@@ -176,18 +176,30 @@ class BlockLocation(NamedTuple):
     first: int
 
 
-@dataclass(frozen=True, slots=True)
 class ObjectIndex:
-    """The whole index block: every entry's location and every block's."""
+    """The whole index block: every entry's location and every block's.
 
-    locations: list[EntryLocation]
-    blocks: list[BlockLocation]
+    ``records`` keeps the entries' records as stored (16 bytes each), which the compiled
+    checks read directly; ``locations`` makes them tuples on first use."""
+
+    __slots__ = ("_locations", "blocks", "count", "records")
+
+    def __init__(self, records: bytes, blocks: list[BlockLocation]) -> None:
+        self.records = records
+        self.blocks = blocks
+        self.count = len(records) // INDEX_RECORD_SIZE
+        self._locations: list[EntryLocation] | None = None
+
+    @property
+    def locations(self) -> list[EntryLocation]:
+        """Every entry's location, in position order."""
+        if self._locations is None:
+            self._locations = parse_locations(self.records, self.count)
+        return self._locations
 
     def block_entries(self, number: int) -> range:
         """The positions of the entries in block ``number``."""
-        end = (
-            self.blocks[number + 1].first if number + 1 < len(self.blocks) else len(self.locations)
-        )
+        end = self.blocks[number + 1].first if number + 1 < len(self.blocks) else self.count
         return range(self.blocks[number].first, end)
 
 
@@ -347,9 +359,18 @@ def parse_index(footer: ObjectFooter, data: bytes) -> ObjectIndex:
         len(data) != table + INDEX_RECORD_SIZE * block_count
     ):
         raise _fail(f"index of entries from {first}, {count} entries, {block_count} blocks")
-    locations = parse_locations(data[INDEX_HEADER_SIZE:table], count)
-    blocks = list(map(BlockLocation._make, _RECORD.iter_unpack(data[table:])))
-    index = ObjectIndex(locations, blocks)
+    records = data[INDEX_HEADER_SIZE:table]
+    block_records = data[table:]
+    index = ObjectIndex(records, list(map(BlockLocation._make, _RECORD.iter_unpack(block_records))))
+    if not _check_tiling(records, block_records, HEADER_SIZE, footer.index_offset):
+        _check_tiling_pure(index, footer)  # says what is wrong
+    return index
+
+
+def _check_tiling_pure(index: ObjectIndex, footer: ObjectFooter) -> None:
+    """The blocks and locations of ``index`` tile the data region exactly (``check_tiling`` in
+    ``aiobk.protocol._runs`` is its compiled twin)."""
+    blocks, locations, count = index.blocks, index.locations, index.count
     offset = HEADER_SIZE
     for number, block in enumerate(blocks):
         entries = index.block_entries(number)
@@ -366,7 +387,6 @@ def parse_index(footer: ObjectFooter, data: bytes) -> ObjectIndex:
             raise _fail(f"block {number} of {block.length} bytes ends at {offset}")
     if offset != footer.index_offset or (count and (not blocks or blocks[0].first != 0)):
         raise _fail(f"the data blocks end at {offset}, the index is at {footer.index_offset}")
-    return index
 
 
 def parse_block(data: bytes, index: ObjectIndex, number: int) -> list[bytes]:
@@ -387,9 +407,7 @@ def _block(data: bytes, index: ObjectIndex, number: int, *, keep: bool) -> list[
     magic, count, first = _BLOCK.unpack_from(data)
     if (magic, count, first) != (BLOCK_MAGIC, len(entries), entries.start):
         raise _fail(f"block {number} says {magic!r}, {count} entries from {first}")
-    if not keep and _check_entries(
-        data, block.offset, index.locations, entries.start, entries.stop
-    ):
+    if not keep and _check_entries(data, block.offset, index.records, entries.start, entries.stop):
         return []  # every entry's prefix and CRC32C checked in C
     bodies: list[bytes] = []
     view = memoryview(data)
@@ -551,9 +569,13 @@ def pack_run(
 
 _compiled_runs = compiled("aiobk.protocol._runs")
 _pack_run = _compiled_runs.pack_run if _compiled_runs is not None else pack_run
-# Without the compiled module every block takes the checks in ``_block``.
-_check_entries: Callable[[bytes, int, list[EntryLocation], int, int], bool] = (
+# Without the compiled module every block takes the checks in ``_block``, and every index
+# the checks in ``_check_tiling_pure``.
+_check_entries: Callable[[bytes, int, bytes, int, int], bool] = (
     _compiled_runs.check_entries if _compiled_runs is not None else lambda *_args: False
+)
+_check_tiling: Callable[[bytes, bytes, int, int], bool] = (
+    _compiled_runs.check_tiling if _compiled_runs is not None else lambda *_args: False
 )
 
 

@@ -10,8 +10,9 @@ The order of the steps is what makes a crash anywhere harmless:
    always, and the sweep removes it without a grace period.
 3. The entries stream from the bookies (digests checked) into the object, in runs of
    consecutive entries where the bookies read them so (``client.range_read``).
-4. The object is read back whole and checked against the CRC of every entry as the bookies
-   served it.
+4. The object is read back whole and checked: every body against the CRC32C its index record
+   holds, computed from the body as the bookies served it when the block was packed, and the
+   index against the CRC the metadata will name.
 5. The metadata says ``copied``, by compare-and-set, only if the attempt is still the one it
    names; a superseded attempt deletes its own object.
 6. With a deletion lag of 0, the metadata says ``released`` at once (after the object's size is
@@ -24,14 +25,11 @@ it; an older one is taken over, its object and unfinished uploads deleted first.
 
 from __future__ import annotations
 
-import array
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Final
-
-import crc32c
 
 from aiobk.client.context import ClientContext
 from aiobk.client.digest import CopyChecker, Digester
@@ -190,14 +188,11 @@ async def _copy(
         config.read_ahead_bytes,
         ctx.stats,
     )
-    crcs = array.array("I")
-
     async def runs() -> AsyncIterator[list[bytes]]:
         if last < 0:
             return
         passed = 0  # bytes handed to the object, until a block of them has gone
         async for run in reader.runs(metadata, 0, last):
-            crcs.extend(map(crc32c.crc32c, run))
             yield run
             if passed >= 0:
                 passed += sum(map(len, run))
@@ -225,7 +220,7 @@ async def _copy(
     ref = offload_ref(ledger_id, metadata.with_offload(replace(copied, state=OffloadState.COPIED)))
     assert ref is not None
     try:
-        await verify_object(store, ref, crcs)
+        await verify_object(store, ref)
     except MalformedObjectError:
         log.error("ledger %d: the object read back does not match; deleting it", ledger_id)
         await store.delete(attempt.key)

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 
@@ -31,15 +32,19 @@ from aiobk.protocol.entry import HEADER_SIZE
 from aiobk.protocol.errors import MalformedObjectError
 from aiobk.protocol.limits import MAX_ENTRY_ID
 from aiobk.protocol.offload_object import (
+    _RECORD,
     BLOCK_HEADER_SIZE,
-    EntryLocation,
+    INDEX_HEADER_SIZE,
+    BlockLocation,
     ObjectEncoder,
     ObjectHeader,
     ObjectIndex,
+    _check_tiling_pure,
     pack_run,
     parse_block,
     parse_index,
 )
+from aiobk.protocol.offload_object import HEADER_SIZE as OBJECT_HEADER_SIZE
 
 LEDGER = 7
 KEY = b"k" * 32
@@ -242,7 +247,7 @@ def test_check_entries_passes_the_blocks_the_pure_checks_pass(
         except MalformedObjectError:
             passes = False
         got = compiled.check_entries(
-            bytes(raw), block.offset, index.locations, entries.start, entries.stop
+            bytes(raw), block.offset, index.records, entries.start, entries.stop
         )
         if got:  # the header is the pure path's to check: only the entries are the C's
             assert (
@@ -259,17 +264,26 @@ def _block_checks(data: bytes, index: ObjectIndex, number: int) -> None:
     parse_block(data, index, number)
 
 
+def _stored(*records: tuple[int, int, int]) -> bytes:
+    """Index records as stored: u64 offset, u32 length, u32 CRC32C (or first position)."""
+    return b"".join(_RECORD.pack(*record) for record in records)
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
-        (bytearray(b"x"), 0, [], 0, 0),
-        (b"x", 0, (), 0, 0),
-        (b"x", 0, [], 0, 1),
-        (b"xxxxx", 0, [(4, 1)], 0, 1),  # not an index tuple
-        (b"xxxxx", 0, [(4, "1", 0)], 0, 1),
-        (b"xxxxx", 0, [(2, 1, 0)], 0, 1),  # before its prefix
-        (b"xxxxx", 0, [(4, 2, 0)], 0, 1),  # past the block
-        (b"xxxxx", 0, [(4, 1, 2**32)], 0, 1),
+        (bytearray(b"x"), 0, b"", 0, 0),
+        (b"x", 0, bytearray(), 0, 0),
+        (b"x", 0, [], 0, 0),  # records as tuples, not as stored
+        (b"x", 0, b"", 0, 1),  # more entries than records
+        (b"x", -1, b"", 0, 0),
+        (b"x", 2**63, b"", 0, 0),
+        (b"xxxxx", 0, _stored((4, 1, 0))[:15], 0, 1),  # a record cut short
+        (b"xxxxx", 0, _stored((2, 1, 0)), 0, 1),  # before its prefix
+        (b"xxxxx", 0, _stored((4, 2, 0)), 0, 1),  # past the block
+        (b"xxxxx", 0, _stored((4, 2**32 - 1, 0)), 0, 1),  # longer than the block
+        (b"\0\0\0\1x", 0, _stored((4, 1, crc32c.crc32c(b"y"))), 0, 1),  # not its CRC
+        (b"\0\0\0\2x", 0, _stored((4, 1, crc32c.crc32c(b"x"))), 0, 1),  # not its prefix
     ],
 )
 def test_check_entries_leaves_what_it_cannot_read_to_the_pure_checks(
@@ -281,6 +295,59 @@ def test_check_entries_leaves_what_it_cannot_read_to_the_pure_checks(
 def test_check_entries_of_no_entries_and_of_good_ones_is_true() -> None:
     body = b"x"
     block = b"\0" * 16 + len(body).to_bytes(4, "big") + body
-    assert compiled.check_entries(block, 100, [], 0, 0) is True
-    good = [EntryLocation(120, 1, crc32c.crc32c(body))]
+    assert compiled.check_entries(block, 100, b"", 0, 0) is True
+    good = _stored((120, 1, crc32c.crc32c(body)))
     assert compiled.check_entries(block, 100, good, 0, 1) is True
+
+
+@given(
+    sizes=st.lists(st.integers(0, 200), max_size=30),
+    block_size=st.integers(17, 600),
+    damage=st.none() | st.tuples(st.integers(0, 10**6), st.integers(1, 255)),
+    end_shift=st.sampled_from([0, 0, 0, -1, 1, -(2**40)]),
+)
+def test_check_tiling_passes_the_indexes_the_pure_checks_pass(
+    sizes: list[int], block_size: int, damage: tuple[int, int] | None, end_shift: int
+) -> None:
+    header = ObjectHeader(LEDGER, 0, len(sizes) - 1, b"u" * 16, 1)
+    encoder = ObjectEncoder(header, block_size)
+    encoder.add_run(0, [bytes([s % 7]) * s for s in sizes])
+    index_block = b"".join(encoder.finish()[-2:-1])
+    footer = replace(encoder.footer, index_offset=encoder.footer.index_offset + end_shift)
+    table = bytearray(index_block[INDEX_HEADER_SIZE:])  # entry records, then block records
+    if damage is not None and table:  # a byte flipped anywhere in either table
+        table[damage[0] % len(table)] ^= damage[1]
+    records, blocks = bytes(table[: 16 * len(sizes)]), bytes(table[16 * len(sizes) :])
+    index = ObjectIndex(records, [BlockLocation(*r) for r in _RECORD.iter_unpack(blocks)])
+    try:
+        _check_tiling_pure(index, footer)
+        passes = True
+    except MalformedObjectError:
+        passes = False
+    assert compiled.check_tiling(records, blocks, OBJECT_HEADER_SIZE, footer.index_offset) is passes
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (bytearray(), b"", 64, 64),
+        (b"", [], 64, 64),
+        (b"x", b"", 64, 64),  # not whole records
+        (b"", b"x", 64, 64),
+        (b"", b"", -1, 64),
+        (b"", b"", 64, 2**62),
+        (b"", b"", 64, 65),  # the data region not empty, no blocks
+        (_stored((84, 1, 0)), b"", 64, 85),  # an entry, no block
+        (_stored((84, 1, 0)), _stored((64, 21, 1)), 64, 85),  # the first block not at 0
+        (_stored((84, 1, 0)), _stored((64, 21, 0), (85, 0, 1)), 64, 85),  # an empty block
+    ],
+)
+def test_check_tiling_leaves_what_it_cannot_read_to_the_pure_checks(
+    arguments: tuple[Any, ...],
+) -> None:
+    assert compiled.check_tiling(*arguments) is False
+
+
+def test_check_tiling_of_no_entries_and_of_one_is_true() -> None:
+    assert compiled.check_tiling(b"", b"", 64, 64) is True
+    assert compiled.check_tiling(_stored((84, 1, 0)), _stored((64, 21, 0)), 64, 85) is True
