@@ -470,11 +470,11 @@ class ObjectEncoder:
             raise ValueError("the object is not finished")
         return self._footer
 
-    def add(self, entry_id: int, body: bytes) -> list[bytes]:
+    def add(self, entry_id: int, body: bytes) -> list[bytes | bytearray]:
         """Add the next entry; returns the bytes completed by it (perhaps none)."""
         return self.add_run(entry_id, (body,))
 
-    def add_run(self, first_id: int, bodies: Sequence[bytes]) -> list[bytes]:
+    def add_run(self, first_id: int, bodies: Sequence[bytes]) -> list[bytes | bytearray]:
         """Add the next entries, ``first_id`` on; returns the bytes completed by them."""
         if self._footer is not None:
             raise ValueError("the object is finished")
@@ -497,7 +497,7 @@ class ObjectEncoder:
                 out.append(self._close())
         return out
 
-    def finish(self) -> list[bytes]:
+    def finish(self) -> list[bytes | bytearray]:
         """The rest of the object: the open block, the index block and the footer."""
         if self._footer is not None:
             raise ValueError("the object is finished")
@@ -519,18 +519,18 @@ class ObjectEncoder:
         out += (index, pack_footer(self._footer))
         return out
 
-    def _start(self) -> list[bytes]:
+    def _start(self) -> list[bytes | bytearray]:
         head, self._head = self._head, None
         if head is None:
             return []
         self._offset = len(head)
         return [head]
 
-    def _close(self) -> bytes:
+    def _close(self) -> bytearray:
         count = self._count
         first_id = self._header.first_entry + self._block_first
         _BLOCK.pack_into(self._block, 0, BLOCK_MAGIC, count, first_id)
-        block = bytes(self._block)
+        block = self._block  # handed on as it is: the next block is a new buffer
         self._blocks += _RECORD.pack(self._offset, len(block), self._block_first)
         self._offset += len(block)
         self._block_first += count

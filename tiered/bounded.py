@@ -151,7 +151,9 @@ class StreamedPut:
     client where it stands, as a kill would, so the incomplete upload stays for ``uploads``.
     """
 
-    def __init__(self, url: str, key: str, timeout: float, chunks: AsyncIterable[bytes]) -> None:
+    def __init__(
+        self, url: str, key: str, timeout: float, chunks: AsyncIterable[bytes | bytearray]
+    ) -> None:
         self._url, self._key, self._timeout = url, key, timeout
         self._chunks = chunks
         self._loop = asyncio.get_running_loop()
@@ -163,7 +165,7 @@ class StreamedPut:
         self._stopped = asyncio.Event()
         self._released = asyncio.Event()
 
-    async def feed(self) -> AsyncIterator[bytes]:
+    async def feed(self) -> AsyncIterator[bytes | bytearray]:
         """The chunks, as the client pulls them."""
         iterator = aiter(self._chunks)
         while True:
@@ -186,7 +188,9 @@ class StreamedPut:
             self._size += len(chunk)
             yield chunk
 
-    async def run(self, start: Callable[[AsyncIterator[bytes]], Awaitable[object]]) -> int:
+    async def run(
+        self, start: Callable[[AsyncIterator[bytes | bytearray]], Awaitable[object]]
+    ) -> int:
         """Run the client's put (``start(feed)``) to its end; the object's size."""
         task = asyncio.ensure_future(start(self.feed()))
         stopped = asyncio.ensure_future(self._stopped.wait())

@@ -67,7 +67,7 @@ class DirectoryStore(ObstoreCalls):
     def _path(self, key: str) -> Path:
         return self._root / check_key(self._url, key)
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put(self, key: str, chunks: AsyncIterable[bytes | bytearray]) -> int:
         target = self._path(key)
         writer = _StagedFile(target)
         executor = ThreadPoolExecutor(1, thread_name_prefix="aiobk-file-put")
@@ -100,14 +100,14 @@ class DirectoryStore(ObstoreCalls):
 
     @staticmethod
     async def _write_all(
-        chunks: AsyncIterable[bytes],
+        chunks: AsyncIterable[bytes | bytearray],
         writer: _StagedFile,
         step: Callable[[str, Callable[[], None]], Awaitable[None]],
     ) -> None:
         """Write ``chunks`` in batches of about ``WRITE_BATCH`` bytes, each in the thread while
         the next one gathers: at most two batches in memory."""
         writing: asyncio.Future[None] | None = None
-        batch: list[bytes] = []
+        batch: list[bytes | bytearray] = []
         batched = 0
         try:
             async for chunk in chunks:
@@ -186,7 +186,7 @@ class _StagedFile:
             return
         raise ObjectStoreError(f"{self._target}: no free staging name")
 
-    def write(self, chunks: list[bytes]) -> None:
+    def write(self, chunks: list[bytes | bytearray]) -> None:
         assert self._fd is not None
         for chunk in chunks:
             view = memoryview(chunk)

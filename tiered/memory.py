@@ -28,7 +28,7 @@ class MemoryObjectStore:
     def url(self) -> str:
         return self._url
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put(self, key: str, chunks: AsyncIterable[bytes | bytearray]) -> int:
         self._next_upload += 1
         upload_id = f"upload-{self._next_upload}"
         parts: list[bytes] = []

@@ -105,7 +105,7 @@ async def write_object(
     holds it all. Too many bodies are a ``ValueError`` and leave no object."""
     encoder = ObjectEncoder(header, block_size)
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def chunks() -> AsyncIterator[bytes | bytearray]:
         next_id = header.first_entry
         async for run in runs:
             for chunk in encoder.add_run(next_id, run):

@@ -129,7 +129,7 @@ class S3ObjectStore(ObstoreCalls):
         """The bucket, prefix, endpoint and region."""
         return self._location
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put(self, key: str, chunks: AsyncIterable[bytes | bytearray]) -> int:
         path = check_key(self._url, key)
         streamed = StreamedPut(self._url, key, self._timeout, chunks)
         return await streamed.run(

@@ -37,7 +37,7 @@ class ObjectStore(Protocol):
         """The store's URL without credentials: what a ledger's metadata records."""
         ...
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put(self, key: str, chunks: AsyncIterable[bytes | bytearray]) -> int:
         """Store the chunks, in order, as the object ``key`` (replacing one already there);
         return its size. The object exists only once complete and durable; a put that fails
         leaves no object, and at most an ``Upload``."""

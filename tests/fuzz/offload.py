@@ -45,7 +45,7 @@ def _round_trip(fdp: atheris.FuzzedDataProvider) -> None:
     bodies = [fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 80)) for _ in range(count)]
     header = ObjectHeader(fdp.ConsumeIntInRange(0, 2**63 - 1), 0, len(bodies) - 1, bytes(16), 1)
     encoder = ObjectEncoder(header, fdp.ConsumeIntInRange(1, 200))
-    chunks: list[bytes] = []
+    chunks: list[bytes | bytearray] = []
     for entry_id, body in enumerate(bodies):
         chunks += encoder.add(entry_id, body)
     data = b"".join(chunks + encoder.finish())

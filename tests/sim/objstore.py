@@ -124,16 +124,18 @@ class SimObjectStore(MemoryObjectStore):
             await self._gate(caller, operation, key)
             return await run()
 
-    async def put_from(self, caller: str, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put_from(
+        self, caller: str, key: str, chunks: AsyncIterable[bytes | bytearray]
+    ) -> int:
         """A put as the real stores make one: streamed, its stalls bounded by the timeout."""
         self._count(self.calls, "put")
 
-        async def store(feed: AsyncIterator[bytes]) -> int:
+        async def store(feed: AsyncIterator[bytes | bytearray]) -> int:
             return await self._upload(caller, key, feed)
 
         return await StreamedPut(self.url, key, self.timeout, chunks).run(store)
 
-    async def _upload(self, caller: str, key: str, feed: AsyncIterator[bytes]) -> int:
+    async def _upload(self, caller: str, key: str, feed: AsyncIterator[bytes | bytearray]) -> int:
         """The store's side of a put: each part after the gate. A tear or a cancelled caller
         leaves the ``Upload``; a failure of the caller's chunks aborts it."""
         self._next_upload += 1
@@ -182,7 +184,7 @@ class _Client:
     def url(self) -> str:
         return self._store.url
 
-    async def put(self, key: str, chunks: AsyncIterable[bytes]) -> int:
+    async def put(self, key: str, chunks: AsyncIterable[bytes | bytearray]) -> int:
         return await self._store.put_from(self._caller, key, chunks)
 
     async def get_range(self, key: str, start: int, length: int) -> bytes:
