@@ -20,7 +20,7 @@ else:
                 name,
                 [source],
                 include_dirs=["protocol"],
-                depends=["protocol/_crc32c.h"],
+                depends=["protocol/_crc32c.h", "protocol/_bigendian.h"],
                 extra_compile_args=["-O2"],
             )
             for name, source in (

@@ -17,6 +17,13 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 
+cdef extern from "_bigendian.h":
+    void put32 "aiobk_put32"(unsigned char *p, uint32_t v) noexcept nogil
+    void put64 "aiobk_put64"(unsigned char *p, uint64_t v) noexcept nogil
+    uint32_t get32 "aiobk_get32"(const unsigned char *p) noexcept nogil
+    int64_t get64 "aiobk_get64"(const unsigned char *p) noexcept nogil
+
+
 cdef extern from "_crc32c.h":
     void aiobk_crc32c_init()
     uint32_t aiobk_crc32c(uint32_t crc, const unsigned char *p, size_t n) nogil
@@ -40,26 +47,6 @@ cdef Py_ssize_t MAC_SIZE = _DigestType.MAC.size
 
 cdef object _INT64_MIN = -(2**63)
 cdef object _INT64_LIMIT = 2**63
-
-
-cdef inline uint32_t get32(const unsigned char *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int64_t get64(const unsigned char *p) noexcept nogil:
-    return <int64_t>((<uint64_t>get32(p) << 32) | get32(p + 4))
-
-
-cdef inline void put32(unsigned char *p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>(v >> 24)
-    p[1] = <unsigned char>(v >> 16)
-    p[2] = <unsigned char>(v >> 8)
-    p[3] = <unsigned char>v
-
-
-cdef inline void put64(unsigned char *p, uint64_t v) noexcept nogil:
-    put32(p, <uint32_t>(v >> 32))
-    put32(p + 4, <uint32_t>v)
 
 
 cdef inline bint _is_int64(object value):
