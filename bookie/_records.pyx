@@ -47,6 +47,8 @@ from aiobk.protocol.entry import ENTRY_FORMAT_VERSION as _ENTRY_FORMAT_VERSION
 from aiobk.protocol.entry import HEADER_SIZE as _HEADER_SIZE
 from aiobk.protocol.entry import DigestType as _DigestType
 from aiobk.protocol.limits import MAX_ENTRY_ID as _MAX_ENTRY_ID
+from aiobk.bookie.entrylog.format import MAX_RECORD as _MAX_RECORD
+from aiobk.bookie.entrylog.format import OFFSET_BITS as _OFFSET_BITS
 
 cdef Py_ssize_t MAX_BATCH_ENTRIES = _MAX_BATCH_ENTRIES
 cdef Py_ssize_t HEADER_SIZE = _HEADER_SIZE  # u8 version, u8 digest type, 4 x i64
@@ -58,6 +60,9 @@ for _kind in range(256):
 for _digest in _DigestType:
     DIGEST_SIZE[int(_digest)] = _digest.size
 
+cdef int OFFSET_BITS = _OFFSET_BITS  # a location: the log's id above the record's offset
+cdef uint64_t OFFSET_MASK = (<uint64_t>1 << OFFSET_BITS) - 1
+cdef int64_t MAX_RECORD = _MAX_RECORD
 cdef object _INT64_MIN = -(2**63)
 cdef object _INT64_LIMIT = 2**63
 cdef Py_ssize_t _MAX_BODY = 0xFFFFFFFF - IDS
@@ -232,6 +237,98 @@ def pack_records(data, start, max_size, location_base, ledger_id, entries, first
         offset += LOG_HEAD + size
         out += LOG_HEAD + size
     return stop
+
+
+def _pure_check_records(block, start, ledger_id, run):
+    from aiobk.bookie.entrylog.format import check_records  # at call time, as the others
+
+    return check_records(block, start, ledger_id, run)
+
+
+def _pure_run_end(wanted, at, limit):
+    from aiobk.bookie.entrylog.format import run_end  # at call time, as the others
+
+    return run_end(wanted, at, limit)
+
+
+cdef inline bint _is_location(object item):
+    """``(entry id, location)`` as the index gives it: a tuple of an int64 and a non-negative
+    int64."""
+    return (
+        type(item) is tuple
+        and len(<tuple>item) == 2
+        and _is_int64((<tuple>item)[0])
+        and _is_int64((<tuple>item)[1])
+        and (<tuple>item)[1] >= 0
+    )
+
+
+def check_records(block, start, ledger_id, run):
+    """``aiobk.bookie.entrylog.format.check_records``: a range read's run of records checked
+    and their bodies taken out in one pass, or None."""
+    if not (
+        type(block) is bytes
+        and type(run) is list
+        and _is_int64(start)
+        and start >= 0
+        and _is_int64(ledger_id)
+    ):
+        return _pure_check_records(block, start, ledger_id, run)
+    cdef Py_ssize_t count = len(run), i
+    for i in range(count):
+        if not _is_location(run[i]):
+            return _pure_check_records(block, start, ledger_id, run)
+    cdef const unsigned char *p = <const unsigned char *>PyBytes_AS_STRING(block)
+    cdef int64_t size = PyBytes_GET_SIZE(block), origin = start, ledger = ledger_id, at, end
+    cdef uint32_t length
+    cdef tuple pair
+    bodies = []
+    for i in range(count):
+        pair = <tuple>run[i]
+        at = <int64_t>(<uint64_t><int64_t>pair[1] & OFFSET_MASK) - origin
+        if at < 0 or at + LOG_HEAD > size:
+            return None
+        length = get32(p + at)
+        end = at + 8 + <int64_t>length
+        if length < IDS or end > size or end - at > MAX_RECORD:
+            return None
+        if aiobk_crc32c(0, p + at + 8, length) != get32(p + at + 4):
+            return None
+        if get64(p + at + 8) != ledger or get64(p + at + 16) != <int64_t>pair[0]:
+            return None
+        bodies.append(
+            PyBytes_FromStringAndSize(<const char *>p + at + LOG_HEAD, end - at - LOG_HEAD)
+        )
+    return bodies
+
+
+def run_end(wanted, at, limit):
+    """``aiobk.bookie.entrylog.format.run_end``."""
+    if not (
+        type(wanted) is list
+        and type(at) is int
+        and 0 <= at < len(wanted)
+        and _is_int64(limit)
+        and _is_location(wanted[at])
+    ):
+        return _pure_run_end(wanted, at, limit)
+    cdef Py_ssize_t count = len(wanted), end = at + 1
+    cdef uint64_t location = <uint64_t><int64_t>(<tuple>wanted[at])[1]
+    cdef uint64_t log_id = location >> OFFSET_BITS, previous = location & OFFSET_MASK
+    cdef int64_t bound = limit
+    cdef object item
+    while end < count:
+        item = wanted[end]
+        if not _is_location(item):
+            return _pure_run_end(wanted, at, limit)
+        location = <uint64_t><int64_t>(<tuple>item)[1]
+        if location >> OFFSET_BITS != log_id:
+            break
+        if not (previous < (location & OFFSET_MASK) and <int64_t>(location & OFFSET_MASK) < bound):
+            break
+        previous = location & OFFSET_MASK
+        end += 1
+    return end
 
 
 def crc32c(bytes data, unsigned int value=0, bint portable=False):

@@ -1,4 +1,5 @@
-"""The bookie's per-entry work on an ADD_BATCH, as one choice: compiled or pure Python.
+"""The bookie's per-entry work on an ADD_BATCH and a range read, as one choice: compiled or
+pure Python.
 
 An ADD_BATCH of hundreds of entries is, per entry, a body unpacked and checked, a journal ADD
 record and an entry-log record, each record with its CRC32C: tight loops that are most of a
@@ -8,7 +9,9 @@ fallback:
 
 - ``unpack_bodies`` -- ``aiobk.protocol.batch.unpack_bodies``;
 - ``encode_adds`` -- ``aiobk.bookie.journal.format.encode_adds``;
-- ``pack_records`` -- ``aiobk.bookie.entrylog.format.pack_records``.
+- ``pack_records`` -- ``aiobk.bookie.entrylog.format.pack_records``;
+- ``check_records`` and ``run_end`` -- a range read's run of records found and checked
+  (``aiobk.bookie.entrylog.format``).
 
 The compiled ones are used when the extension imports and the environment variable
 ``AIOBK_NO_EXTENSIONS`` is not ``1`` (read once, at import: set it before the process starts);
@@ -39,4 +42,18 @@ pack_records: Callable[
     [bytearray, int, int, int, int, Sequence[tuple[int, bytes]], int, list[int]], int
 ] = _module.pack_records if _module is not None else log_format.pack_records
 
-__all__ = ["COMPILED", "encode_adds", "pack_records", "unpack_bodies"]
+check_records: Callable[[bytes, int, int, Sequence[tuple[int, int]]], list[bytes] | None] = (
+    _module.check_records if _module is not None else log_format.check_records
+)
+run_end: Callable[[Sequence[tuple[int, int]], int, int], int] = (
+    _module.run_end if _module is not None else log_format.run_end
+)
+
+__all__ = [
+    "COMPILED",
+    "check_records",
+    "encode_adds",
+    "pack_records",
+    "run_end",
+    "unpack_bodies",
+]

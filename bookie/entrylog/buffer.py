@@ -178,6 +178,12 @@ class LogBuffer:
                     return view
         return None
 
+    def first_buffered(self, log_id: int) -> int | None:
+        """The file offset from which a log's bytes are held here, not in its file yet (every
+        offset from it on is); None when none are."""
+        starts = [c.start for c in (self._writing, *self._chunks) if c and c.log_id == log_id]
+        return min(starts) if starts else None
+
     def buffered_size(self, log_id: int) -> int:
         """Bytes of a log not in its file yet."""
         return sum(len(c.data) for c in (self._writing, *self._chunks) if c and c.log_id == log_id)

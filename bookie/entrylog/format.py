@@ -122,6 +122,50 @@ def check_record(
     return body
 
 
+def check_records(
+    block: bytes, start: int, ledger_id: int, run: Sequence[tuple[int, int]]
+) -> list[bytes] | None:
+    """The bodies of ``run`` -- (entry id, location) of one ledger's records in one log, in
+    file order -- taken from ``block``, that log's bytes from file offset ``start`` on, when
+    every record lies wholly in ``block`` and passes ``check_record``'s checks; else None, and
+    the caller's record-by-record loop reads what lies past ``block`` and says what is wrong.
+    (``aiobk.bookie._records.check_records`` is its compiled twin.)"""
+    bodies: list[bytes] = []
+    head, crc = RECORD_HEAD.size, crc32c.crc32c
+    for entry_id, location in run:
+        at = (location & OFFSET_MASK) - start
+        if at < 0 or at + head > len(block):
+            return None
+        length, checksum, stored_ledger, stored_entry = RECORD_HEAD.unpack_from(block, at)
+        end = at + 8 + length
+        if length < IDS.size or end > len(block) or end - at > MAX_RECORD:
+            return None
+        if crc(block[at + 8 : end]) != checksum or (stored_ledger, stored_entry) != (
+            ledger_id,
+            entry_id,
+        ):
+            return None
+        bodies.append(block[at + head : end])
+    return bodies
+
+
+def run_end(wanted: Sequence[tuple[int, int]], at: int, limit: int) -> int:
+    """Where the run of records from ``wanted[at]`` ends (see ``EntryReader.read_many``): the
+    next locations of ``wanted`` in the same log, each after the one before, all before file
+    offset ``limit``. (``aiobk.bookie._records.run_end`` is its compiled twin.)"""
+    log_id = wanted[at][1] >> OFFSET_BITS
+    previous = wanted[at][1] & OFFSET_MASK
+    end = at + 1
+    while end < len(wanted):
+        location = wanted[end][1]
+        offset = location & OFFSET_MASK
+        if location >> OFFSET_BITS != log_id or not previous < offset < limit:
+            break
+        previous = offset
+        end += 1
+    return end
+
+
 def side_of(name: str) -> int | None:
     """The log id a ``.cnt`` or ``.lmap`` file belongs to; None for any other name."""
     stem, _dot, suffix = name.partition(".")

@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 
+from aiobk.bookie import record_codecs
 from aiobk.bookie.disk import Disk, ReadFile
 from aiobk.bookie.entrylog.buffer import LogBuffer
 from aiobk.bookie.entrylog.format import (
@@ -101,21 +102,14 @@ class EntryReader:
 
     def _run_end(self, wanted: Sequence[tuple[int, int]], at: int) -> int:
         """Where the run starting at ``wanted[at]`` ends: its records lie in one log, in file
-        order, within ``RUN_SPAN``, none in the write buffer."""
+        order, within ``RUN_SPAN``, none in the write buffer (which holds a log's tail: every
+        offset from its first buffered one)."""
         log_id, start = unpack_location(wanted[at][1])
-        if self._buffer.buffered(log_id, start) is not None:
+        buffered = self._buffer.first_buffered(log_id)
+        if buffered is not None and start >= buffered:
             return at + 1
-        previous = start
-        end = at + 1
-        while end < len(wanted):
-            next_log, offset = unpack_location(wanted[end][1])
-            if next_log != log_id or not previous < offset < start + RUN_SPAN:
-                break
-            if self._buffer.buffered(log_id, offset) is not None:
-                break
-            previous = offset
-            end += 1
-        return end
+        limit = start + RUN_SPAN if buffered is None else min(start + RUN_SPAN, buffered)
+        return record_codecs.run_end(wanted, at, limit)
 
     async def _read_run(self, ledger_id: int, run: Sequence[tuple[int, int]]) -> list[bytes]:
         """Bodies of a run (``_run_end``), read with one ``pread`` (two when the last record
@@ -124,11 +118,14 @@ class EntryReader:
         last = unpack_location(run[-1][1])[1]
         reader = await self.reader(log_id)
         block = await reader.pread(start, last - start + PAGE)
+        whole = record_codecs.check_records(block, start, ledger_id, run)
+        if whole is not None:  # every record in the block and sound: the common case
+            return whole
         bodies: list[bytes] = []
         for entry_id, location in run:
             at = unpack_location(location)[1] - start
-            whole = at + RECORD_HEAD.size <= len(block)  # else a file cut short: damaged
-            end = at + 8 + RECORD_HEAD.unpack_from(block, at)[0] if whole else len(block)
+            whole_head = at + RECORD_HEAD.size <= len(block)  # else a file cut short: damaged
+            end = at + 8 + RECORD_HEAD.unpack_from(block, at)[0] if whole_head else len(block)
             if end - at > MAX_RECORD:  # a damaged length: nothing to read
                 end = len(block)
             if end > len(block):  # the last record reaches past the page read with it

@@ -42,10 +42,14 @@ def test_the_extension_is_built_and_chosen() -> None:
         assert record_codecs.unpack_bodies is module.unpack_bodies
         assert record_codecs.encode_adds is module.encode_adds
         assert record_codecs.pack_records is module.pack_records
+        assert record_codecs.check_records is module.check_records
+        assert record_codecs.run_end is module.run_end
     else:
         assert record_codecs.unpack_bodies is batch.unpack_bodies
         assert record_codecs.encode_adds is journal_format.encode_adds
         assert record_codecs.pack_records is log_format.pack_records
+        assert record_codecs.check_records is log_format.check_records
+        assert record_codecs.run_end is log_format.run_end
 
 
 def test_no_extensions_chooses_the_pure_functions(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,6 +60,8 @@ def test_no_extensions_chooses_the_pure_functions(monkeypatch: pytest.MonkeyPatc
         assert pure.unpack_bodies is batch.unpack_bodies
         assert pure.encode_adds is journal_format.encode_adds
         assert pure.pack_records is log_format.pack_records
+        assert pure.check_records is log_format.check_records
+        assert pure.run_end is log_format.run_end
     finally:
         monkeypatch.delenv("AIOBK_NO_EXTENSIONS")
         importlib.reload(record_codecs)
@@ -217,3 +223,89 @@ def test_unpack_bodies_refuses_more_than_a_batch_holds_as_the_pure_one_does() ->
         assert outcome(functools.partial(compiled().unpack_bodies, packed, 5)) == pure
         assert (pure[0] == "value") is ok
     assert outcome(lambda: compiled().unpack_bodies(body, 5))[0] == "error"  # no length
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(st.tuples(st.booleans(), st.binary(max_size=120)), min_size=1, max_size=12),
+    st.integers(0, 2**20),
+    st.one_of(st.none(), st.tuples(st.integers(0, 10**5), st.integers(1, 255))),
+    st.integers(0, 200),
+    st.sampled_from(["whole", "cut", "shifted", "bytearray", "tuple", "other ids"]),
+)
+def test_check_records_agrees(
+    records: list[tuple[bool, bytes]],
+    log_id: int,
+    damage: tuple[int, int] | None,
+    cut: int,
+    shape: str,
+) -> None:
+    """A range read's run: the bodies when every record is whole and sound, else None, the
+    same from both; and a run both take gives the bodies written."""
+    ledger_id, other = 9, 10
+    data, locations = bytearray(FILE_MAGIC), list[int]()
+    mine: list[tuple[int, bytes]] = []
+    for entry_id, (ours, body) in enumerate(records):  # the ledger's records and another's
+        log_format.pack_records(
+            data, 0, 2**40, log_id << OFFSET_BITS, ledger_id if ours else other,
+            [(entry_id, body)], 0, locations,
+        )  # fmt: skip
+        if ours:
+            mine.append((entry_id, body))
+    run: Any = [
+        (entry_id, location)
+        for (entry_id, (ours, _body)), location in zip(enumerate(records), locations, strict=True)
+        if ours
+    ]
+    if not run:
+        return
+    start = run[0][1] & ((1 << OFFSET_BITS) - 1)
+    block: Any = bytes(data[start:])
+    if damage is not None:
+        flipped = bytearray(block)
+        flipped[damage[0] % len(flipped)] ^= damage[1]
+        block = bytes(flipped)
+    if shape == "cut":
+        block = block[: max(0, len(block) - cut)]
+    elif shape == "shifted":
+        start += 1
+    elif shape == "bytearray":
+        block = bytearray(block)
+    elif shape == "tuple":
+        run = tuple(run)
+    elif shape == "other ids":
+        run = [(entry_id + 1, location) for entry_id, location in run]
+    pure = outcome(lambda: log_format.check_records(block, start, ledger_id, run))
+    fast = outcome(lambda: compiled().check_records(block, start, ledger_id, run))
+    assert fast == pure
+    if damage is None and shape in ("whole", "bytearray", "tuple"):
+        assert pure == ("value", [body for entry_id, body in mine])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 2**20), st.integers(-1, 2**62)), max_size=12
+    ),
+    st.integers(0, 11),
+    st.integers(0, 2**21),
+    st.booleans(),
+)
+def test_run_end_agrees(wanted: list[tuple[int, int, int]], at: int, limit: int, odd: bool) -> None:
+    pairs: Any = [
+        (entry_id, (log_id << OFFSET_BITS) | offset) for log_id, offset, entry_id in wanted
+    ]
+    if odd and pairs:  # a location as no index gives one: the pure function decides
+        pairs[-1] = (pairs[-1][0], str(pairs[-1][1]))
+    pure = outcome(lambda: log_format.run_end(pairs, at, limit))
+    fast = outcome(lambda: compiled().run_end(pairs, at, limit))
+    assert fast == pure
+
+
+def test_run_end_takes_the_records_of_one_log_in_file_order_before_the_limit() -> None:
+    log = 3 << OFFSET_BITS
+    wanted = [(0, log | 100), (1, log | 200), (2, log | 300), (3, (4 << OFFSET_BITS) | 400)]
+    for run_end in (log_format.run_end, compiled().run_end):
+        assert run_end(wanted, 0, 10**6) == 3  # the next log ends it
+        assert run_end(wanted, 0, 300) == 2  # the limit ends it
+        assert run_end([(0, log | 100), (1, log | 50)], 0, 10**6) == 1  # file order ends it
+        assert run_end(wanted, 3, 10**6) == 4
