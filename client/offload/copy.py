@@ -188,6 +188,7 @@ async def _copy(
         config.read_ahead_bytes,
         ctx.stats,
     )
+
     async def runs() -> AsyncIterator[list[bytes]]:
         if last < 0:
             return
