@@ -6,6 +6,7 @@ import ast
 import contextlib
 import dataclasses
 import pathlib
+import tracemalloc
 from typing import Any
 
 import msgpack
@@ -206,6 +207,49 @@ def test_decoder_compacts_large_consumed_prefix() -> None:
     assert decoder.buffered == 5
     out = decoder.feed(half[5:])
     assert decode_request(out[0]) == AddRequest(2, 1, 1, body=b"y" * 10)
+
+
+@given(
+    st.lists(st.integers(0, 300_000), min_size=1, max_size=5),
+    st.lists(st.integers(1, 200_000), min_size=1, max_size=8),
+    st.data(),
+)
+def test_decoder_reassembles_large_frames_split_anywhere(
+    sizes: list[int], cuts: list[int], data: st.DataObject
+) -> None:
+    """Frames up to 300 KB in reads of every size, small and large, of any buffer type: the
+    same frames, once each, and nothing held after the last."""
+    payloads = [bytes([n % 251]) * n for n in sizes]
+    stream = b"".join(protocol.frame(p) for p in payloads)
+    decoder = FrameDecoder(max_frame_size=300_000)
+    frames: list[bytes] = []
+    at, turn = 0, 0
+    while at < len(stream):
+        piece = stream[at : at + cuts[turn % len(cuts)]]
+        kind = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
+        frames.extend(decoder.feed(kind(piece)))
+        at += len(piece)
+        turn += 1
+        assert decoder.buffered == at - sum(4 + len(f) for f in frames)
+    assert frames == payloads
+    assert all(type(f) is bytes for f in frames)
+    assert decoder.buffered == 0
+
+
+def test_a_frame_trickled_a_byte_at_a_time_is_held_in_its_size_not_an_object_a_byte() -> None:
+    payload = b"p" * 200_000
+    stream = protocol.frame(payload)
+    decoder = FrameDecoder()
+    tracemalloc.start()
+    try:
+        for at in range(len(stream) - 1):
+            assert decoder.feed(stream[at : at + 1]) == []
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoder.buffered == len(stream) - 1
+    assert held < 2 * len(stream)  # one byte object each would be about 34 times the bytes
+    assert decoder.feed(stream[-1:]) == [payload]
 
 
 def test_frame_helper() -> None:
