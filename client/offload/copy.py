@@ -54,9 +54,11 @@ from aiobk.tiered.store import ObjectStore
 log = logging.getLogger(__name__)
 
 DEFAULT_STALE_AFTER: Final = 3600.0  # seconds before a copying attempt is taken over
-# The offloader's read window: a bulk copy of a closed ledger, not a reader's page.
+# The offloader's read window: a bulk copy of a closed ledger, not a reader's page. Eight runs
+# of 1 MiB ahead keep the bookies busy; a log's ledgers are copied several at once
+# (``offload.log.DEFAULT_CONCURRENCY``), so the windows add up.
 OFFLOAD_READ_CONCURRENCY: Final = 256
-OFFLOAD_READ_AHEAD_BYTES: Final = 16 * 1024 * 1024
+OFFLOAD_READ_AHEAD_BYTES: Final = 8 * 1024 * 1024
 
 
 class OffloadSupersededError(BKError):

@@ -16,7 +16,7 @@ from aiobk.tiered.open import StoreCache
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONCURRENCY: Final = 2  # ledgers copied at once
+DEFAULT_CONCURRENCY: Final = 4  # ledgers copied at once: while one syncs its object, others copy
 
 
 @dataclass(slots=True)
