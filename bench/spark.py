@@ -100,6 +100,12 @@ def warm_up(spark: Any, uri: str, size: int) -> dict[str, float]:
     return {"first write job s": wrote - started, "first read job s": time.perf_counter() - wrote}
 
 
+def warm_read(spark: Any, uri: str) -> None:
+    """A new context's first read job (the log ``warm_up`` wrote), before any clock."""
+    count = spark.read.format("aiobk").option("metadata", uri).option("log", "warmup").load()
+    assert count.count() == WARMUP
+
+
 def stream_rate(spark: Any, uri: str, base: str, records: int) -> float:
     """A streaming read of the Spark-written log in micro-batches of 10,000 records
     (``maxRecordsPerTrigger``, ``Trigger.AvailableNow``, the no-op sink): the median of the
