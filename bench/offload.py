@@ -162,8 +162,9 @@ def command(
             cold = warm_up(spark, uri, size)
             results["Spark bookies rows/s"] = spark_read(spark, uri, records, size)
         finally:
-            # An offloader does not run beside a Spark job: with this session's context
-            # running, the offload's file writes and socket reads cost up to twice the CPU.
+            # An offloader does not run beside a Spark job: with a Spark context
+            # running in this process, the offload's file writes and socket reads cost up to
+            # twice the CPU.
             spark.stop()
         seconds, nbytes, released = asyncio.run(offload(uri, "file://" + store_dir))
         results["copy floor MB/s"] = floor(base, nbytes)
