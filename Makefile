@@ -37,7 +37,8 @@ system-packages:
 
 # The compiled extensions' sources too: an editable install builds them once, so a change to them
 # needs the install again (setup.py).
-$(VENV)/.installed: pyproject.toml setup.py bookie/_records.pyx protocol/_runs.pyx protocol/_crc32c.h
+$(VENV)/.installed: pyproject.toml setup.py bookie/_records.pyx protocol/_runs.pyx \
+		protocol/_adds.pyx protocol/_crc32c.h protocol/_bigendian.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all,dev]'
@@ -57,13 +58,14 @@ lint: setup
 unit-protocol: setup
 	$(PY) -m pytest -q tests/protocol --cov=aiobk.protocol --cov-report=term-missing --cov-fail-under=100 $(PYTEST_ARGS)
 
-# The bookie's record tier, the client's range reads and the offload objects once more on the pure
-# Python code the compiled extensions stand for (AIOBK_NO_EXTENSIONS=1): the main run uses the
-# extensions, and both must pass the same tests.
+# The bookie's record tier, the client's adds and range reads and the offload objects once more
+# on the pure Python code the compiled extensions stand for (AIOBK_NO_EXTENSIONS=1): the main run
+# uses the extensions, and both must pass the same tests.
 PURE_TIER = tests/bookie/test_record_codecs.py tests/bookie/test_journal_pure.py \
 	tests/bookie/test_journal.py tests/bookie/test_entrylog_reads.py tests/bookie/test_add_batch.py \
 	tests/bookie/test_bad_input.py tests/protocol/test_batch.py tests/client/test_range_reads.py \
-	tests/client/test_run_check.py tests/protocol/test_offload_object.py tests/tiered/test_objects.py
+	tests/client/test_run_check.py tests/protocol/test_offload_object.py tests/tiered/test_objects.py \
+	tests/protocol/test_add_codecs.py tests/client/test_digest.py tests/client/test_add_batches.py
 unit-pure: setup
 	AIOBK_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(PURE_TIER) $(PYTEST_ARGS)
 

@@ -1,9 +1,10 @@
 """The compiled extension, the one part of the build pyproject.toml cannot declare.
 
-``aiobk.bookie._records`` (bookie/_records.pyx) and ``aiobk.protocol._runs``
-(protocol/_runs.pyx), both Cython, are built as optional extensions: where they do not compile
-(no C compiler, no Python headers) the install goes on and the pure-Python code they stand for
-runs (``aiobk.bookie.record_codecs``, ``aiobk.protocol.runs``). Everything else about the
+``aiobk.bookie._records`` (bookie/_records.pyx), ``aiobk.protocol._runs`` (protocol/_runs.pyx)
+and ``aiobk.protocol._adds`` (protocol/_adds.pyx), all Cython, are built as optional
+extensions: where they do not compile (no C compiler, no Python headers) the install goes on and
+the pure-Python code they stand for runs (``aiobk.bookie.record_codecs``,
+``aiobk.client.run_check``, ``aiobk.protocol.add_codecs``). Everything else about the
 package is in pyproject.toml.
 """
 
@@ -26,6 +27,7 @@ else:
             for name, source in (
                 ("aiobk.bookie._records", "bookie/_records.pyx"),
                 ("aiobk.protocol._runs", "protocol/_runs.pyx"),
+                ("aiobk.protocol._adds", "protocol/_adds.pyx"),
             )
         ],
         compiler_directives={"language_level": "3"},

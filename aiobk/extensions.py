@@ -3,10 +3,10 @@ every module while the environment says ``AIOBK_NO_EXTENSIONS=1``; the caller th
 pure-Python code the module stands for.
 
 The compiled modules (Cython, built by ``pip install`` where a C compiler is found) are
-``aiobk.bookie._records`` and ``aiobk.protocol._runs``. Each caller looks its module up once,
-when it is imported (so the variable is set before the process starts), keeps the pure code
-beside the choice, and the tests hold the two equal. The lowest layer (pyproject.toml): the
-codec chooses with it and imports no ``os`` itself.
+``aiobk.bookie._records``, ``aiobk.protocol._runs`` and ``aiobk.protocol._adds``. Each caller
+looks its module up once, when it is imported (so the variable is set before the process
+starts), keeps the pure code beside the choice, and the tests hold the two equal. The lowest
+layer (pyproject.toml): the codec chooses with it and imports no ``os`` itself.
 """
 
 from __future__ import annotations

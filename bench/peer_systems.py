@@ -12,7 +12,9 @@ The clients are each system's own Python asyncio client, used the way its docume
 shows, one append per call:
 
 - aiobk: ``BookKeeper.connect``, ``create_ledger(3, 3, 2, durability=...)``, ``append`` --
-  the code path of ``aiobk bench add``; a new ledger per level.
+  the code path of ``aiobk bench add``; a new ledger per level. ``aiobk-pure`` is the same
+  persistent run with ``AIOBK_NO_EXTENSIONS=1`` in a child benchmark process (client and
+  bookies on the pure-Python code the compiled modules stand for), closed loop only.
 - etcd: aetcd ``put`` of a new key per append (``bench/LEVEL/N``), to the leader.
 - NATS JetStream: nats-py ``js.publish`` (it awaits the stream's PubAck) to a file stream with
   three replicas.
@@ -88,6 +90,10 @@ class System:
     replicated: str
     fsync: str  # does an acknowledged append wait for a disk sync?
     deploy: Callable[[str], AbstractContextManager[Deployment]]
+    # Measured by a child ``aiobk bench peers`` run on this system's deployment with these
+    # environment variables, its figures taken as this system's: for what is chosen at import
+    # (``AIOBK_NO_EXTENSIONS``), which this process has already chosen.
+    child_env: tuple[tuple[str, str], ...] = ()
 
 
 # ---------------------------------------------------------------------- server processes
@@ -361,6 +367,10 @@ def _etcd(members: int) -> Callable[[str], AbstractContextManager[Deployment]]:
     return lambda directory: etcd_deployment(members, directory)
 
 
+# aiobk persistent with the compiled modules left out, client and bookies: the compiled hot
+# path's CPU is judged against it, in the same run.
+PURE = "aiobk-pure"
+
 # NATS first: an open-loop rate given as a share of NATS's maximum needs that maximum.
 SYSTEMS = (
     System("nats", "NATS JetStream R3 file (nats-py)", "3 servers", "no", nats_deployment),
@@ -370,6 +380,14 @@ SYSTEMS = (
         "3 bookies",
         "yes (2 of 3)",
         _aiobk(Durability.PERSISTENT),
+    ),
+    System(
+        PURE,
+        "aiobk persistent, pure Python (AIOBK_NO_EXTENSIONS=1)",
+        "3 bookies",
+        "yes (2 of 3)",
+        _aiobk(Durability.PERSISTENT),
+        child_env=(("AIOBK_NO_EXTENSIONS", "1"),),
     ),
     System(
         "aiobk-volatile",

@@ -24,8 +24,8 @@ from aiobk.protocol import (
     Response,
     encode,
     encode_parts,
-    pack_bodies,
 )
+from aiobk.protocol.add_codecs import pack_bodies
 from aiobk.protocol.errors import BKError
 
 # The adds of one loop turn to one bookie leave in one ADD_BATCH (protocol 2) of at most this

@@ -20,6 +20,7 @@ from aiobk.protocol import (
     pack_header,
     peek_header,
 )
+from aiobk.protocol.add_codecs import encode_entry
 from aiobk.protocol.errors import DigestMismatchError
 
 
@@ -51,6 +52,9 @@ class Digester:
 
     def encode(self, ledger_id: int, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         """The entry body to send in an add."""
+        body = encode_entry(ledger_id, entry_id, lac, length, self.kind, payload)
+        if body is not None:  # CRC32C or DUMMY: in one pass, compiled where it is built
+            return body
         header = pack_header(ledger_id, entry_id, lac, length, self.kind)
         return pack_entry(header, self.digest(header, payload), payload)
 
