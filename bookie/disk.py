@@ -3,12 +3,12 @@
 Production uses ``OsDisk`` (real files, fdatasync, blocking calls on threads). A simulator hands
 in its own ``Disk`` that keeps data in memory and drops whatever was not synced on a crash.
 
-Threads: each *lane* is one single-thread executor, so writes to a file happen in order and a
-write + fdatasync is one hop off the event loop. The journal has its own lane (its latency is the
-add latency), ledger storage another; reads go to a small shared pool because ``pread`` is
-positional and needs no ordering -- unless the page cache holds them (read on the event loop
-with RWF_NOWAIT) or they are small and the disk answers faster than a hop to a thread would
-(``bookie.read_route``: measured as the bookie runs). One dedicated thread per lane measured
+Threads: each *lane* is one long-lived thread fed by a queue (``bookie.lane``), so writes to a
+file happen in order and a write + fdatasync is one hop off the event loop. The journal has its
+own lane (its latency is the add latency), ledger storage another; reads go to a small shared
+pool because ``pread`` is positional and needs no ordering -- unless the page cache holds them
+(read on the event loop with RWF_NOWAIT) or they are small and the disk answers faster than a
+hop to a thread would (``bookie.read_route``: measured as the bookie runs). One dedicated thread per lane measured
 faster than aiofiles (which hops to the default executor per call and cannot fuse write+sync
 into one hop).
 """
@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
+from aiobk.bookie.lane import Lane
 from aiobk.bookie.read_route import ReadRoute
 
 if TYPE_CHECKING:
@@ -138,11 +139,10 @@ class _OsAppendFile:
         "_allocated",
         "_chunk",
         "_closed",
-        "_executor",
         "_fd",
-        "_loop",
+        "_lane",
         "_size",
-        "_sync_executor",
+        "_sync_lane",
         "path",
     )
 
@@ -151,16 +151,15 @@ class _OsAppendFile:
         path: str,
         fd: int,
         size: int,
-        executor: ThreadPoolExecutor,
-        sync_executor: ThreadPoolExecutor | None = None,
+        lane: Lane,
+        sync_lane: Lane | None = None,
         preallocate: int = 0,
     ) -> None:
         self.path = path
         self._fd = fd
         self._size = size
-        self._executor = executor
-        self._sync_executor = sync_executor or executor
-        self._loop = asyncio.get_running_loop()
+        self._lane = lane
+        self._sync_lane = sync_lane or lane
         self._closed = False
         self._chunk = preallocate
         self._allocated = size  # bytes zero-filled and synced (preallocated files)
@@ -216,7 +215,7 @@ class _OsAppendFile:
     async def write(self, data: bytes) -> None:
         self._size += len(data)
         try:
-            await self._loop.run_in_executor(self._executor, self._write_all, data)
+            await self._lane.run(self._write_all, data)
         except OSError:
             self._size -= len(data)
             raise
@@ -224,7 +223,7 @@ class _OsAppendFile:
     async def write_and_sync(self, data: bytes) -> None:
         self._size += len(data)
         try:
-            await self._loop.run_in_executor(self._executor, self._write_sync, data)
+            await self._lane.run(self._write_sync, data)
         except OSError:
             self._size -= len(data)
             raise
@@ -246,17 +245,17 @@ class _OsAppendFile:
             raise
 
     async def sync(self) -> None:
-        await self._loop.run_in_executor(self._sync_executor, os.fdatasync, self._fd)
+        await self._sync_lane.run(os.fdatasync, self._fd)
 
     async def rewind(self, size: int) -> None:
         if not self._chunk:  # appending at the file's end: cut what follows
-            await self._loop.run_in_executor(self._executor, os.ftruncate, self._fd, size)
+            await self._lane.run(os.ftruncate, self._fd, size)
         self._size = size
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
-            await self._loop.run_in_executor(self._executor, os.close, self._fd)
+            await self._lane.run(os.close, self._fd)
 
 
 class _NoInlineReads(Exception):
@@ -414,26 +413,24 @@ class OsDisk:
     """Real files. Blocking calls run on lane threads (ordered) or the read pool."""
 
     def __init__(self, read_threads: int = 4) -> None:
-        self._lanes: dict[str, ThreadPoolExecutor] = {}
+        self._lanes: dict[str, Lane] = {}
         self._pool = ThreadPoolExecutor(read_threads, thread_name_prefix="aiobk-io")
         self.read_route = ReadRoute()  # one disk's figures, shared by its files
 
-    def _lane(self, name: str) -> ThreadPoolExecutor:
+    def _lane(self, name: str) -> Lane:
         lane = self._lanes.get(name)
         if lane is None:
-            lane = ThreadPoolExecutor(1, thread_name_prefix=f"aiobk-{name}")
-            self._lanes[name] = lane
+            lane = self._lanes[name] = Lane(name)
         return lane
 
     async def open_append(
         self, path: str, lane: str, sync_lane: str | None = None, preallocate: int = 0
     ) -> AppendFile:
-        executor = self._lane(lane)
-        loop = asyncio.get_running_loop()
+        writes = self._lane(lane)
         opener = _open_positional if preallocate else _open_append
-        fd, size = await loop.run_in_executor(executor, opener, path)
-        sync_executor = self._lane(sync_lane) if sync_lane is not None else None
-        return _OsAppendFile(path, fd, size, executor, sync_executor, preallocate)
+        fd, size = await writes.run(opener, path)
+        syncs = self._lane(sync_lane) if sync_lane is not None else None
+        return _OsAppendFile(path, fd, size, writes, syncs, preallocate)
 
     async def open_read(self, path: str) -> ReadFile:
         loop = asyncio.get_running_loop()
@@ -493,6 +490,6 @@ class OsDisk:
 
     async def close(self) -> None:
         for lane in self._lanes.values():
-            lane.shutdown(wait=True)
+            lane.close()
         self._lanes.clear()
         self._pool.shutdown(wait=True)
