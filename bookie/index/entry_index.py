@@ -45,7 +45,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from aiobk.bookie.index.engine import IndexBatch, IndexCorruptError, IndexDb
+from aiobk.bookie.index.engine import PUT, IndexBatch, IndexCorruptError, IndexDb
 
 LOCATION_KEY = struct.Struct(">cQQ")
 STATE_KEY = struct.Struct(">cQ")
@@ -183,17 +183,26 @@ class WriteCache:
     def put_locations(
         self, ledger_id: int, entry_ids: Sequence[int], locations: Sequence[int]
     ) -> None:
-        """``put_location`` of each entry of one ledger (an ADD_BATCH's), at one call's cost."""
+        """``put_location`` of each entry of one ledger (an ADD_BATCH's), at one call's cost.
+        ``locations`` are in file order, as a batch's records are appended: when the first and
+        the last are in one entry log, so is every one between."""
+        if not locations:
+            return
         cache = self._cache
         entries = cache.locations.get(ledger_id)
         if entries is None:
             entries = cache.locations[ledger_id] = {}
         before = len(entries)
+        entries.update(zip(entry_ids, locations, strict=True))
         counts = cache.log_counts
-        for entry_id, location in zip(entry_ids, locations, strict=True):
-            entries[entry_id] = location
-            pair = (location >> LOG_SHIFT, ledger_id)
-            counts[pair] = counts.get(pair, 0) + 1
+        log_id = locations[0] >> LOG_SHIFT
+        if log_id == locations[-1] >> LOG_SHIFT:
+            pair = (log_id, ledger_id)
+            counts[pair] = counts.get(pair, 0) + len(locations)
+        else:  # the batch rolled to a new log part way
+            for location in locations:
+                pair = (location >> LOG_SHIFT, ledger_id)
+                counts[pair] = counts.get(pair, 0) + 1
         self._cached += CACHED_BYTES * (len(entries) - before)
 
     def put_state(self, ledger_id: int, record: LedgerRecord) -> None:
@@ -302,9 +311,12 @@ class EntryIndex:
             batch.put(deleted_key(ledger_id), b"")
         for log_id in sorted(changes.dropped_logs):
             batch.delete_range(log_key(log_id, 0), log_key(log_id + 1, 0))
+        pack_key, pack_value = LOCATION_KEY.pack, VALUE.pack  # ``put(location_key(...))``
+        ops = batch.ops
         for ledger_id, entries in changes.locations.items():
-            for entry_id, location in entries.items():
-                batch.put(location_key(ledger_id, entry_id), VALUE.pack(location))
+            ops.extend(
+                [(PUT, pack_key(b"E", ledger_id, e), pack_value(at)) for e, at in entries.items()]
+            )
         for (log_id, ledger_id), count in changes.log_counts.items():
             if log_id in changes.dropped_logs:
                 continue

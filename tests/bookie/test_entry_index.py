@@ -189,3 +189,43 @@ async def test_a_run_of_locations_ends_before_the_first_entry_not_held(
     assert index.locations(9, 0, 9) == []
     index.cache.put_location(7, 10, 1010)  # the cache knows the ledger again
     assert index.locations(7, 8, 12) == [1008, 1009, 1010, 1011, 1012]
+
+
+@pytest.mark.parametrize(
+    "locations",
+    [
+        [(3 << 40) + 12 + 100 * n for n in range(6)],  # one log
+        [(3 << 40) + 5000, (3 << 40) + 5100, (4 << 40) + 12, (4 << 40) + 112],  # rolled
+        [(3 << 40) + 12],
+        [],
+    ],
+    ids=["one-log", "rolled", "one", "none"],
+)
+async def test_a_batchs_locations_count_as_each_entry_on_its_own_would(
+    tmp_path: Path, locations: list[int]
+) -> None:
+    """``put_locations`` (an ADD_BATCH's) leaves the cache, its memory, each log's count of the
+    ledger's entries and the index after a flush as ``put_location`` of each entry does."""
+    entry_ids = list(range(10, 10 + len(locations)))
+    indexes = []
+    for name in ("batch", "each"):
+        db = await LogIndexDb.open(OsDisk(), str(tmp_path / name))
+        index = EntryIndex(db)
+        index.cache.put_location(7, 9, (3 << 40) + 1)  # one there before
+        if name == "batch":
+            index.cache.put_locations(7, entry_ids, locations)
+        else:
+            for entry_id, location in zip(entry_ids, locations, strict=True):
+                index.cache.put_location(7, entry_id, location)
+        indexes.append(index)
+    batch, each = indexes
+    assert batch.pending_log_counts() == each.pending_log_counts()
+    assert batch.cache.memory == each.cache.memory == 80 * (1 + len(locations))
+    for index in indexes:
+        await index.flush(mark=1)
+    assert list(batch.entries(7)) == list(each.entries(7))
+    for log_id in (3, 4):
+        assert list(batch.log_ledgers(log_id)) == list(each.log_ledgers(log_id))
+    assert dict(batch.log_ledgers(3)) == {7: 1 + sum(at >> 40 == 3 for at in locations)}
+    for index in indexes:
+        await index.db.close()
