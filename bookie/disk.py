@@ -8,9 +8,9 @@ file happen in order and a write + fdatasync is one hop off the event loop. The 
 own lane (its latency is the add latency), ledger storage another; reads go to a small shared
 pool because ``pread`` is positional and needs no ordering -- unless the page cache holds them
 (read on the event loop with RWF_NOWAIT) or they are small and the disk answers faster than a
-hop to a thread would (``bookie.read_route``: measured as the bookie runs). One dedicated thread per lane measured
-faster than aiofiles (which hops to the default executor per call and cannot fuse write+sync
-into one hop).
+hop to a thread would (``bookie.read_route``: measured as the bookie runs). One dedicated
+thread per lane measured faster than aiofiles (which hops to the default executor per call and
+cannot fuse write+sync into one hop).
 """
 
 from __future__ import annotations
