@@ -9,7 +9,9 @@ about a tenth of a loaded bookie's event-loop time. A lane's call is an asyncio 
 in a ``SimpleQueue`` and one thread-safe callback back to the loop.
 
 Unlike an executor's, a call handed over always runs, also when its caller is cancelled first:
-a write the file's size already counts lands where it was counted.
+a write the file's size already counts lands where it was counted. A lane's queue holds a
+handful of calls at most: each of its callers (the journal's writer and sync stage, an entry
+log's flush) awaits one call before it hands over the next.
 """
 
 from __future__ import annotations

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiobk.protocol import DigestType, add_codecs, pack_bodies, parse_entry
+from aiobk.protocol import DigestType, EntryBody, add_codecs, pack_bodies, parse_entry
 from aiobk.protocol.entry import HEADER_SIZE
+from tests.support.choosers import check_chooser
 
 # The compiled module whatever AIOBK_NO_EXTENSIONS says: ``make setup`` builds it, and these
 # tests hold it to the pure functions.
@@ -33,19 +34,11 @@ def test_an_entry_encodes_to_the_same_bytes_on_both_paths(
 ) -> None:
     body = compiled.encode_entry(ledger_id, entry_id, lac, length, kind, payload)
     assert body == add_codecs.pure_encode_entry(ledger_id, entry_id, lac, length, kind, payload)
-    entry = parse_entry(body)
-    assert (entry.ledger_id, entry.entry_id, entry.lac, entry.length) == (
-        ledger_id,
-        entry_id,
-        lac,
-        length,
-    )
-    assert (entry.digest_type, entry.payload) == (kind, payload)
+    digest = b""
     if kind is DigestType.CRC32C:  # over the header, then the payload
-        crc = crc32c.crc32c(payload, crc32c.crc32c(body[:HEADER_SIZE]))
-        assert entry.digest == crc.to_bytes(4, "big")
-    else:
-        assert entry.digest == b""
+        digest = crc32c.crc32c(payload, crc32c.crc32c(body[:HEADER_SIZE])).to_bytes(4, "big")
+    expected = EntryBody(ledger_id, entry_id, lac, length, kind, digest, payload)
+    assert parse_entry(body) == expected
 
 
 def test_a_mac_is_left_to_the_digester_on_both_paths() -> None:
@@ -124,33 +117,11 @@ def _outcome(function: Callable[..., Any], args: Any) -> tuple[str, Any]:
     return "ok", result
 
 
-def _chosen(monkeypatch: pytest.MonkeyPatch, setup: Callable[[], None]) -> tuple[bool, object]:
-    """``COMPILED`` and ``encode_entry`` of the module imported again after ``setup``."""
-    setup()
-    try:
-        module = importlib.reload(add_codecs)
-        return module.COMPILED, module.encode_entry
-    finally:
-        monkeypatch.undo()
-        importlib.reload(add_codecs)
-
-
 def test_the_chooser_uses_the_compiled_module_unless_told_or_unable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert (add_codecs.encode_entry is compiled.encode_entry) == add_codecs.COMPILED
     assert (add_codecs.pack_bodies is compiled.pack_bodies) == add_codecs.COMPILED
-    told, encode = _chosen(monkeypatch, lambda: monkeypatch.setenv("AIOBK_NO_EXTENSIONS", "1"))
-    assert not told
-    assert getattr(encode, "__module__", None) == "aiobk.protocol.add_codecs"
-
-    def unbuilt(name: str) -> ModuleType:
-        raise ImportError(name)
-
-    def without_module() -> None:
-        monkeypatch.delenv("AIOBK_NO_EXTENSIONS", raising=False)
-        monkeypatch.setattr(importlib, "import_module", unbuilt)
-
-    assert _chosen(monkeypatch, without_module)[0] is False
-    built = _chosen(monkeypatch, lambda: monkeypatch.delenv("AIOBK_NO_EXTENSIONS", False))
-    assert built == (True, compiled.encode_entry)
+    pure = check_chooser(monkeypatch, add_codecs, "encode_entry", compiled.encode_entry)
+    assert getattr(pure, "__name__", None) == "pure_encode_entry"
+    check_chooser(monkeypatch, add_codecs, "pack_bodies", compiled.pack_bodies)
