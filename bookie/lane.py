@@ -39,7 +39,7 @@ class Lane:
         name: The thread's name, after ``aiobk-``.
     """
 
-    __slots__ = ("_closed", "_lock", "_queue", "_thread", "name")
+    __slots__ = ("_closed", "_queue", "_started", "_thread", "name")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -47,36 +47,31 @@ class Lane:
         # A daemon: a process that exits without closing its disk is not held up by an idle
         # lane (an executor's atexit join would wait); a bookie's stop closes every lane.
         self._thread = threading.Thread(target=self._work, name=f"aiobk-{name}", daemon=True)
-        self._lock = threading.Lock()  # the thread starts once
+        self._started = False  # the thread starts with the first call
         self._closed = False
 
     def run(self, function: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``function(*args)`` on the lane's thread, after every call handed over before it;
-        its result or exception comes back through the returned future."""
+        its result or exception comes back through the returned future. Called on the event
+        loop's thread, as ``close`` is."""
         if self._closed:
             raise LaneClosedError(f"lane {self.name} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        if not self._thread.is_alive():
-            self._start()
+        if not self._started:
+            self._started = True
+            self._thread.start()
         self._queue.put((loop, future, function, args))
         return future
 
     def close(self) -> None:
         """Run what was handed over, then stop the thread (blocking until it has)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            started = self._thread.ident is not None
-        if started:
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
             self._queue.put(None)
             self._thread.join()
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread.ident is None:
-                self._thread.start()
 
     def _work(self) -> None:
         get = self._queue.get

@@ -311,11 +311,10 @@ class EntryIndex:
             batch.put(deleted_key(ledger_id), b"")
         for log_id in sorted(changes.dropped_logs):
             batch.delete_range(log_key(log_id, 0), log_key(log_id + 1, 0))
-        pack_key, pack_value = LOCATION_KEY.pack, VALUE.pack  # ``put(location_key(...))``
-        ops = batch.ops
+        ops, pack_value = batch.ops, VALUE.pack  # ``batch.put`` unrolled: one per entry
         for ledger_id, entries in changes.locations.items():
             ops.extend(
-                [(PUT, pack_key(b"E", ledger_id, e), pack_value(at)) for e, at in entries.items()]
+                [(PUT, location_key(ledger_id, e), pack_value(at)) for e, at in entries.items()]
             )
         for (log_id, ledger_id), count in changes.log_counts.items():
             if log_id in changes.dropped_logs:
